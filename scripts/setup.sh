@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian/Ubuntu machine, build epkit, and run one job:
+#   scripts/setup.sh doctor   build, then run `epkit doctor` on this node
+#   scripts/setup.sh test     build, then run every test (GPU tests skip without a GPU)
+# Missing packages are installed with apt when run as root; otherwise the
+# exact apt line is printed and the script stops.
+set -euo pipefail
+
+job=${1:-doctor}
+shift || true
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${EPKIT_BUILD_DIR:-$here/build}
+
+packages=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
+          libgtest-dev libgmock-dev libbenchmark-dev libibverbs-dev zlib1g-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "setup: missing packages; run:" >&2
+    echo "  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j "$jobs"
+
+case "$job" in
+  doctor)
+    status=0
+    "$build/epkit" doctor "$@" || status=$?
+    echo "epkit doctor exit code: $status (0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN)"
+    exit "$status"
+    ;;
+  test)
+    ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 300 "$@"
+    ;;
+  *)
+    echo "usage: scripts/setup.sh doctor|test [args...]" >&2
+    exit 64
+    ;;
+esac

@@ -1,0 +1,130 @@
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/command.h"
+
+namespace epkit::cli {
+namespace {
+
+std::vector<Command> all_commands() {
+  return {
+#define EPKIT_COMMAND(name) make_##name##_command(),
+#include "epkit_commands.inc"
+#undef EPKIT_COMMAND
+  };
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+void add_json_flag(CLI::App& app, CommonOptions& opts) {
+  app.add_flag("--json", opts.json, "Print JSON instead of text");
+}
+
+void add_sysroot_option(CLI::App& app, CommonOptions& opts) {
+  app.add_option("--sysroot", opts.sysroot,
+                 "Read /sys, /proc, /dev, /etc and libraries under DIR (a node's tree)")
+      ->type_name("DIR");
+}
+
+void add_env_file_option(CLI::App& app, CommonOptions& opts) {
+  app.add_option("--env-file", opts.env_file,
+                 "Take the environment from FILE (KEY=VALUE lines, as `env` prints)")
+      ->type_name("FILE");
+}
+
+Result<host::Host> make_host(const CommonOptions& opts) {
+  std::error_code ec;
+  if (opts.sysroot != "/" && !std::filesystem::is_directory(opts.sysroot, ec)) {
+    return make_error(ErrorCode::invalid,
+                      fmt::format("--sysroot {}: not a folder", opts.sysroot));
+  }
+  host::Env env = host::Env::from_process();
+  if (!opts.env_file.empty()) {
+    auto loaded = host::Env::from_file(opts.env_file);
+    if (!loaded) return make_error(ErrorCode::invalid, loaded.error().message);
+    env = std::move(*loaded);
+  }
+  return host::Host(host::Sysroot(opts.sysroot), std::move(env));
+}
+
+int run_cli(int argc, const char* const* argv, Io& io) {
+  auto commands = all_commands();
+  CLI::App app{"epkit: expert-parallel communication for GPU clusters, and the tools to make it work",
+               "epkit"};
+  app.require_subcommand(0, 1);
+  app.set_version_flag("--version", fmt::format("epkit {}", EPKIT_VERSION));
+  bool list = false;
+  app.add_flag("--list-commands", list, "List the commands");
+
+  Runner runner;
+  for (auto& command : commands) {
+    CLI::App* sub = app.add_subcommand(std::string(command.name), std::string(command.summary));
+    auto run = command.setup(*sub);
+    sub->final_callback([&runner, run] { runner = run; });
+  }
+
+  // An unknown first word gets a did-you-mean before CLI11's generic message.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string_view word = argv[1];
+    bool known = std::any_of(commands.begin(), commands.end(),
+                             [&](const Command& c) { return c.name == word; });
+    if (!known) {
+      io.err << fmt::format("epkit: '{}' is not a command.", word);
+      const Command* best = nullptr;
+      std::size_t best_d = 3;
+      for (const auto& c : commands) {
+        std::size_t d = edit_distance(word, c.name);
+        if (d < best_d) best = &c, best_d = d;
+      }
+      if (best != nullptr) io.err << fmt::format(" Did you mean '{}'?", best->name);
+      io.err << " See 'epkit --help'.\n";
+      return k_exit_usage;
+    }
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    io.out << app.help();  // delegates to the selected subcommand
+    return k_exit_ok;
+  } catch (const CLI::CallForAllHelp&) {
+    io.out << app.help("", CLI::AppFormatMode::All);
+    return k_exit_ok;
+  } catch (const CLI::CallForVersion& e) {
+    io.out << e.what() << "\n";
+    return k_exit_ok;
+  } catch (const CLI::ParseError& e) {
+    io.err << "epkit: " << e.what() << "\n";
+    return k_exit_usage;
+  }
+  if (list) {
+    for (const auto& c : commands) io.out << fmt::format("  {:<10} {}\n", c.name, c.summary);
+    return k_exit_ok;
+  }
+  if (!runner) {
+    io.out << app.help();
+    return k_exit_usage;
+  }
+  return runner(io);
+}
+
+}  // namespace epkit::cli
