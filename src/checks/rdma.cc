@@ -7,14 +7,14 @@
 // version records, host/elf.h). They never dlopen a provider: that would load
 // it into the doctor itself and mix two rdma-core releases in one process.
 // docs/rdma-checks.md describes each decision.
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <charconv>
 #include <cctype>
+#include <charconv>
 #include <map>
 #include <optional>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "checks/check.h"
 #include "host/dl/ibverbs.h"
@@ -27,7 +27,8 @@ namespace {
 constexpr std::string_view k_verbs_soname = "libibverbs.so.1";
 constexpr std::string_view k_private_prefix = "IBVERBS_PRIVATE_";
 constexpr std::string_view k_verbs_config_dir = "/etc/libibverbs.d";
-constexpr std::string_view k_reinstall_fix = "apt-get install --reinstall libibverbs1 ibverbs-providers";
+constexpr std::string_view k_reinstall_fix =
+    "apt-get install --reinstall libibverbs1 ibverbs-providers";
 
 // ---- small helpers -------------------------------------------------------
 
@@ -72,7 +73,8 @@ class Verdict {
     std::string text, expected, fix;
   };
   static void append_unique(std::vector<std::string>& list, const std::string& item) {
-    if (!item.empty() && std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
+    if (!item.empty() && std::find(list.begin(), list.end(), item) == list.end())
+      list.push_back(item);
   }
   std::vector<Finding> m_findings;
   std::vector<Evidence> m_evidence;
@@ -154,8 +156,9 @@ VerbsView look_up_verbs(const Context& ctx) {
   }
   view.matches = host::find_library(fs, ctx.host.env(), k_verbs_soname);
   for (const auto& match : view.matches) {
-    bool seen = std::any_of(view.copies.begin(), view.copies.end(),
-                            [&](const VerbsCopy& c) { return c.match.real_path == match.real_path; });
+    bool seen = std::any_of(view.copies.begin(), view.copies.end(), [&](const VerbsCopy& c) {
+      return c.match.real_path == match.real_path;
+    });
     if (seen) continue;
     VerbsCopy copy;
     copy.match = match;
@@ -180,8 +183,8 @@ std::string abi_text(const VerbsCopy& copy) {
 // Why the loader takes this match first.
 std::string why_first(const host::LibMatch& match) {
   if (match.origin == "LD_LIBRARY_PATH") {
-    return fmt::format("LD_LIBRARY_PATH entry {} ({}) comes before the system folders", match.position,
-                       match.dir);
+    return fmt::format("LD_LIBRARY_PATH entry {} ({}) comes before the system folders",
+                       match.position, match.dir);
   }
   if (match.origin == "default") return fmt::format("{} is a default loader folder", match.dir);
   return fmt::format("{} is listed in {}", match.dir, match.origin);
@@ -317,7 +320,8 @@ void find_provider_dir(const Context& ctx, VerbsSetup& setup) {
     return;
   }
   bool arm = setup.winner->elf && setup.winner->elf->machine == "aarch64";
-  setup.provider_dir = arm ? "/usr/lib/aarch64-linux-gnu/libibverbs" : "/usr/lib/x86_64-linux-gnu/libibverbs";
+  setup.provider_dir =
+      arm ? "/usr/lib/aarch64-linux-gnu/libibverbs" : "/usr/lib/x86_64-linux-gnu/libibverbs";
   setup.provider_dir_source = "distribution default (no folder found in the library)";
 }
 
@@ -408,32 +412,38 @@ const VerbsCopy* copy_with_abi(const VerbsView& view, int abi) {
 }
 
 std::string put_first_fix(const VerbsCopy& copy) {
-  return fmt::format("or put the matching libibverbs first: export LD_LIBRARY_PATH={}:$LD_LIBRARY_PATH",
-                     copy.match.dir);
+  return fmt::format(
+      "or put the matching libibverbs first: export LD_LIBRARY_PATH={}:$LD_LIBRARY_PATH",
+      copy.match.dir);
 }
 
 // Shared start of the userspace checks: the winning libibverbs and its ABI.
 // Returns an Outcome when the check cannot go on.
-std::optional<Outcome> prepare(const Context& ctx, const VerbsView& view, VerbsSetup& setup, Verdict& v) {
+std::optional<Outcome> prepare(const Context& ctx, const VerbsView& view, VerbsSetup& setup,
+                               Verdict& v) {
   if (ctx.topo.nics.empty()) return skip("no RDMA device in /sys/class/infiniband");
   if (!view.has_library_dirs) {
-    return skip("the tree holds none of the loader's library folders (a sysfs-only snapshot): "
-                "libibverbs and its providers cannot be checked from it");
+    return skip(
+        "the tree holds none of the loader's library folders (a sysfs-only snapshot): "
+        "libibverbs and its providers cannot be checked from it");
   }
   add_copies(v, view);
   if (view.copies.empty()) {
-    return unknown("no libibverbs.so.1 in the loader's folders, so no provider is loaded (see rdma.verbs-lib)");
+    return unknown(
+        "no libibverbs.so.1 in the loader's folders, so no provider is loaded (see "
+        "rdma.verbs-lib)");
   }
   setup.winner = &view.copies.front();
   if (!setup.winner->elf) {
-    Outcome out = unknown(fmt::format("cannot read {}: {}", setup.winner->match.real_path,
-                                      setup.winner->elf_error));
+    Outcome out = unknown(
+        fmt::format("cannot read {}: {}", setup.winner->match.real_path, setup.winner->elf_error));
     out.evidence = v.finish("").evidence;
     return out;
   }
   if (!setup.winner->abi) {
-    Outcome out = unknown(fmt::format("{} defines no IBVERBS_PRIVATE_<N> version, so its provider ABI is unknown",
-                                      setup.winner->match.real_path));
+    Outcome out = unknown(
+        fmt::format("{} defines no IBVERBS_PRIVATE_<N> version, so its provider ABI is unknown",
+                    setup.winner->match.real_path));
     out.evidence = v.finish("").evidence;
     return out;
   }
@@ -442,7 +452,8 @@ std::optional<Outcome> prepare(const Context& ctx, const VerbsView& view, VerbsS
   setup.env_entries = driver_env_entries(ctx, setup.env_var);
   v.add("provider folder", setup.provider_dir, setup.provider_dir_source);
   if (!setup.env_var.empty()) {
-    v.add(setup.env_var, fmt::format("{}", fmt::join(setup.env_entries, ":")), ctx.host.env().origin());
+    v.add(setup.env_var, fmt::format("{}", fmt::join(setup.env_entries, ":")),
+          ctx.host.env().origin());
   }
   return std::nullopt;
 }
@@ -463,18 +474,20 @@ Outcome check_verbs_lib(const Context& ctx) {
   Verdict v;
   VerbsView view = look_up_verbs(ctx);
 
-  auto loaded = ctx.host.libs().ibverbs ? ctx.host.libs().ibverbs()
-                                        : Result<const host::dl::VerbsApi*>(make_error(
-                                              ErrorCode::unavailable, "no loader"));
+  auto loaded =
+      ctx.host.libs().ibverbs
+          ? ctx.host.libs().ibverbs()
+          : Result<const host::dl::VerbsApi*>(make_error(ErrorCode::unavailable, "no loader"));
   if (loaded) {
     const auto* api = *loaded;
     v.add("dlopen libibverbs", api->path, "dlinfo");
     v.add("devices listed by libibverbs", std::to_string(api->device_count), "ibv_get_device_list");
     if (has_devices && api->device_count == 0) {
       v.note(Status::fail,
-             fmt::format("{} loads but lists no device while sysfs shows {}: its providers do not load "
-                         "(see rdma.provider-abi and rdma.provider-path) or /dev/infiniband is missing",
-                         api->path, ctx.topo.nics.size()),
+             fmt::format(
+                 "{} loads but lists no device while sysfs shows {}: its providers do not load "
+                 "(see rdma.provider-abi and rdma.provider-path) or /dev/infiniband is missing",
+                 api->path, ctx.topo.nics.size()),
              "ibv_get_device_list() returns the devices of /sys/class/infiniband",
              std::string(k_reinstall_fix));
     }
@@ -486,8 +499,9 @@ Outcome check_verbs_lib(const Context& ctx) {
   }
 
   if (!ctx.host.live() && !view.has_library_dirs) {
-    return skip("the tree holds none of the loader's library folders (a sysfs-only snapshot): "
-                "libibverbs cannot be checked from it");
+    return skip(
+        "the tree holds none of the loader's library folders (a sysfs-only snapshot): "
+        "libibverbs cannot be checked from it");
   }
   add_copies(v, view);
   if (view.copies.empty() && !ctx.host.live()) {
@@ -507,14 +521,16 @@ Outcome check_verbs_lib(const Context& ctx) {
       const auto& c = view.copies[i];
       others.push_back(fmt::format("{} ({}) in {}", c.match.version, abi_text(c), c.match.dir));
     }
-    v.note(bad,
-           fmt::format("{} different libibverbs.so.1 are reachable: {} ({}) in {} wins because {}; also {}",
-                       view.copies.size(), first.match.version, abi_text(first), first.match.dir,
-                       why_first(first.match), fmt::join(others, ", ")),
-           "one rdma-core userspace: a single libibverbs.so.1 on the search path",
-           fmt::format("remove the extra copies (keep the one whose providers are installed), or put "
-                       "the system one first: export LD_LIBRARY_PATH={}:$LD_LIBRARY_PATH",
-                       system_copy(view).match.dir));
+    v.note(
+        bad,
+        fmt::format(
+            "{} different libibverbs.so.1 are reachable: {} ({}) in {} wins because {}; also {}",
+            view.copies.size(), first.match.version, abi_text(first), first.match.dir,
+            why_first(first.match), fmt::join(others, ", ")),
+        "one rdma-core userspace: a single libibverbs.so.1 on the search path",
+        fmt::format("remove the extra copies (keep the one whose providers are installed), or put "
+                    "the system one first: export LD_LIBRARY_PATH={}:$LD_LIBRARY_PATH",
+                    system_copy(view).match.dir));
   }
   std::string pass_summary =
       view.copies.empty()
@@ -543,8 +559,8 @@ Outcome check_provider_abi(const Context& ctx) {
       auto others = other_abi_providers(ctx, setup, dp.provider);
       if (others.empty()) {
         v.note(Status::unknown,
-               fmt::format("no {} for {} anywhere libibverbs looks (see rdma.provider-path)", wanted,
-                           fmt::join(dp.devices, ",")));
+               fmt::format("no {} for {} anywhere libibverbs looks (see rdma.provider-path)",
+                           wanted, fmt::join(dp.devices, ",")));
         continue;
       }
       std::vector<std::string> described;
@@ -553,9 +569,10 @@ Outcome check_provider_abi(const Context& ctx) {
         auto elf = host::read_elf(ctx.host.fs(), path);
         std::optional<int> need = elf ? needed_abi(*elf) : std::nullopt;
         if (need && !other_abi) other_abi = need;
-        described.push_back(fmt::format("{} needs {}", path,
-                                        need ? fmt::format("{}{}", k_private_prefix, *need)
-                                             : std::string(elf ? "no private ABI" : "unreadable file")));
+        described.push_back(
+            fmt::format("{} needs {}", path,
+                        need ? fmt::format("{}{}", k_private_prefix, *need)
+                             : std::string(elf ? "no private ABI" : "unreadable file")));
         v.add(std::string(host::base_name(path)), described.back(), path);
       }
       if (other_abi) other_copy = copy_with_abi(view, *other_abi);
@@ -571,7 +588,8 @@ Outcome check_provider_abi(const Context& ctx) {
     v.add(wanted, fmt::format("{} ({})", file->real_path, file->how), file->node_path);
     auto elf = host::read_elf(ctx.host.fs(), file->node_path);
     if (!elf) {
-      v.note(Status::fail, fmt::format("cannot read provider {}: {}", file->node_path, elf.error().message),
+      v.note(Status::fail,
+             fmt::format("cannot read provider {}: {}", file->node_path, elf.error().message),
              "a readable ELF provider", std::string(k_reinstall_fix));
       continue;
     }
@@ -583,9 +601,10 @@ Outcome check_provider_abi(const Context& ctx) {
     if (*need != setup.abi) {
       other_copy = copy_with_abi(view, *need);
       v.note(Status::fail,
-             fmt::format("{} defines {}{}; {} needs {}{} (dlopen fails with \"version '{}{}' not found\")",
-                         verbs_name, k_private_prefix, setup.abi, file->node_path, k_private_prefix, *need,
-                         k_private_prefix, *need),
+             fmt::format(
+                 "{} defines {}{}; {} needs {}{} (dlopen fails with \"version '{}{}' not found\")",
+                 verbs_name, k_private_prefix, setup.abi, file->node_path, k_private_prefix, *need,
+                 k_private_prefix, *need),
              fmt::format("{} needing {}{}", wanted, k_private_prefix, setup.abi),
              fmt::format("one rdma-core userspace: {}{}", k_reinstall_fix,
                          other_copy ? ", " + put_first_fix(*other_copy) : std::string()));
@@ -607,12 +626,14 @@ void dangling_links(const Context& ctx, const std::string& dir, Verdict& v) {
     if (!info || info->type != host::FileType::symlink || fs.exists(path)) continue;
     std::string target = fs.readlink(path).value_or("?");
     v.add(path, "-> " + target + " (does not resolve)", path);
-    v.note(Status::fail,
-           fmt::format("{} is a link to {}, which does not exist on this node (a link made on the host or "
-                       "into a folder mounted elsewhere)",
-                       path, target),
-           "provider links that resolve inside the container",
-           fmt::format("replace the link with a copy of the provider file: cp <provider> {}", path));
+    v.note(
+        Status::fail,
+        fmt::format(
+            "{} is a link to {}, which does not exist on this node (a link made on the host or "
+            "into a folder mounted elsewhere)",
+            path, target),
+        "provider links that resolve inside the container",
+        fmt::format("replace the link with a copy of the provider file: cp <provider> {}", path));
   }
 }
 
@@ -635,14 +656,18 @@ Outcome check_provider_path(const Context& ctx) {
     std::string opened = fmt::format("{}-rdmav{}.so", entry, setup.abi);
     if (fs.exists(opened)) continue;
     std::string why = fs.is_dir(entry)
-                          ? fmt::format("{} is a folder, but libibverbs appends -rdmav{}.so to absolute "
-                                        "entries and opens {}, which does not exist",
-                                        entry, setup.abi, opened)
+                          ? fmt::format(
+                                "{} is a folder, but libibverbs appends -rdmav{}.so to absolute "
+                                "entries and opens {}, which does not exist",
+                                entry, setup.abi, opened)
                           : fmt::format("libibverbs opens {}, which does not exist", opened);
-    v.note(Status::fail, fmt::format("{} entry {}: {}", setup.env_var, i + 1, why),
-           fmt::format("{} entries are driver names (mlx5) or file prefixes (/dir/libmlx5)", setup.env_var),
-           fmt::format("copy the provider into {} (found by every process, no variable needed) and unset {}",
-                       setup.provider_dir, setup.env_var));
+    v.note(
+        Status::fail, fmt::format("{} entry {}: {}", setup.env_var, i + 1, why),
+        fmt::format("{} entries are driver names (mlx5) or file prefixes (/dir/libmlx5)",
+                    setup.env_var),
+        fmt::format(
+            "copy the provider into {} (found by every process, no variable needed) and unset {}",
+            setup.provider_dir, setup.env_var));
   }
 
   bool config_dir = false;
@@ -650,27 +675,33 @@ Outcome check_provider_path(const Context& ctx) {
   for (const auto& dp : device_providers(ctx, v)) {
     std::string wanted = provider_file_name(dp.provider, setup.abi);
     std::string devices = fmt::format("{}", fmt::join(dp.devices, ","));
-    bool named_in_env = std::any_of(setup.env_entries.begin(), setup.env_entries.end(), [&](const std::string& e) {
-      return e == dp.provider || (e.front() == '/' && host::base_name(e) == "lib" + dp.provider);
-    });
+    bool named_in_env =
+        std::any_of(setup.env_entries.begin(), setup.env_entries.end(), [&](const std::string& e) {
+          return e == dp.provider ||
+                 (e.front() == '/' && host::base_name(e) == "lib" + dp.provider);
+        });
     if (!configured.contains(dp.provider) && !named_in_env) {
-      v.note(Status::fail,
-             config_dir ? fmt::format("no {}/*.driver says \"driver {}\" and {} does not name it: libibverbs "
-                                      "never tries a provider for {}",
-                                      k_verbs_config_dir, dp.provider,
-                                      setup.env_var.empty() ? "RDMAV_DRIVERS" : setup.env_var, devices)
-                        : fmt::format("{} is missing: libibverbs reads no driver list and tries no provider "
-                                      "for {}",
-                                      k_verbs_config_dir, devices),
-             fmt::format("{}/{}.driver containing \"driver {}\"", k_verbs_config_dir, dp.provider, dp.provider),
-             "apt-get install --reinstall ibverbs-providers");
+      v.note(
+          Status::fail,
+          config_dir
+              ? fmt::format("no {}/*.driver says \"driver {}\" and {} does not name it: libibverbs "
+                            "never tries a provider for {}",
+                            k_verbs_config_dir, dp.provider,
+                            setup.env_var.empty() ? "RDMAV_DRIVERS" : setup.env_var, devices)
+              : fmt::format("{} is missing: libibverbs reads no driver list and tries no provider "
+                            "for {}",
+                            k_verbs_config_dir, devices),
+          fmt::format("{}/{}.driver containing \"driver {}\"", k_verbs_config_dir, dp.provider,
+                      dp.provider),
+          "apt-get install --reinstall ibverbs-providers");
     }
     auto file = locate_provider(ctx, setup, dp.provider);
     if (!file) {
       // The seed's fix: the provider of the right ABI may lie elsewhere under
       // its soname (libmlx5.so.1); copy it into the provider folder.
       std::string source = "<the lib" + dp.provider + " of the same rdma-core release>";
-      for (const auto& m : host::find_library(fs, ctx.host.env(), fmt::format("lib{}.so.1", dp.provider))) {
+      for (const auto& m :
+           host::find_library(fs, ctx.host.env(), fmt::format("lib{}.so.1", dp.provider))) {
         auto elf = host::read_elf(fs, m.real_path);
         if (elf && needed_abi(*elf) == setup.abi) {
           source = m.real_path;
@@ -678,27 +709,30 @@ Outcome check_provider_path(const Context& ctx) {
         }
       }
       v.note(Status::fail,
-             fmt::format("no {} for {} in {}{} or the loader's folders (libibverbs prints \"couldn't load "
-                         "driver '{}'\")",
-                         wanted, devices, setup.provider_dir,
-                         setup.env_var.empty() ? "" : ", " + setup.env_var, wanted),
+             fmt::format(
+                 "no {} for {} in {}{} or the loader's folders (libibverbs prints \"couldn't load "
+                 "driver '{}'\")",
+                 wanted, devices, setup.provider_dir,
+                 setup.env_var.empty() ? "" : ", " + setup.env_var, wanted),
              fmt::format("{}/{}", setup.provider_dir, wanted),
              fmt::format("cp {} {}/{}", source, setup.provider_dir, wanted));
       continue;
     }
     v.add(wanted, fmt::format("{} ({})", file->real_path, file->how), file->node_path);
     if (file->via_env) {
-      v.note(Status::warn,
-             fmt::format("{} is found only through {} ({}): a process started without that variable exported "
-                         "(a spawned worker, a sudo'd tool) does not find it",
-                         wanted, file->how.starts_with("loader") ? "LD_LIBRARY_PATH" : setup.env_var,
-                         file->node_path),
-             fmt::format("{} in {}", wanted, setup.provider_dir),
-             fmt::format("cp {} {}/{}", file->real_path, setup.provider_dir, wanted));
+      v.note(
+          Status::warn,
+          fmt::format(
+              "{} is found only through {} ({}): a process started without that variable exported "
+              "(a spawned worker, a sudo'd tool) does not find it",
+              wanted, file->how.starts_with("loader") ? "LD_LIBRARY_PATH" : setup.env_var,
+              file->node_path),
+          fmt::format("{} in {}", wanted, setup.provider_dir),
+          fmt::format("cp {} {}/{}", file->real_path, setup.provider_dir, wanted));
     }
   }
-  return v.finish(fmt::format("every device's provider is in place for libibverbs' ABI {} ({})", setup.abi,
-                              setup.provider_dir));
+  return v.finish(fmt::format("every device's provider is in place for libibverbs' ABI {} ({})",
+                              setup.abi, setup.provider_dir));
 }
 
 // ---- rdma.devices ----------------------------------------------------------
@@ -708,29 +742,36 @@ Outcome check_devices(const Context& ctx) {
   Verdict v;
   const auto& fs = ctx.host.fs();
   bool dev_seen = fs.is_dir("/dev");
-  if (!dev_seen) v.note(Status::unknown, "the tree has no /dev: cannot tell whether the uverbs devices exist");
+  if (!dev_seen)
+    v.note(Status::unknown, "the tree has no /dev: cannot tell whether the uverbs devices exist");
   std::map<std::string, double> best_rate;  // per link layer, over ACTIVE ports
   for (const auto& nic : ctx.topo.nics) {
     for (const auto& port : nic.ports) {
-      if (port.state == "ACTIVE") best_rate[port.link_layer] = std::max(best_rate[port.link_layer], port.rate_gbps);
+      if (port.state == "ACTIVE")
+        best_rate[port.link_layer] = std::max(best_rate[port.link_layer], port.rate_gbps);
     }
   }
   for (const auto& nic : ctx.topo.nics) {
     if (nic.uverbs.empty()) {
       v.add(nic.name + " uverbs", "none", "/sys/class/infiniband_verbs");
       v.note(Status::fail,
-             fmt::format("{} has no uverbs device in /sys/class/infiniband_verbs (ib_uverbs not loaded)", nic.name),
+             fmt::format(
+                 "{} has no uverbs device in /sys/class/infiniband_verbs (ib_uverbs not loaded)",
+                 nic.name),
              "a uverbs<N> per device", "modprobe ib_uverbs");
     } else if (dev_seen) {
       std::string dev = "/dev/infiniband/" + nic.uverbs;
       bool present = fs.lstat(dev).ok();
       v.add(dev, present ? "present" : "missing", dev);
       if (!present) {
-        v.note(Status::fail,
-               fmt::format("{} is in sysfs but {} is missing: the container was not given the device", nic.name, dev),
-               "/dev/infiniband/uverbs<N> for every device in /sys/class/infiniband",
-               "docker: --device=/dev/infiniband; Kubernetes: request the RDMA device plugin's resource or "
-               "mount /dev/infiniband (privileged)");
+        v.note(
+            Status::fail,
+            fmt::format("{} is in sysfs but {} is missing: the container was not given the device",
+                        nic.name, dev),
+            "/dev/infiniband/uverbs<N> for every device in /sys/class/infiniband",
+            "docker: --device=/dev/infiniband; Kubernetes: request the RDMA device plugin's "
+            "resource or "
+            "mount /dev/infiniband (privileged)");
       }
     }
     if (nic.ports.empty()) {
@@ -743,26 +784,30 @@ Outcome check_devices(const Context& ctx) {
             fmt::format("{} {} {} {}", port.state, port.phys_state, port.rate, port.link_layer),
             port_path(nic, port, "state"));
       if (port.state != "ACTIVE") {
-        down.push_back(fmt::format("port {} is {} ({})", port.port, port.state.empty() ? "?" : port.state,
+        down.push_back(fmt::format("port {} is {} ({})", port.port,
+                                   port.state.empty() ? "?" : port.state,
                                    port.phys_state.empty() ? "?" : port.phys_state));
         continue;
       }
       double best = best_rate[port.link_layer];
       if (port.rate_gbps > 0 && port.rate_gbps < best) {
         v.note(Status::warn,
-               fmt::format("{} port {} runs at {} while other {} ports run at {} Gb/sec", nic.name, port.port,
-                           port.rate, port.link_layer, best),
-               fmt::format("{} Gb/sec on every port", best), "check cable, optics and switch port speed");
+               fmt::format("{} port {} runs at {} while other {} ports run at {} Gb/sec", nic.name,
+                           port.port, port.rate, port.link_layer, best),
+               fmt::format("{} Gb/sec on every port", best),
+               "check cable, optics and switch port speed");
       }
     }
     if (down.empty()) continue;
     // A device with no ACTIVE port is lost to NCCL (it keeps only ACTIVE
     // ports); one dead port of a dual-port card is worth a look only.
     Status status = down.size() == nic.ports.size() ? Status::fail : Status::warn;
-    v.note(status, fmt::format("{}: {}", nic.name, fmt::join(down, ", ")), "state ACTIVE, phys_state LinkUp",
+    v.note(status, fmt::format("{}: {}", nic.name, fmt::join(down, ", ")),
+           "state ACTIVE, phys_state LinkUp",
            "check the cable and switch port (ibstat / ip link); for RoCE bring the netdev up");
   }
-  return v.finish(fmt::format("{} RDMA device(s), each with its uverbs device and ACTIVE ports", ctx.topo.nics.size()));
+  return v.finish(fmt::format("{} RDMA device(s), each with its uverbs device and ACTIVE ports",
+                              ctx.topo.nics.size()));
 }
 
 // ---- rdma.gid-index ----------------------------------------------------------
@@ -805,7 +850,8 @@ Outcome check_gid_index(const Context& ctx) {
     }
   }
   if (ports.empty()) {
-    return skip(ctx.topo.nics.empty() ? "no RDMA device" : "no ACTIVE RoCE (Ethernet link layer) port");
+    return skip(ctx.topo.nics.empty() ? "no RDMA device"
+                                      : "no ACTIVE RoCE (Ethernet link layer) port");
   }
   Verdict v;
   for (const auto& p : ports) {
@@ -813,10 +859,11 @@ Outcome check_gid_index(const Context& ctx) {
           p.port->roce_v2_ipv4_gid >= 0 ? std::to_string(p.port->roce_v2_ipv4_gid) : "none",
           port_path(*p.nic, *p.port, "gid_attrs/types"));
     if (p.port->roce_v2_ipv4_gid < 0) {
-      v.note(Status::warn,
-             fmt::format("{} port {} has no RoCE v2 IPv4-mapped GID (no IPv4 address on its netdev?)",
-                         p.nic->name, p.port->port),
-             "an IPv4 address on the RoCE netdev", "assign the rail's IPv4 address to the netdev");
+      v.note(
+          Status::warn,
+          fmt::format("{} port {} has no RoCE v2 IPv4-mapped GID (no IPv4 address on its netdev?)",
+                      p.nic->name, p.port->port),
+          "an IPv4 address on the RoCE netdev", "assign the rail's IPv4 address to the netdev");
     }
   }
   std::string right = right_index(ports);
@@ -827,20 +874,24 @@ Outcome check_gid_index(const Context& ctx) {
     if (!value) continue;
     v.add(var, *value, env_source);
     auto index = parse_integer(*value);
-    std::string fix = right.empty() ? fmt::format("set {} to the RoCE v2 IPv4-mapped GID index of each port", var)
-                                    : fmt::format("export {}={}", var, right);
+    std::string fix =
+        right.empty() ? fmt::format("set {} to the RoCE v2 IPv4-mapped GID index of each port", var)
+                      : fmt::format("export {}={}", var, right);
     if (!index) {
-      v.note(Status::fail, fmt::format("{}={} is not an integer", var, *value), "an integer GID index", fix);
+      v.note(Status::fail, fmt::format("{}={} is not an integer", var, *value),
+             "an integer GID index", fix);
       continue;
     }
-    if (*index == -1 && std::string_view(var) == "NCCL_IB_GID_INDEX") continue;  // NCCL auto-selects
+    if (*index == -1 && std::string_view(var) == "NCCL_IB_GID_INDEX")
+      continue;  // NCCL auto-selects
     for (const auto& p : ports) {
       if (is_v2_ipv4(*p.port, *index)) continue;
       v.note(Status::fail,
-             fmt::format("{}={} names {} on {} port {}; the RoCE v2 IPv4-mapped GID is {}", var, *index,
-                         describe_gid(*p.port, *index), p.nic->name, p.port->port,
-                         p.port->roce_v2_ipv4_gid >= 0 ? "index " + std::to_string(p.port->roce_v2_ipv4_gid)
-                                                       : "absent"),
+             fmt::format("{}={} names {} on {} port {}; the RoCE v2 IPv4-mapped GID is {}", var,
+                         *index, describe_gid(*p.port, *index), p.nic->name, p.port->port,
+                         p.port->roce_v2_ipv4_gid >= 0
+                             ? "index " + std::to_string(p.port->roce_v2_ipv4_gid)
+                             : "absent"),
              "the index of a RoCE v2 IPv4-mapped GID on every RoCE port", fix);
     }
   }
@@ -857,7 +908,8 @@ Outcome check_gid_index(const Context& ctx) {
       for (const auto& p : ports) {
         if (is_v2_ipv4(*p.port, 0)) continue;
         v.note(Status::warn,
-               fmt::format("NVSHMEM IBGDA is on and NVSHMEM_IB_GID_INDEX is unset, so NVSHMEM uses GID 0: {} on "
+               fmt::format("NVSHMEM IBGDA is on and NVSHMEM_IB_GID_INDEX is unset, so NVSHMEM uses "
+                           "GID 0: {} on "
                            "{} port {} is not RoCE v2 IPv4-mapped",
                            describe_gid(*p.port, 0), p.nic->name, p.port->port),
                "NVSHMEM_IB_GID_INDEX naming the RoCE v2 IPv4-mapped GID",
@@ -865,10 +917,12 @@ Outcome check_gid_index(const Context& ctx) {
                              : fmt::format("export NVSHMEM_IB_GID_INDEX={}", right));
       }
     } else {
-      notes.push_back("NVSHMEM_IB_GID_INDEX unset (NVSHMEM would use GID 0; IBGDA is not configured)");
+      notes.push_back(
+          "NVSHMEM_IB_GID_INDEX unset (NVSHMEM would use GID 0; IBGDA is not configured)");
     }
   }
-  return v.finish(fmt::format("{} RoCE ports{}{}", ports.size(), right.empty() ? "" : ", RoCE v2 IPv4 GID index " + right,
+  return v.finish(fmt::format("{} RoCE ports{}{}", ports.size(),
+                              right.empty() ? "" : ", RoCE v2 IPv4 GID index " + right,
                               notes.empty() ? "" : fmt::format("; {}", fmt::join(notes, "; "))));
 }
 
@@ -894,15 +948,18 @@ Outcome check_gpudirect(const Context& ctx) {
   // Peer memory, as NCCL probes it (NVSHMEM also accepts the nvidia-peermem
   // memory_peers entry).
   std::string peermem;
-  for (const char* path : {"/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
-                           "/sys/module/nvidia_peermem/version"}) {
+  for (const char* path :
+       {"/sys/kernel/mm/memory_peers/nv_mem/version",
+        "/sys/kernel/mm/memory_peers/nv_mem_nc/version", "/sys/module/nvidia_peermem/version"}) {
     if (fs.exists(path)) {
       peermem = path;
       break;
     }
   }
-  bool nvshmem_only_peermem = peermem.empty() && fs.exists("/sys/kernel/mm/memory_peers/nvidia-peermem/version");
-  v.add("peer memory", peermem.empty() ? "absent" : "present", peermem.empty() ? "/sys/module/nvidia_peermem" : peermem);
+  bool nvshmem_only_peermem =
+      peermem.empty() && fs.exists("/sys/kernel/mm/memory_peers/nvidia-peermem/version");
+  v.add("peer memory", peermem.empty() ? "absent" : "present",
+        peermem.empty() ? "/sys/module/nvidia_peermem" : peermem);
 
   // DMA-BUF: every requirement we can read from files.
   std::vector<std::string> missing;
@@ -934,7 +991,8 @@ Outcome check_gpudirect(const Context& ctx) {
     if (auto elf = host::read_elf(fs, verbs.front().real_path)) {
       bool has = elf->defines("IBVERBS_1.12");  // ibv_reg_dmabuf_mr's version
       v.add("ibv_reg_dmabuf_mr", has ? "IBVERBS_1.12 defined" : "absent", verbs.front().real_path);
-      if (!has) missing.push_back(verbs.front().real_path + " predates ibv_reg_dmabuf_mr (IBVERBS_1.12)");
+      if (!has)
+        missing.push_back(verbs.front().real_path + " predates ibv_reg_dmabuf_mr (IBVERBS_1.12)");
     }
   }
   bool dmabuf = missing.empty() && undetermined.empty();
@@ -942,27 +1000,32 @@ Outcome check_gpudirect(const Context& ctx) {
   std::string policy;
   if (auto level = env.get_nonempty("NCCL_NET_GDR_LEVEL")) {
     v.add("NCCL_NET_GDR_LEVEL", *level, env.origin());
-    policy = fmt::format("; NCCL_NET_GDR_LEVEL={} limits GPUDirect RDMA to GPU/NIC pairs within that PCIe distance",
-                         *level);
+    policy = fmt::format(
+        "; NCCL_NET_GDR_LEVEL={} limits GPUDirect RDMA to GPU/NIC pairs within that PCIe distance",
+        *level);
     if (*level == "LOC" || *level == "0") {
-      v.note(Status::warn, fmt::format("NCCL_NET_GDR_LEVEL={} turns GPUDirect RDMA off in NCCL", *level),
+      v.note(Status::warn,
+             fmt::format("NCCL_NET_GDR_LEVEL={} turns GPUDirect RDMA off in NCCL", *level),
              "NCCL_NET_GDR_LEVEL unset or PIX/PXB", "unset NCCL_NET_GDR_LEVEL");
     }
   }
 
   if (!peermem.empty()) {
-    if (!dmabuf && !missing.empty()) v.add("DMA-BUF", fmt::format("{}", fmt::join(missing, "; ")), "");
+    if (!dmabuf && !missing.empty())
+      v.add("DMA-BUF", fmt::format("{}", fmt::join(missing, "; ")), "");
     return v.finish(fmt::format("GPUDirect RDMA through peer memory ({}){}", peermem, policy));
   }
   if (dmabuf) {
-    return v.finish(fmt::format("GPUDirect RDMA through DMA-BUF (open module, kernel >= 5.12){}; NCCL also needs "
-                                "CUDA >= 11.7 and the GPU's DMA-BUF attribute, checked at run time",
-                                policy));
+    return v.finish(fmt::format(
+        "GPUDirect RDMA through DMA-BUF (open module, kernel >= 5.12){}; NCCL also needs "
+        "CUDA >= 11.7 and the GPU's DMA-BUF attribute, checked at run time",
+        policy));
   }
   std::string why = fmt::format("{}", fmt::join(missing.empty() ? undetermined : missing, "; "));
   if (nvshmem_only_peermem) {
     v.note(Status::warn,
-           "only /sys/kernel/mm/memory_peers/nvidia-peermem is present: NVSHMEM uses it, NCCL looks for "
+           "only /sys/kernel/mm/memory_peers/nvidia-peermem is present: NVSHMEM uses it, NCCL "
+           "looks for "
            "nv_mem or /sys/module/nvidia_peermem",
            "nvidia_peermem loaded", "modprobe nvidia_peermem");
     return v.finish("");
@@ -970,15 +1033,20 @@ Outcome check_gpudirect(const Context& ctx) {
   // FAIL only on a requirement seen to be unmet; a tree that lacks the files
   // to judge DMA-BUF is UNKNOWN.
   bool definite = !missing.empty();
-  v.note(definite ? Status::fail : Status::unknown,
-         definite ? fmt::format("no GPUDirect RDMA: no peer-memory module (/sys/module/nvidia_peermem/version "
-                                "absent) and no DMA-BUF ({}); NCCL stages through host memory",
-                                why)
-                  : fmt::format("GPUDirect RDMA undetermined: no peer-memory module and DMA-BUF cannot be "
-                                "judged ({})",
-                                why),
-         "nvidia_peermem loaded, or DMA-BUF (open NVIDIA module, kernel >= 5.12, NCCL_DMABUF_ENABLE not 0)",
-         "modprobe nvidia_peermem (GPU Operator: driver.rdma.enabled=true), or meet the DMA-BUF requirements");
+  v.note(
+      definite ? Status::fail : Status::unknown,
+      definite
+          ? fmt::format(
+                "no GPUDirect RDMA: no peer-memory module (/sys/module/nvidia_peermem/version "
+                "absent) and no DMA-BUF ({}); NCCL stages through host memory",
+                why)
+          : fmt::format("GPUDirect RDMA undetermined: no peer-memory module and DMA-BUF cannot be "
+                        "judged ({})",
+                        why),
+      "nvidia_peermem loaded, or DMA-BUF (open NVIDIA module, kernel >= 5.12, NCCL_DMABUF_ENABLE "
+      "not 0)",
+      "modprobe nvidia_peermem (GPU Operator: driver.rdma.enabled=true), or meet the DMA-BUF "
+      "requirements");
   return v.finish("");
 }
 
@@ -993,6 +1061,8 @@ constexpr Check k_rdma_checks[] = {
 
 }  // namespace
 
-std::span<const Check> rdma_checks() { return k_rdma_checks; }
+std::span<const Check> rdma_checks() {
+  return k_rdma_checks;
+}
 
 }  // namespace epkit::checks

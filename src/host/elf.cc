@@ -1,10 +1,10 @@
 #include "host/elf.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-
-#include <fmt/format.h>
 
 namespace epkit::host {
 namespace {
@@ -62,7 +62,8 @@ class Image {
     return m_bytes.substr(offset, length);
   }
   Error bad(std::string_view what) const {
-    return make_error(ErrorCode::invalid, fmt::format("{}: not a usable ELF file: {}", m_name, what));
+    return make_error(ErrorCode::invalid,
+                      fmt::format("{}: not a usable ELF file: {}", m_name, what));
   }
 
  private:
@@ -87,7 +88,10 @@ struct Header {
 
 Result<Header> parse_header(const Image& img) {
   if (img.size() < k_ehdr_size) return img.bad("shorter than an ELF header");
-  if (img.slice(0, 4) != std::string_view("\x7f" "ELF", 4)) return img.bad("no ELF magic");
+  if (img.slice(0, 4) != std::string_view("\x7f"
+                                          "ELF",
+                                          4))
+    return img.bad("no ELF magic");
   if (img.get<std::uint8_t>(4) != 2) return img.bad("not a 64-bit ELF file");
   if (img.get<std::uint8_t>(5) != 1) return img.bad("not little-endian");
   Header header;
@@ -141,9 +145,11 @@ class StringTable {
  public:
   StringTable(std::string_view table, const Image& img) : m_table(table), m_img(img) {}
   Result<std::string> at(std::uint64_t index, std::string_view what) const {
-    if (index >= m_table.size()) return m_img.bad(fmt::format("{} name outside the string table", what));
+    if (index >= m_table.size())
+      return m_img.bad(fmt::format("{} name outside the string table", what));
     auto end = m_table.find('\0', index);
-    if (end == std::string_view::npos) return m_img.bad(fmt::format("{} name not terminated", what));
+    if (end == std::string_view::npos)
+      return m_img.bad(fmt::format("{} name not terminated", what));
     return std::string(m_table.substr(index, end - index));
   }
 
@@ -176,15 +182,32 @@ Result<DynamicTags> read_dynamic(const Image& img, const Header& header) {
     std::uint64_t value = *img.get<std::uint64_t>(at + 8);
     if (tag == k_dt_null) break;
     switch (tag) {
-      case k_dt_needed: tags.needed.push_back(value); break;
-      case k_dt_soname: tags.soname = value; break;
-      case k_dt_strtab: tags.strtab = value; break;
-      case k_dt_strsz: tags.strsz = value; break;
-      case k_dt_verdef: tags.verdef = value; break;
-      case k_dt_verdefnum: tags.verdefnum = std::min<std::uint64_t>(value, k_max_entries); break;
-      case k_dt_verneed: tags.verneed = value; break;
-      case k_dt_verneednum: tags.verneednum = std::min<std::uint64_t>(value, k_max_entries); break;
-      default: break;
+      case k_dt_needed:
+        tags.needed.push_back(value);
+        break;
+      case k_dt_soname:
+        tags.soname = value;
+        break;
+      case k_dt_strtab:
+        tags.strtab = value;
+        break;
+      case k_dt_strsz:
+        tags.strsz = value;
+        break;
+      case k_dt_verdef:
+        tags.verdef = value;
+        break;
+      case k_dt_verdefnum:
+        tags.verdefnum = std::min<std::uint64_t>(value, k_max_entries);
+        break;
+      case k_dt_verneed:
+        tags.verneed = value;
+        break;
+      case k_dt_verneednum:
+        tags.verneednum = std::min<std::uint64_t>(value, k_max_entries);
+        break;
+      default:
+        break;
     }
   }
   return tags;
@@ -217,7 +240,8 @@ Result<std::vector<ElfVersionNeed>> read_verneeds(const Image& img, const String
     auto file = img.get<std::uint32_t>(offset + 4);
     auto aux = img.get<std::uint32_t>(offset + 8);
     auto next = img.get<std::uint32_t>(offset + 12);
-    if (!aux_count || !file || !aux || !next) return img.bad("version need runs past the end of the file");
+    if (!aux_count || !file || !aux || !next)
+      return img.bad("version need runs past the end of the file");
     ElfVersionNeed need;
     auto file_name = strings.at(*file, "version need file");
     if (!file_name) return file_name.error();
@@ -226,7 +250,8 @@ Result<std::vector<ElfVersionNeed>> read_verneeds(const Image& img, const String
     for (std::uint16_t j = 0; j < *aux_count; ++j) {
       auto name_index = img.get<std::uint32_t>(at + 8);
       auto aux_next = img.get<std::uint32_t>(at + 12);
-      if (!name_index || !aux_next) return img.bad("version need entry runs past the end of the file");
+      if (!name_index || !aux_next)
+        return img.bad("version need entry runs past the end of the file");
       auto name = strings.at(*name_index, "version need");
       if (!name) return name.error();
       need.versions.push_back(std::move(*name));
@@ -240,9 +265,12 @@ Result<std::vector<ElfVersionNeed>> read_verneeds(const Image& img, const String
   return needs;
 }
 
-bool printable(char c) { return (c >= 0x20 && c < 0x7f) || c == '\t'; }
+bool printable(char c) {
+  return (c >= 0x20 && c < 0x7f) || c == '\t';
+}
 
-void collect_strings(std::string_view data, std::string_view needle, std::vector<std::string>& out) {
+void collect_strings(std::string_view data, std::string_view needle,
+                     std::vector<std::string>& out) {
   constexpr std::size_t k_min_length = 4;
   std::size_t start = 0;
   for (std::size_t i = 0; i < data.size(); ++i) {
@@ -332,7 +360,8 @@ Result<std::vector<std::string>> elf_rodata_strings(std::string_view bytes, std:
           (flags & (k_shf_write | k_shf_execinstr)) != 0) {
         continue;
       }
-      if (!img.has(offset, size)) return img.bad("a read-only section runs past the end of the file");
+      if (!img.has(offset, size))
+        return img.bad("a read-only section runs past the end of the file");
       collect_strings(img.slice(offset, size), needle, found);
       used_sections = true;
     }
@@ -340,7 +369,8 @@ Result<std::vector<std::string>> elf_rodata_strings(std::string_view bytes, std:
   if (!used_sections) {
     for (const auto& seg : header->segments) {
       if (seg.type != k_pt_load || (seg.flags & (k_pf_w | k_pf_x)) != 0) continue;
-      if (!img.has(seg.offset, seg.filesz)) return img.bad("a segment runs past the end of the file");
+      if (!img.has(seg.offset, seg.filesz))
+        return img.bad("a segment runs past the end of the file");
       collect_strings(img.slice(seg.offset, seg.filesz), needle, found);
     }
   }

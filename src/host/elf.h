@@ -9,11 +9,11 @@
 // the file, never a crash.
 #pragma once
 
+#include <epkit/result.h>
+
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <epkit/result.h>
 
 #include "host/sysroot.h"
 

@@ -72,9 +72,14 @@ void read_conf(const Sysroot& fs, const std::string& path, int depth, std::vecto
 }  // namespace
 
 const std::vector<std::string>& default_library_dirs() {
-  static const std::vector<std::string> dirs = {
-      "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
-      "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"};
+  static const std::vector<std::string> dirs = {"/lib/x86_64-linux-gnu",
+                                                "/usr/lib/x86_64-linux-gnu",
+                                                "/lib/aarch64-linux-gnu",
+                                                "/usr/lib/aarch64-linux-gnu",
+                                                "/lib64",
+                                                "/usr/lib64",
+                                                "/lib",
+                                                "/usr/lib"};
   return dirs;
 }
 
@@ -85,7 +90,8 @@ std::vector<SearchDir> loader_search_dirs(const Sysroot& fs, const Env& env) {
     std::string list = *value;
     std::replace(list.begin(), list.end(), ';', ':');
     int position = 0;
-    for (auto& dir : split_path_list(list)) all.push_back({std::move(dir), "LD_LIBRARY_PATH", ++position});
+    for (auto& dir : split_path_list(list))
+      all.push_back({std::move(dir), "LD_LIBRARY_PATH", ++position});
   }
   read_conf(fs, "/etc/ld.so.conf", 0, all);
   for (const auto& dir : default_library_dirs()) all.push_back({dir, "default", 0});
@@ -108,8 +114,8 @@ std::vector<LibMatch> find_library(const Sysroot& fs, const Env& env, std::strin
     if (!info || info->type != FileType::regular) continue;
     auto real = fs.resolve(node_path);
     if (!real) continue;
-    matches.push_back({dir.dir, node_path, *real, dir.origin, dir.position,
-                       library_version(base_name(*real))});
+    matches.push_back(
+        {dir.dir, node_path, *real, dir.origin, dir.position, library_version(base_name(*real))});
   }
   return matches;
 }

@@ -1,8 +1,8 @@
-#include <filesystem>
-
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "checks/registry.h"
 #include "host/dl/ibverbs.h"
@@ -37,8 +37,8 @@ std::vector<topo::Gid> roce_gids() {
 
 class SnapshotBuilder {
  public:
-  SnapshotBuilder& nic(std::string name, std::string link_layer = "InfiniBand", std::string state = "ACTIVE",
-                       double gbps = 400, int ports = 1) {
+  SnapshotBuilder& nic(std::string name, std::string link_layer = "InfiniBand",
+                       std::string state = "ACTIVE", double gbps = 400, int ports = 1) {
     topo::RdmaNic n;
     n.name = std::move(name);
     n.uverbs = "uverbs" + std::to_string(m_snap.nics.size());
@@ -107,7 +107,8 @@ IBVERBS_PRIVATE_{} {{ global: ibv_cmd_private; }};
 )",
                      abi);
 }
-constexpr const char* k_provider_source = "void ibv_cmd_private(void);\nvoid mlx5_init(void) { ibv_cmd_private(); }\n";
+constexpr const char* k_provider_source =
+    "void ibv_cmd_private(void);\nvoid mlx5_init(void) { ibv_cmd_private(); }\n";
 
 class RdmaChecks : public ::testing::Test {
  protected:
@@ -115,8 +116,8 @@ class RdmaChecks : public ::testing::Test {
     s_build = new test::TempTree();
     for (auto [abi, version] : {std::pair{57, "1.14.56.0"}, std::pair{34, "1.14.50.0"}}) {
       std::string dir = s_build->path("/v" + std::to_string(abi));
-      test::build_shared_object(dir + "/libibverbs.so." + version, verbs_source(abi), verbs_script(abi),
-                                "-Wl,-soname,libibverbs.so.1");
+      test::build_shared_object(dir + "/libibverbs.so." + version, verbs_source(abi),
+                                verbs_script(abi), "-Wl,-soname,libibverbs.so.1");
       fs::create_symlink(std::string("libibverbs.so.") + version, dir + "/libibverbs.so.1");
       test::build_shared_object(dir + "/libmlx5.so", k_provider_source, "",
                                 "-Wl,-soname,libmlx5.so.1 -L" + dir + " -l:libibverbs.so.1");
@@ -134,13 +135,15 @@ class RdmaChecks : public ::testing::Test {
   }
   static void add_device(const test::TempTree& tree, const std::string& name, int uverbs,
                          const std::string& driver = "mlx5_core") {
-    tree.link("/sys/class/infiniband/" + name + "/device/driver", "../../../../bus/pci/drivers/" + driver);
+    tree.link("/sys/class/infiniband/" + name + "/device/driver",
+              "../../../../bus/pci/drivers/" + driver);
     tree.write("/dev/infiniband/uverbs" + std::to_string(uverbs), "");
   }
   // A node with one rdma-core userspace: libibverbs 1.14.50.0 (ABI 34) and
   // its mlx5 provider in the distribution folders.
   static void clean_node(const test::TempTree& tree) {
-    install(tree, "/v34/libibverbs.so.1.14.50.0", "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0");
+    install(tree, "/v34/libibverbs.so.1.14.50.0",
+            "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0");
     tree.link("/usr/lib/x86_64-linux-gnu/libibverbs.so.1", "libibverbs.so.1.14.50.0");
     install(tree, "/v34/libmlx5.so", "/usr/lib/x86_64-linux-gnu/libmlx5.so.1.24.50.0");
     tree.link("/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav34.so", "../libmlx5.so.1.24.50.0");
@@ -153,22 +156,26 @@ class RdmaChecks : public ::testing::Test {
   // elsewhere; RDMAV_DRIVERS naming a folder.
   static host::Env seed_000(const test::TempTree& tree) {
     clean_node(tree);
-    install(tree, "/v57/libibverbs.so.1.14.56.0", "/usr/local/nvidia/lib64/libibverbs.so.1.14.56.0");
+    install(tree, "/v57/libibverbs.so.1.14.56.0",
+            "/usr/local/nvidia/lib64/libibverbs.so.1.14.56.0");
     tree.link("/usr/local/nvidia/lib64/libibverbs.so.1", "libibverbs.so.1.14.56.0");
     install(tree, "/v57/libmlx5.so", "/usr/local/nvidia/lib64/libmlx5.so.1.25.56.0");
     tree.link("/usr/local/nvidia/lib64/libmlx5.so.1", "libmlx5.so.1.25.56.0");
     tree.link("/usr/local/nvidia/lib64/libibverbs/libmlx5-rdmav57.so",
               "/home/kubernetes/bin/nvidia/lib64/libmlx5.so.1.25.56.0");
-    return host::Env({{"LD_LIBRARY_PATH", "/usr/local/nvidia/lib64:/usr/local/nvidia/lib:/usr/local/gib/lib64"},
-                      {"RDMAV_DRIVERS", "/usr/local/nvidia/lib64/libibverbs"}},
-                     "job env");
+    return host::Env(
+        {{"LD_LIBRARY_PATH", "/usr/local/nvidia/lib64:/usr/local/nvidia/lib:/usr/local/gib/lib64"},
+         {"RDMAV_DRIVERS", "/usr/local/nvidia/lib64/libibverbs"}},
+        "job env");
   }
 
   static test::TempTree* s_build;
 };
 test::TempTree* RdmaChecks::s_build = nullptr;
 
-host::Env no_env() { return host::Env({}, "test"); }
+host::Env no_env() {
+  return host::Env({}, "test");
+}
 
 // ---- rdma.verbs-lib -----------------------------------------------------------
 
@@ -187,10 +194,13 @@ TEST_F(RdmaChecks, VerbsLibFailsOnSeed000ShadowingAndSaysWhoWins) {
   auto snap = SnapshotBuilder().nic("mlx5_0").get();
   auto out = run_check("rdma.verbs-lib", tree.host(env), snap);
   EXPECT_EQ(out.status, Status::fail);
-  EXPECT_THAT(out.summary, HasSubstr("1.14.56.0 (IBVERBS_PRIVATE_57) in /usr/local/nvidia/lib64 wins because "
-                                     "LD_LIBRARY_PATH entry 1"));
-  EXPECT_THAT(out.summary, HasSubstr("1.14.50.0 (IBVERBS_PRIVATE_34) in /usr/lib/x86_64-linux-gnu"));
-  EXPECT_THAT(out.fix, HasSubstr("export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH"));
+  EXPECT_THAT(out.summary,
+              HasSubstr("1.14.56.0 (IBVERBS_PRIVATE_57) in /usr/local/nvidia/lib64 wins because "
+                        "LD_LIBRARY_PATH entry 1"));
+  EXPECT_THAT(out.summary,
+              HasSubstr("1.14.50.0 (IBVERBS_PRIVATE_34) in /usr/lib/x86_64-linux-gnu"));
+  EXPECT_THAT(out.fix,
+              HasSubstr("export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH"));
   // Without RDMA devices the same finding is a warning.
   auto warn = run_check("rdma.verbs-lib", tree.host(env), topo::Snapshot{});
   EXPECT_EQ(warn.status, Status::warn);
@@ -231,7 +241,8 @@ TEST_F(RdmaChecks, VerbsLibFailsWhenLoadedLibraryListsNoDevice) {
 TEST_F(RdmaChecks, VerbsLibQuotesDlerrorOnTheLiveNode) {
   host::Libraries libs = host::Libraries::none("test");
   libs.ibverbs = []() -> Result<const host::dl::VerbsApi*> {
-    return make_error(ErrorCode::unavailable, "libibverbs.so.1: cannot open shared object file: No such file");
+    return make_error(ErrorCode::unavailable,
+                      "libibverbs.so.1: cannot open shared object file: No such file");
   };
   host::Host host(host::Sysroot("/"), no_env(), libs);
   auto out = run_check("rdma.verbs-lib", host, SnapshotBuilder().nic("mlx5_0").get());
@@ -249,7 +260,8 @@ TEST_F(RdmaChecks, ProviderAbiPassesOnCleanNode) {
   auto out = run_check("rdma.provider-abi", tree.host(), SnapshotBuilder().nic("mlx5_0").get());
   EXPECT_EQ(out.status, Status::pass) << out.summary << "\n" << evidence_text(out);
   EXPECT_THAT(out.summary, HasSubstr("IBVERBS_PRIVATE_34"));
-  EXPECT_THAT(evidence_text(out), HasSubstr("compiled into /usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0"));
+  EXPECT_THAT(evidence_text(out),
+              HasSubstr("compiled into /usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0"));
 }
 
 TEST_F(RdmaChecks, ProviderAbiFailsOnSeed000WithBothNumbers) {
@@ -260,14 +272,16 @@ TEST_F(RdmaChecks, ProviderAbiFailsOnSeed000WithBothNumbers) {
   EXPECT_THAT(out.summary, HasSubstr("libibverbs 1.14.56.0 defines IBVERBS_PRIVATE_57"));
   EXPECT_THAT(out.summary, HasSubstr("libmlx5-rdmav34.so needs IBVERBS_PRIVATE_34"));
   EXPECT_THAT(out.fix, HasSubstr("apt-get install --reinstall libibverbs1 ibverbs-providers"));
-  EXPECT_THAT(out.fix, HasSubstr("export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH"));
+  EXPECT_THAT(out.fix,
+              HasSubstr("export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH"));
 }
 
 TEST_F(RdmaChecks, ProviderAbiReadsTheVersionNeedNotTheFileName) {
   test::TempTree tree;
   clean_node(tree);
   // An ABI-34 provider renamed to the name an ABI-57 libibverbs opens.
-  install(tree, "/v57/libibverbs.so.1.14.56.0", "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.56.0");
+  install(tree, "/v57/libibverbs.so.1.14.56.0",
+          "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.56.0");
   tree.link("/usr/lib/x86_64-linux-gnu/libibverbs.so.1", "libibverbs.so.1.14.56.0");
   install(tree, "/v34/libmlx5.so", "/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav57.so");
   auto out = run_check("rdma.provider-abi", tree.host(), SnapshotBuilder().nic("mlx5_0").get());
@@ -297,9 +311,11 @@ TEST_F(RdmaChecks, ProviderPathFailsOnSeed000AndGivesTheSeedsFix) {
   auto env = seed_000(tree);
   auto out = run_check("rdma.provider-path", tree.host(env), SnapshotBuilder().nic("mlx5_0").get());
   EXPECT_EQ(out.status, Status::fail);
-  EXPECT_THAT(out.summary, HasSubstr("/usr/local/nvidia/lib64/libibverbs/libmlx5-rdmav57.so is a link to "
-                                     "/home/kubernetes/bin/nvidia/lib64/libmlx5.so.1.25.56.0"));
-  EXPECT_THAT(out.summary, HasSubstr("RDMAV_DRIVERS entry 1: /usr/local/nvidia/lib64/libibverbs is a folder"));
+  EXPECT_THAT(out.summary,
+              HasSubstr("/usr/local/nvidia/lib64/libibverbs/libmlx5-rdmav57.so is a link to "
+                        "/home/kubernetes/bin/nvidia/lib64/libmlx5.so.1.25.56.0"));
+  EXPECT_THAT(out.summary,
+              HasSubstr("RDMAV_DRIVERS entry 1: /usr/local/nvidia/lib64/libibverbs is a folder"));
   EXPECT_THAT(out.summary, HasSubstr("couldn't load driver 'libmlx5-rdmav57.so'"));
   EXPECT_THAT(out.fix, HasSubstr("cp /usr/local/nvidia/lib64/libmlx5.so.1.25.56.0 "
                                  "/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav57.so"));
@@ -318,7 +334,8 @@ TEST_F(RdmaChecks, ProviderPathWarnsWhenOnlyRdmavDriversFindsIt) {
                                  "/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav34.so"));
   // An entry that names no file fails.
   host::Env bad({{"RDMAV_DRIVERS", "/opt/providers/libmlx5:/opt/nowhere/libmlx5"}}, "test");
-  auto fail = run_check("rdma.provider-path", tree.host(bad), SnapshotBuilder().nic("mlx5_0").get());
+  auto fail =
+      run_check("rdma.provider-path", tree.host(bad), SnapshotBuilder().nic("mlx5_0").get());
   EXPECT_EQ(fail.status, Status::fail);
   EXPECT_THAT(fail.summary, HasSubstr("entry 2: libibverbs opens /opt/nowhere/libmlx5-rdmav34.so"));
 }
@@ -340,7 +357,8 @@ TEST_F(RdmaChecks, DevicesPassWithUverbsAndActivePorts) {
   test::TempTree tree;
   add_device(tree, "mlx5_0", 0);
   add_device(tree, "mlx5_1", 1);
-  auto out = run_check("rdma.devices", tree.host(), SnapshotBuilder().nic("mlx5_0").nic("mlx5_1").get());
+  auto out =
+      run_check("rdma.devices", tree.host(), SnapshotBuilder().nic("mlx5_0").nic("mlx5_1").get());
   EXPECT_EQ(out.status, Status::pass) << out.summary;
   EXPECT_EQ(run_check("rdma.devices", tree.host(), topo::Snapshot{}).status, Status::skip);
 }
@@ -348,7 +366,8 @@ TEST_F(RdmaChecks, DevicesPassWithUverbsAndActivePorts) {
 TEST_F(RdmaChecks, DevicesFailWithoutCharDeviceInContainer) {
   test::TempTree tree;
   add_device(tree, "mlx5_0", 0);
-  auto out = run_check("rdma.devices", tree.host(), SnapshotBuilder().nic("mlx5_0").nic("mlx5_1").get());
+  auto out =
+      run_check("rdma.devices", tree.host(), SnapshotBuilder().nic("mlx5_0").nic("mlx5_1").get());
   EXPECT_EQ(out.status, Status::fail);
   EXPECT_THAT(out.summary, HasSubstr("/dev/infiniband/uverbs1 is missing"));
   EXPECT_THAT(out.summary, Not(HasSubstr("uverbs0")));
@@ -369,8 +388,9 @@ TEST_F(RdmaChecks, DevicesFailWhenAllPortsDownAndWarnOnPartialOrSlow) {
   EXPECT_EQ(partial.status, Status::warn);
   EXPECT_THAT(partial.summary, HasSubstr("mlx5_1: port 2 is DOWN"));
 
-  auto slow = run_check("rdma.devices", tree.host(),
-                        SnapshotBuilder().nic("mlx5_0").nic("mlx5_1", "InfiniBand", "ACTIVE", 200).get());
+  auto slow =
+      run_check("rdma.devices", tree.host(),
+                SnapshotBuilder().nic("mlx5_0").nic("mlx5_1", "InfiniBand", "ACTIVE", 200).get());
   EXPECT_EQ(slow.status, Status::warn);
   EXPECT_THAT(slow.summary, HasSubstr("mlx5_1 port 1 runs at 200 Gb/sec"));
 }
@@ -389,27 +409,32 @@ TEST_F(RdmaChecks, GidIndexPassesWithSeed001Setting) {
 TEST_F(RdmaChecks, GidIndexFailsOnWrongOrMalformedIndex) {
   test::TempTree tree;
   auto snap = SnapshotBuilder().nic("mlx5_0", "Ethernet").get();
-  auto wrong = run_check("rdma.gid-index", tree.host(host::Env({{"NVSHMEM_IB_GID_INDEX", "1"}}, "test")), snap);
+  auto wrong = run_check("rdma.gid-index",
+                         tree.host(host::Env({{"NVSHMEM_IB_GID_INDEX", "1"}}, "test")), snap);
   EXPECT_EQ(wrong.status, Status::fail);
   EXPECT_THAT(wrong.summary, HasSubstr("not IPv4-mapped"));
   EXPECT_THAT(wrong.summary, HasSubstr("index 3"));
   EXPECT_EQ(wrong.fix, "export NVSHMEM_IB_GID_INDEX=3");
 
-  auto junk = run_check("rdma.gid-index", tree.host(host::Env({{"NCCL_IB_GID_INDEX", "3a"}}, "test")), snap);
+  auto junk = run_check("rdma.gid-index",
+                        tree.host(host::Env({{"NCCL_IB_GID_INDEX", "3a"}}, "test")), snap);
   EXPECT_EQ(junk.status, Status::fail);
   EXPECT_THAT(junk.summary, HasSubstr("not an integer"));
 
-  auto absent = run_check("rdma.gid-index", tree.host(host::Env({{"NCCL_IB_GID_INDEX", "7"}}, "test")), snap);
+  auto absent =
+      run_check("rdma.gid-index", tree.host(host::Env({{"NCCL_IB_GID_INDEX", "7"}}, "test")), snap);
   EXPECT_EQ(absent.status, Status::fail);
   EXPECT_THAT(absent.summary, HasSubstr("no such GID"));
-  auto auto_pick = run_check("rdma.gid-index", tree.host(host::Env({{"NCCL_IB_GID_INDEX", "-1"}}, "test")), snap);
+  auto auto_pick = run_check("rdma.gid-index",
+                             tree.host(host::Env({{"NCCL_IB_GID_INDEX", "-1"}}, "test")), snap);
   EXPECT_EQ(auto_pick.status, Status::pass);
 }
 
 TEST_F(RdmaChecks, GidIndexWarnsWhenIbgdaUsesDefaultZero) {
   test::TempTree tree;
   auto snap = SnapshotBuilder().nic("mlx5_0", "Ethernet").get();
-  auto out = run_check("rdma.gid-index", tree.host(host::Env({{"NVSHMEM_REMOTE_TRANSPORT", "ibgda"}}, "test")), snap);
+  auto out = run_check("rdma.gid-index",
+                       tree.host(host::Env({{"NVSHMEM_REMOTE_TRANSPORT", "ibgda"}}, "test")), snap);
   EXPECT_EQ(out.status, Status::warn);
   EXPECT_EQ(out.fix, "export NVSHMEM_IB_GID_INDEX=3");
   auto plain = run_check("rdma.gid-index", tree.host(), snap);
@@ -420,11 +445,14 @@ TEST_F(RdmaChecks, GidIndexWarnsWhenIbgdaUsesDefaultZero) {
 
 // ---- rdma.gpudirect -----------------------------------------------------------
 
-void gpu_node(const test::TempTree& tree, bool open_module, std::string_view kernel = "6.14.0-1021-gcp") {
+void gpu_node(const test::TempTree& tree, bool open_module,
+              std::string_view kernel = "6.14.0-1021-gcp") {
   tree.write("/proc/sys/kernel/osrelease", std::string(kernel) + "\n");
-  tree.write("/proc/driver/nvidia/version",
-             open_module ? "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.126.09  Release Build\n"
-                         : "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Release Build\n");
+  tree.write(
+      "/proc/driver/nvidia/version",
+      open_module
+          ? "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.126.09  Release Build\n"
+          : "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Release Build\n");
 }
 
 TEST_F(RdmaChecks, GpudirectPassesThroughPeermemOrDmabuf) {
@@ -432,7 +460,8 @@ TEST_F(RdmaChecks, GpudirectPassesThroughPeermemOrDmabuf) {
   test::TempTree peer;
   gpu_node(peer, false);
   peer.write("/sys/module/nvidia_peermem/version", "580.126.09\n");
-  auto out = run_check("rdma.gpudirect", peer.host(host::Env({{"NCCL_NET_GDR_LEVEL", "PIX"}}, "test")), snap);
+  auto out = run_check("rdma.gpudirect",
+                       peer.host(host::Env({{"NCCL_NET_GDR_LEVEL", "PIX"}}, "test")), snap);
   EXPECT_EQ(out.status, Status::pass) << out.summary;
   EXPECT_THAT(out.summary, HasSubstr("peer memory (/sys/module/nvidia_peermem/version)"));
   EXPECT_THAT(out.summary, HasSubstr("NCCL_NET_GDR_LEVEL=PIX"));
@@ -456,7 +485,8 @@ TEST_F(RdmaChecks, GpudirectFailsWithNeitherPath) {
 
   test::TempTree disabled;
   gpu_node(disabled, true);
-  auto off = run_check("rdma.gpudirect", disabled.host(host::Env({{"NCCL_DMABUF_ENABLE", "0"}}, "test")), snap);
+  auto off = run_check("rdma.gpudirect",
+                       disabled.host(host::Env({{"NCCL_DMABUF_ENABLE", "0"}}, "test")), snap);
   EXPECT_EQ(off.status, Status::fail);
   EXPECT_THAT(off.summary, HasSubstr("NCCL_DMABUF_ENABLE=0"));
 
@@ -467,8 +497,10 @@ TEST_F(RdmaChecks, GpudirectFailsWithNeitherPath) {
 
 TEST_F(RdmaChecks, GpudirectSkipsWithoutGpusOrNics) {
   test::TempTree tree;
-  EXPECT_EQ(run_check("rdma.gpudirect", tree.host(), SnapshotBuilder().nic("mlx5_0").get()).status, Status::skip);
-  EXPECT_EQ(run_check("rdma.gpudirect", tree.host(), SnapshotBuilder().gpu().get()).status, Status::skip);
+  EXPECT_EQ(run_check("rdma.gpudirect", tree.host(), SnapshotBuilder().nic("mlx5_0").get()).status,
+            Status::skip);
+  EXPECT_EQ(run_check("rdma.gpudirect", tree.host(), SnapshotBuilder().gpu().get()).status,
+            Status::skip);
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 #include "host/elf.h"
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "support/temp_tree.h"
 

@@ -21,13 +21,19 @@ TEST(LibSearch, OrderIsLdLibraryPathThenConfThenDefaults) {
   tree.write("/etc/ld.so.conf.d/zz-cuda.conf", "/usr/local/cuda/lib64\n");
   tree.write("/etc/ld.so.conf.d/aa-mofed.conf", "/opt/mofed/lib  /opt/mofed/lib2 # two\n");
   tree.write("/etc/ld.so.conf.d/ignored.txt", "/not/read\n");
-  Env env({{"LD_LIBRARY_PATH", "/usr/local/nvidia/lib64::/usr/local/gib/lib64;/usr/lib/x86_64-linux-gnu"}}, "test");
+  Env env({{"LD_LIBRARY_PATH",
+            "/usr/local/nvidia/lib64::/usr/local/gib/lib64;/usr/lib/x86_64-linux-gnu"}},
+          "test");
   auto dirs = loader_search_dirs(Sysroot(tree.root()), env);
   std::vector<std::string> names;
   for (const auto& d : dirs) names.push_back(d.dir);
-  std::vector<std::string> want = {"/usr/local/nvidia/lib64", "/usr/local/gib/lib64",
-                                   "/usr/lib/x86_64-linux-gnu", "/opt/mofed/lib",
-                                   "/opt/mofed/lib2", "/usr/local/cuda/lib64", "/opt/extra"};
+  std::vector<std::string> want = {"/usr/local/nvidia/lib64",
+                                   "/usr/local/gib/lib64",
+                                   "/usr/lib/x86_64-linux-gnu",
+                                   "/opt/mofed/lib",
+                                   "/opt/mofed/lib2",
+                                   "/usr/local/cuda/lib64",
+                                   "/opt/extra"};
   ASSERT_GE(names.size(), want.size());
   EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 7), want);
   EXPECT_EQ(dirs[0].origin, "LD_LIBRARY_PATH");

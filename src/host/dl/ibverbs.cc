@@ -1,12 +1,11 @@
 #include "host/dl/ibverbs.h"
 
+#include <fmt/format.h>
 #include <infiniband/verbs.h>
 
 #include <cstdlib>
 #include <memory>
 #include <mutex>
-
-#include <fmt/format.h>
 
 namespace epkit::host::dl {
 namespace {

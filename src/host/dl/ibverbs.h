@@ -7,10 +7,10 @@
 // version NCCL asks for, so an unversioned impostor is refused.
 #pragma once
 
+#include <epkit/result.h>
+
 #include <string>
 #include <vector>
-
-#include <epkit/result.h>
 
 #include "host/dl/library.h"
 

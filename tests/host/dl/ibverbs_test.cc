@@ -1,9 +1,9 @@
 #include "host/dl/ibverbs.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
-
-#include <gtest/gtest.h>
 
 namespace epkit::host::dl {
 namespace {
@@ -64,8 +64,9 @@ TEST(VerbsApi, BadOverrideReportsDlerror) {
   auto api = open_ibverbs(names, holder);
   ASSERT_FALSE(api.ok());
   EXPECT_EQ(api.error().code, ErrorCode::unavailable);
-  EXPECT_NE(api.error().message.find("/nonexistent/libibverbs.so.1: cannot open shared object file"),
-            std::string::npos)
+  EXPECT_NE(
+      api.error().message.find("/nonexistent/libibverbs.so.1: cannot open shared object file"),
+      std::string::npos)
       << api.error().message;
   EXPECT_FALSE(holder.loaded());
 }
