@@ -93,21 +93,6 @@ bool truthy(std::string_view value) {
   return lower == "1" || lower == "true" || lower == "yes" || lower == "y" || lower == "on";
 }
 
-std::vector<std::string> split_any(std::string_view text, std::string_view separators) {
-  std::vector<std::string> out;
-  std::string item;
-  for (char c : text) {
-    if (separators.find(c) != std::string_view::npos) {
-      if (!item.empty()) out.push_back(std::move(item));
-      item.clear();
-    } else {
-      item += c;
-    }
-  }
-  if (!item.empty()) out.push_back(std::move(item));
-  return out;
-}
-
 std::string port_path(const topo::RdmaNic& nic, const topo::IbPort& port, std::string_view leaf) {
   return fmt::format("/sys/class/infiniband/{}/ports/{}/{}", nic.name, port.port, leaf);
 }
@@ -263,8 +248,8 @@ std::set<std::string> configured_drivers(const Context& ctx, Verdict& v, bool& d
     std::string path = host::join_path(k_verbs_config_dir, file);
     auto text = ctx.host.fs().read(path);
     if (!text) continue;
-    for (const auto& line : split_any(*text, "\n")) {
-      auto words = split_any(line, " \t");
+    for (const auto& line : host::split_any(*text, "\n")) {
+      auto words = host::split_any(line, " \t");
       if (words.size() >= 2 && words[0] == "driver") names.insert(words[1]);
     }
   }
@@ -278,7 +263,7 @@ std::vector<std::string> driver_env_entries(const Context& ctx, std::string& var
   for (const char* name : {"RDMAV_DRIVERS", "IBV_DRIVERS"}) {
     if (auto value = ctx.host.env().get(name)) {
       var = name;
-      return split_any(*value, ":;");
+      return host::split_any(*value, ":;");
     }
   }
   return {};
@@ -930,7 +915,7 @@ Outcome check_gid_index(const Context& ctx) {
 
 // "6.14.0-1021-gcp" >= 5.12
 std::optional<bool> kernel_at_least(std::string_view release, int major, int minor) {
-  auto parts = split_any(release.substr(0, release.find_first_not_of("0123456789.")), ".");
+  auto parts = host::split_any(release.substr(0, release.find_first_not_of("0123456789.")), ".");
   if (parts.size() < 2) return std::nullopt;
   auto ma = parse_integer(parts[0]);
   auto mi = parse_integer(parts[1]);

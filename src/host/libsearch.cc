@@ -11,22 +11,6 @@ namespace {
 
 constexpr int k_max_include_depth = 8;  // include cycles must end
 
-std::vector<std::string> split_words(std::string_view line) {
-  // ldconfig accepts folders separated by blanks, ',' or ':' on one line.
-  std::vector<std::string> words;
-  std::string word;
-  for (char c : line) {
-    if (std::isspace(static_cast<unsigned char>(c)) || c == ',' || c == ':') {
-      if (!word.empty()) words.push_back(std::move(word));
-      word.clear();
-    } else {
-      word += c;
-    }
-  }
-  if (!word.empty()) words.push_back(std::move(word));
-  return words;
-}
-
 // Node paths matching a glob whose wildcards are in the last component only
 // ("/etc/ld.so.conf.d/*.conf"), sorted as glob(3) does.
 std::vector<std::string> expand_glob(const Sysroot& fs, const std::string& pattern) {
@@ -52,7 +36,8 @@ void read_conf(const Sysroot& fs, const std::string& path, int depth, std::vecto
     std::string_view line = rest.substr(0, end);
     rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
     line = line.substr(0, line.find('#'));
-    auto words = split_words(line);
+    // ldconfig accepts folders separated by blanks, ',' or ':' on one line.
+    auto words = split_any(line, " \t\r,:");
     if (words.empty()) continue;
     if (words.front() == "include") {
       for (std::size_t i = 1; i < words.size(); ++i) {
@@ -118,6 +103,21 @@ std::vector<LibMatch> find_library(const Sysroot& fs, const Env& env, std::strin
         {dir.dir, node_path, *real, dir.origin, dir.position, library_version(base_name(*real))});
   }
   return matches;
+}
+
+std::vector<std::string> split_any(std::string_view text, std::string_view separators) {
+  std::vector<std::string> out;
+  std::string item;
+  for (char c : text) {
+    if (separators.find(c) != std::string_view::npos) {
+      if (!item.empty()) out.push_back(std::move(item));
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  if (!item.empty()) out.push_back(std::move(item));
+  return out;
 }
 
 std::string library_version(std::string_view file_name) {

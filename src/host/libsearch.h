@@ -44,6 +44,10 @@ const std::vector<std::string>& default_library_dirs();
 /// dangling link is no match (the loader skips it).
 std::vector<LibMatch> find_library(const Sysroot& fs, const Env& env, std::string_view soname);
 
+/// Words of `text` between any of `separators`, empty words dropped (config
+/// lines of ld.so.conf and libibverbs' driver lists).
+std::vector<std::string> split_any(std::string_view text, std::string_view separators);
+
 /// "libibverbs.so.1.14.56.0" -> "1.14.56.0"; "libfoo.so" -> "unknown".
 std::string library_version(std::string_view file_name);
 

@@ -406,39 +406,37 @@ TEST_F(RdmaChecks, GidIndexPassesWithSeed001Setting) {
   EXPECT_THAT(out.summary, HasSubstr("NCCL picks the GID itself"));
 }
 
+Outcome gid_check(const test::TempTree& tree, const topo::Snapshot& snap, const char* var,
+                  const char* value) {
+  return run_check("rdma.gid-index", tree.host(host::Env({{var, value}}, "test")), snap);
+}
+
 TEST_F(RdmaChecks, GidIndexFailsOnWrongOrMalformedIndex) {
   test::TempTree tree;
   auto snap = SnapshotBuilder().nic("mlx5_0", "Ethernet").get();
-  auto wrong = run_check("rdma.gid-index",
-                         tree.host(host::Env({{"NVSHMEM_IB_GID_INDEX", "1"}}, "test")), snap);
+  auto wrong = gid_check(tree, snap, "NVSHMEM_IB_GID_INDEX", "1");
   EXPECT_EQ(wrong.status, Status::fail);
   EXPECT_THAT(wrong.summary, HasSubstr("not IPv4-mapped"));
   EXPECT_THAT(wrong.summary, HasSubstr("index 3"));
   EXPECT_EQ(wrong.fix, "export NVSHMEM_IB_GID_INDEX=3");
 
-  auto junk = run_check("rdma.gid-index",
-                        tree.host(host::Env({{"NCCL_IB_GID_INDEX", "3a"}}, "test")), snap);
+  auto junk = gid_check(tree, snap, "NCCL_IB_GID_INDEX", "3a");
   EXPECT_EQ(junk.status, Status::fail);
   EXPECT_THAT(junk.summary, HasSubstr("not an integer"));
 
-  auto absent =
-      run_check("rdma.gid-index", tree.host(host::Env({{"NCCL_IB_GID_INDEX", "7"}}, "test")), snap);
+  auto absent = gid_check(tree, snap, "NCCL_IB_GID_INDEX", "7");
   EXPECT_EQ(absent.status, Status::fail);
   EXPECT_THAT(absent.summary, HasSubstr("no such GID"));
-  auto auto_pick = run_check("rdma.gid-index",
-                             tree.host(host::Env({{"NCCL_IB_GID_INDEX", "-1"}}, "test")), snap);
-  EXPECT_EQ(auto_pick.status, Status::pass);
+  EXPECT_EQ(gid_check(tree, snap, "NCCL_IB_GID_INDEX", "-1").status, Status::pass);  // auto
 }
 
 TEST_F(RdmaChecks, GidIndexWarnsWhenIbgdaUsesDefaultZero) {
   test::TempTree tree;
   auto snap = SnapshotBuilder().nic("mlx5_0", "Ethernet").get();
-  auto out = run_check("rdma.gid-index",
-                       tree.host(host::Env({{"NVSHMEM_REMOTE_TRANSPORT", "ibgda"}}, "test")), snap);
+  auto out = gid_check(tree, snap, "NVSHMEM_REMOTE_TRANSPORT", "ibgda");
   EXPECT_EQ(out.status, Status::warn);
   EXPECT_EQ(out.fix, "export NVSHMEM_IB_GID_INDEX=3");
-  auto plain = run_check("rdma.gid-index", tree.host(), snap);
-  EXPECT_EQ(plain.status, Status::pass);
+  EXPECT_EQ(run_check("rdma.gid-index", tree.host(), snap).status, Status::pass);
   EXPECT_EQ(run_check("rdma.gid-index", tree.host(), SnapshotBuilder().nic("mlx5_0").get()).status,
             Status::skip);  // InfiniBand only
 }
