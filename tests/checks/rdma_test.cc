@@ -361,6 +361,9 @@ TEST_F(RdmaChecks, DevicesPassWithUverbsAndActivePorts) {
       run_check("rdma.devices", tree.host(), SnapshotBuilder().nic("mlx5_0").nic("mlx5_1").get());
   EXPECT_EQ(out.status, Status::pass) << out.summary;
   EXPECT_EQ(run_check("rdma.devices", tree.host(), topo::Snapshot{}).status, Status::skip);
+  test::TempTree no_dev;  // a snapshot without /dev cannot tell
+  EXPECT_EQ(run_check("rdma.devices", no_dev.host(), SnapshotBuilder().nic("mlx5_0").get()).status,
+            Status::unknown);
 }
 
 TEST_F(RdmaChecks, DevicesFailWithoutCharDeviceInContainer) {
