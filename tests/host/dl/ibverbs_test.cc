@@ -49,9 +49,14 @@ TEST(VerbsApi, LoadsTheInstalledLibraryAndCountsDevices) {
   ASSERT_TRUE(api.ok()) << api.error().message;
   EXPECT_NE((*api)->path.find("libibverbs.so"), std::string::npos) << (*api)->path;
   EXPECT_NE((*api)->get_device_list, nullptr);
-  // Devices libibverbs sees = devices in sysfs with a working provider; on a
-  // machine without RDMA hardware both are 0.
-  EXPECT_EQ(static_cast<std::size_t>((*api)->device_count), sysfs_device_count());
+  // Devices libibverbs lists are the sysfs devices whose provider loads: none
+  // on a machine without RDMA hardware, at most the sysfs count elsewhere.
+  std::size_t in_sysfs = sysfs_device_count();
+  if (in_sysfs == 0) {
+    EXPECT_EQ((*api)->device_count, 0);
+  } else {
+    EXPECT_LE(static_cast<std::size_t>((*api)->device_count), in_sysfs);
+  }
   EXPECT_EQ((*api)->device_names.size(), static_cast<std::size_t>((*api)->device_count));
   EXPECT_EQ(load_ibverbs().value(), *api);  // cached
 }
