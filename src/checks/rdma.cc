@@ -634,10 +634,23 @@ Outcome check_provider_path(const Context& ctx) {
     if (entry.front() == '/' && fs.is_dir(entry)) dangling_links(ctx, entry, v);
   }
 
-  // RDMAV_DRIVERS entries: absolute ones are file prefixes, not folders.
+  // RDMAV_DRIVERS entries: absolute ones are file prefixes, not folders;
+  // names are looked up like the driver list's.
   for (std::size_t i = 0; i < setup.env_entries.size(); ++i) {
     const auto& entry = setup.env_entries[i];
-    if (entry.front() != '/') continue;
+    if (entry.front() != '/') {
+      std::string file = provider_file_name(entry, setup.abi);
+      if (fs.exists(host::join_path(setup.provider_dir, file)) ||
+          !host::find_library(fs, ctx.host.env(), file).empty()) {
+        continue;
+      }
+      v.note(Status::fail,
+             fmt::format("{} entry {} names driver {}, but no {} is in {} or the loader's folders",
+                         setup.env_var, i + 1, entry, file, setup.provider_dir),
+             fmt::format("{}/{}", setup.provider_dir, file),
+             fmt::format("remove {} from {} or install its provider", entry, setup.env_var));
+      continue;
+    }
     std::string opened = fmt::format("{}-rdmav{}.so", entry, setup.abi);
     if (fs.exists(opened)) continue;
     std::string why = fs.is_dir(entry)

@@ -338,6 +338,12 @@ TEST_F(RdmaChecks, ProviderPathWarnsWhenOnlyRdmavDriversFindsIt) {
       run_check("rdma.provider-path", tree.host(bad), SnapshotBuilder().nic("mlx5_0").get());
   EXPECT_EQ(fail.status, Status::fail);
   EXPECT_THAT(fail.summary, HasSubstr("entry 2: libibverbs opens /opt/nowhere/libmlx5-rdmav34.so"));
+  host::Env name({{"RDMAV_DRIVERS", "/opt/providers/libmlx5;bnxt_re"}}, "test");
+  auto unknown_name =
+      run_check("rdma.provider-path", tree.host(name), SnapshotBuilder().nic("mlx5_0").get());
+  EXPECT_EQ(unknown_name.status, Status::fail);
+  EXPECT_THAT(unknown_name.summary,
+              HasSubstr("entry 2 names driver bnxt_re, but no libbnxt_re-rdmav34.so"));
 }
 
 TEST_F(RdmaChecks, ProviderPathFailsWhenNoDriverFileListsTheProvider) {
