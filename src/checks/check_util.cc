@@ -4,6 +4,8 @@
 #include <cctype>
 #include <sstream>
 
+#include <fmt/format.h>
+
 namespace epkit::checks {
 namespace {
 
@@ -104,6 +106,18 @@ std::string trim(std::string_view text) {
 bool ibgda_requested(const host::Env& env) {
   return nvshmem_bool(env.get("NVSHMEM_IB_ENABLE_IBGDA")) ||
          iequals(trim(env.get("NVSHMEM_REMOTE_TRANSPORT").value_or("")), "ibgda");
+}
+
+Result<std::string> read_keyed_line(const host::Sysroot& fs, std::string_view path,
+                                    std::string_view key) {
+  auto text = fs.read(path);
+  if (!text) return text.error();
+  std::istringstream lines(*text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.starts_with(key)) return trim(std::string_view(line).substr(key.size()));
+  }
+  return make_error(ErrorCode::invalid, fmt::format("{}: no '{}' line", path, key));
 }
 
 Result<std::set<std::string>> read_proc_modules(const host::Sysroot& fs) {

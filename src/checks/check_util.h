@@ -63,6 +63,11 @@ bool ibgda_requested(const host::Env& env);
 /// Text without leading and trailing blanks.
 std::string trim(std::string_view text);
 
+/// The rest of the first line of node file `path` that starts with `key`
+/// ("CapEff:", "Max locked memory"), trimmed. invalid when no line does.
+Result<std::string> read_keyed_line(const host::Sysroot& fs, std::string_view path,
+                                    std::string_view key);
+
 /// Names of the loaded modules in /proc/modules (first field of each line).
 Result<std::set<std::string>> read_proc_modules(const host::Sysroot& fs);
 

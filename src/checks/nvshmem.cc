@@ -17,19 +17,14 @@ constexpr const char* k_peer_mapping_fix =
     ">> /etc/modprobe.d/nvidia.conf) and reload the nvidia modules (GKE: privileged pod or a "
     "custom driver install)";
 
-// The RegistryDwords line of /proc/driver/nvidia/params, unquoted.
-std::string registry_dwords(const std::string& params) {
-  std::istringstream lines(params);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (!line.starts_with("RegistryDwords:")) continue;
-    std::string value = trim(std::string_view(line).substr(15));
-    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
-      value = value.substr(1, value.size() - 2);
-    }
-    return value;
+// The RegistryDwords value of /proc/driver/nvidia/params, unquoted ("" when
+// the line is missing).
+std::string registry_dwords(const std::string& params_value) {
+  std::string value = params_value;
+  if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+    value = value.substr(1, value.size() - 2);
   }
-  return {};
+  return value;
 }
 
 // Whether RegistryDwords ("Key=Value;Key=Value") sets PeerMappingOverride to
@@ -60,14 +55,14 @@ bool on_gcp(const host::Sysroot& fs, Findings& f) {
 
 void check_gpu_handler(const host::Sysroot& fs, const std::string& handler, bool gcp,
                        Findings& f) {
-  auto params = fs.read(k_params);
-  if (!params) {
+  auto params = read_keyed_line(fs, k_params, "RegistryDwords:");
+  if (!params && params.error().code != ErrorCode::invalid) {
     f.add(Status::unknown,
           fmt::format("cannot tell whether the GPU NIC handler can map the NIC doorbells: {}",
                       params.error().message));
     return;
   }
-  std::string dwords = registry_dwords(*params);
+  std::string dwords = registry_dwords(params.value_or(std::string()));
   f.evidence("RegistryDwords", dwords.empty() ? "(empty)" : dwords, std::string(k_params));
   if (peer_mapping_override(dwords)) return;
   std::string expected = "RegistryDwords containing PeerMappingOverride=1";

@@ -109,40 +109,32 @@ ShmSize shm_size(const host::Sysroot& fs) {
 // "Max locked memory  <soft> <hard> bytes" of /proc/self/limits: the soft
 // limit, nullopt meaning unlimited.
 Result<std::optional<std::uint64_t>> memlock_limit(const host::Sysroot& fs, std::string* raw) {
-  auto text = fs.read("/proc/self/limits");
-  if (!text) return text.error();
-  std::istringstream lines(*text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (!line.starts_with("Max locked memory")) continue;
-    std::istringstream fields(line.substr(17));
-    std::string soft;
-    fields >> soft;
-    *raw = soft;
-    if (soft == "unlimited") return std::optional<std::uint64_t>();
-    char* end = nullptr;
-    std::uint64_t value = std::strtoull(soft.c_str(), &end, 10);
-    if (end == soft.c_str() || *end != '\0') break;
-    return std::optional<std::uint64_t>(value);
+  auto line = read_keyed_line(fs, "/proc/self/limits", "Max locked memory");
+  if (!line) return line.error();
+  std::istringstream fields(*line);
+  fields >> *raw;
+  if (*raw == "unlimited") return std::optional<std::uint64_t>();
+  char* end = nullptr;
+  std::uint64_t value = std::strtoull(raw->c_str(), &end, 10);
+  if (end == raw->c_str() || *end != '\0') {
+    return make_error(ErrorCode::invalid,
+                      fmt::format("/proc/self/limits: locked-memory limit '{}' is no number", *raw));
   }
-  return make_error(ErrorCode::invalid, "/proc/self/limits: no readable 'Max locked memory' line");
+  return std::optional<std::uint64_t>(value);
 }
 
 // Bit 14 (CAP_IPC_LOCK) of CapEff in /proc/self/status.
 Result<bool> has_ipc_lock(const host::Sysroot& fs, std::string* raw) {
-  auto text = fs.read("/proc/self/status");
-  if (!text) return text.error();
-  std::istringstream lines(*text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (!line.starts_with("CapEff:")) continue;
-    *raw = trim(std::string_view(line).substr(7));
-    char* end = nullptr;
-    unsigned long long caps = std::strtoull(raw->c_str(), &end, 16);
-    if (end == raw->c_str() || *end != '\0') break;
-    return ((caps >> k_cap_ipc_lock) & 1) != 0;
+  auto line = read_keyed_line(fs, "/proc/self/status", "CapEff:");
+  if (!line) return line.error();
+  *raw = *line;
+  char* end = nullptr;
+  unsigned long long caps = std::strtoull(raw->c_str(), &end, 16);
+  if (end == raw->c_str() || *end != '\0') {
+    return make_error(ErrorCode::invalid,
+                      fmt::format("/proc/self/status: CapEff '{}' is no hex number", *raw));
   }
-  return make_error(ErrorCode::invalid, "/proc/self/status: no readable CapEff line");
+  return ((caps >> k_cap_ipc_lock) & 1) != 0;
 }
 
 Outcome check_limits(const Context& ctx) {
