@@ -153,6 +153,12 @@ Outcome check_ibgda(const Context& ctx) {
             "modprobe gdrdrv, or export NVSHMEM_DISABLE_GDRCOPY=1");
     }
   }
+  auto build_switch = env.get_nonempty("NVSHMEM_IBGDA_SUPPORT");
+  if (!requested && build_switch && truthy(*build_switch)) {
+    f.add(Status::pass,
+          "NVSHMEM_IBGDA_SUPPORT is a build switch and does nothing at run time; IBGDA runs when "
+          "NVSHMEM_IB_ENABLE_IBGDA=1 (DeepEP's Buffer sets it itself)");
+  }
   return f.finish(requested ? "IBGDA's NIC handler has what it needs"
                             : "IBGDA not requested (NVSHMEM_IB_ENABLE_IBGDA unset)");
 }

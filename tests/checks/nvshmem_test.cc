@@ -118,6 +118,13 @@ TEST(NvshmemIbgda, FalseValuesDoNotRequestIbgda) {
   }
 }
 
+TEST(NvshmemIbgda, BuildSwitchIsOnlyANote) {
+  TempTree tree;
+  auto out = run_check("nvshmem.ibgda", tree, {{"NVSHMEM_IBGDA_SUPPORT", "1"}});
+  EXPECT_EQ(out.status, Status::pass) << describe(out);
+  EXPECT_TRUE(mentions(out, "build switch")) << describe(out);
+}
+
 TEST(NvshmemIbgda, InvalidHandlerFails) {
   TempTree tree;
   auto out = run_check("nvshmem.ibgda", tree,
