@@ -128,6 +128,17 @@ Outcome check_paths(const Context& ctx) {
   return f.finish("every path the environment names exists");
 }
 
+// A value as a shell word: bare when it is plain, else single-quoted.
+std::string shell_word(const std::string& value) {
+  bool plain = !value.empty() && value.find_first_not_of(
+                                     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                     "0123456789_./:,=+-@%^") == std::string::npos;
+  if (plain) return value;
+  std::string out = "'";
+  for (char c : value) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 Outcome check_unknown_vars(const Context& ctx) {
   const auto& env = ctx.host.env();
   const std::string src = env_source(env);
@@ -145,7 +156,7 @@ Outcome check_unknown_vars(const Context& ctx) {
                         "known name: {} (edit distance {})",
                         name, near.name, near.distance),
             fmt::format("{} spelled as the library reads it", name),
-            fmt::format("export {}={}; unset {}", near.name, value, name));
+            fmt::format("export {}={}; unset {}", near.name, shell_word(value), name));
     }
   }
   if (seen == 0) return f.finish("no NCCL_* or NVSHMEM_* variables set");

@@ -313,6 +313,19 @@ void check_socket_ifname(const Context& ctx, const std::string& value, Findings&
   AddressBook book = read_addresses(ctx.host.fs());
   auto family = ctx.host.env().get_nonempty("NCCL_SOCKET_FAMILY");
   bool v6_only = family && iequals(*family, "AF_INET6");
+  // The fix names the routable interfaces: those selected, else any the node has.
+  std::vector<std::string> good_selected;
+  std::vector<std::string> good_all;
+  for (const auto& n : names) {
+    if (!poor_interface(n, book, v6_only).empty()) continue;
+    good_all.push_back(n);
+    if (filter.selects(n)) good_selected.push_back(n);
+  }
+  const auto& good = good_selected.empty() ? good_all : good_selected;
+  std::string fix = good.empty()
+                        ? "give the container the node's data interface (host network or a "
+                          "secondary network) and name it in NCCL_SOCKET_IFNAME"
+                        : fmt::format("export NCCL_SOCKET_IFNAME=={}", fmt::join(good, ","));
   for (const auto& n : selected) {
     std::string why = poor_interface(n, book, v6_only);
     if (why.empty()) continue;
@@ -320,10 +333,7 @@ void check_socket_ifname(const Context& ctx, const std::string& value, Findings&
           fmt::format("NCCL_SOCKET_IFNAME selects {}, {}: bootstrap and socket traffic may not "
                       "reach other nodes",
                       n, why),
-          "only routable data interfaces selected",
-          fmt::format("exclude it: NCCL_SOCKET_IFNAME=^{}{} or name the data interface with "
-                      "NCCL_SOCKET_IFNAME==<if>",
-                      filter.exclude && !filter.exact ? "" : "=", n));
+          "only routable data interfaces selected", fix);
   }
 }
 
@@ -360,6 +370,11 @@ void check_ib_hca(const Context& ctx, const std::string& value, Findings& f) {
     (bond ? bonds : selected_devices).push_back(nic.name);
   }
   f.evidence("RDMA ports", join_names(all), "/sys/class/infiniband");
+  std::vector<std::string> rails;  // the non-bond devices, for fixes
+  for (const auto& nic : ctx.topo.nics) {
+    if (!nic.is_bond && nic.name.find("bond") == std::string::npos) rails.push_back(nic.name);
+  }
+  if (rails.empty()) rails.push_back(ctx.topo.nics.front().name);
   f.evidence("ports NCCL_IB_HCA selects", join_names(selected), "NCCL_IB_HCA");
   if (!filter.exclude) {
     for (const auto& entry : filter.entries) {
@@ -382,8 +397,8 @@ void check_ib_hca(const Context& ctx, const std::string& value, Findings& f) {
                       "and falls back to sockets",
                       value, join_names(all)),
           "NCCL_IB_HCA selecting this node's RDMA devices",
-          fmt::format("unset NCCL_IB_HCA, or list the devices: NCCL_IB_HCA=={}",
-                      ctx.topo.nics.front().name));
+          fmt::format("unset NCCL_IB_HCA, or list the devices: export NCCL_IB_HCA=={}",
+                      fmt::join(rails, ",")));
     return;
   }
   for (const auto& bond : bonds) {

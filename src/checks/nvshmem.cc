@@ -111,6 +111,13 @@ Outcome check_ibgda(const Context& ctx) {
   f.evidence("gdrdrv", gdrdrv.loaded ? "loaded" : "not loaded", gdrdrv.source);
   bool gcp = on_gcp(fs, f);
 
+  if (requested && ctx.topo.nics.empty()) {
+    f.add(Status::warn,
+          "IBGDA is requested but the node shows no RDMA devices: NVSHMEM finds no device for "
+          "GPU-initiated communication and works within the node only",
+          "RDMA devices under /sys/class/infiniband",
+          "expose the RDMA devices (/dev/infiniband) to the container");
+  }
   if (requested) {
     std::string handler = to_lower(trim(env.get("NVSHMEM_IBGDA_NIC_HANDLER").value_or("auto")));
     // NVSHMEM removes blanks and lower-cases before comparing.

@@ -142,6 +142,8 @@ TEST(EnvUnknownVars, NcclTypo) {
   auto out = run_check("env.unknown-vars", tree, {{"NCCL_SOCKET_IFNAM", "eth0"}});
   EXPECT_EQ(out.status, Status::warn);
   EXPECT_TRUE(mentions(out, "NCCL_SOCKET_IFNAME")) << describe(out);
+  auto quoted = run_check("env.unknown-vars", tree, {{"NCCL_DEBUGG", "it's on"}});
+  EXPECT_EQ(quoted.fix, "export NCCL_DEBUG='it'\\''s on'; unset NCCL_DEBUGG") << describe(quoted);
 }
 
 }  // namespace

@@ -19,6 +19,8 @@ constexpr const char* k_gdrdrv =
     "gdrdrv 24576 0 - Live 0x0000000000000000 (OE)\n"
     "nvidia 14376960 100 nvidia_uvm, Live 0x0000000000000000 (POE)\n";
 
+const topo::Snapshot k_rdma = make_snapshot(8, {"mlx5_0", "mlx5_1"});
+
 void make_gcp(const TempTree& tree) {
   tree.write("/sys/class/dmi/id/sys_vendor", "Google\n");
   tree.write("/sys/class/dmi/id/product_name", "Google Compute Engine\n");
@@ -41,7 +43,7 @@ TEST(NvshmemIbgda, GpuHandlerNeedsPeerMappingOverride) {
   tree.write("/proc/driver/nvidia/params", "RegistryDwords: \"PeerMappingOverride=0;\"\n");
   EXPECT_EQ(run_check("nvshmem.ibgda", tree, vars).status, Status::fail);
   tree.write("/proc/driver/nvidia/params", k_params_on);
-  auto fixed = run_check("nvshmem.ibgda", tree, vars);
+  auto fixed = run_check("nvshmem.ibgda", tree, vars, k_rdma);
   EXPECT_EQ(fixed.status, Status::pass) << describe(fixed);
 }
 
@@ -60,10 +62,10 @@ TEST(NvshmemIbgda, CpuHandlerOnGoogleCloudFails) {
   tree.write("/proc/modules", k_gdrdrv);
   std::map<std::string, std::string> vars{{"NVSHMEM_IB_ENABLE_IBGDA", "1"},
                                           {"NVSHMEM_IBGDA_NIC_HANDLER", "cpu"}};
-  auto elsewhere = run_check("nvshmem.ibgda", tree, vars);
+  auto elsewhere = run_check("nvshmem.ibgda", tree, vars, k_rdma);
   EXPECT_EQ(elsewhere.status, Status::pass) << describe(elsewhere);
   make_gcp(tree);
-  auto gcp = run_check("nvshmem.ibgda", tree, vars);
+  auto gcp = run_check("nvshmem.ibgda", tree, vars, k_rdma);
   EXPECT_EQ(gcp.status, Status::fail) << describe(gcp);
   EXPECT_EQ(gcp.fix, "export NVSHMEM_IBGDA_NIC_HANDLER=gpu");
 }
@@ -93,20 +95,22 @@ TEST(NvshmemIbgda, UseGdrcopyNeedsGdrdrv) {
 TEST(NvshmemIbgda, RemoteTransportIbgdaAloneFails) {
   TempTree tree;
   tree.write("/proc/driver/nvidia/params", k_params_on);
-  auto out = run_check("nvshmem.ibgda", tree, {{"NVSHMEM_REMOTE_TRANSPORT", "ibgda"}});
+  auto out = run_check("nvshmem.ibgda", tree, {{"NVSHMEM_REMOTE_TRANSPORT", "ibgda"}}, k_rdma);
   EXPECT_EQ(out.status, Status::fail) << describe(out);
   EXPECT_EQ(out.fix, "export NVSHMEM_IB_ENABLE_IBGDA=1");
   auto both = run_check("nvshmem.ibgda", tree,
                         {{"NVSHMEM_REMOTE_TRANSPORT", "ibgda"},
                          {"NVSHMEM_IB_ENABLE_IBGDA", "1"},
-                         {"NVSHMEM_IBGDA_NIC_HANDLER", "gpu"}});
+                         {"NVSHMEM_IBGDA_NIC_HANDLER", "gpu"}},
+                        k_rdma);
   EXPECT_EQ(both.status, Status::pass) << describe(both);
 }
 
 TEST(NvshmemIbgda, UnreadableParamsIsUnknown) {
   TempTree tree;
   auto out = run_check("nvshmem.ibgda", tree,
-                       {{"NVSHMEM_IB_ENABLE_IBGDA", "1"}, {"NVSHMEM_IBGDA_NIC_HANDLER", "gpu"}});
+                       {{"NVSHMEM_IB_ENABLE_IBGDA", "1"}, {"NVSHMEM_IBGDA_NIC_HANDLER", "gpu"}},
+                       k_rdma);
   EXPECT_EQ(out.status, Status::unknown) << describe(out);
 }
 
@@ -123,6 +127,16 @@ TEST(NvshmemIbgda, BuildSwitchIsOnlyANote) {
   auto out = run_check("nvshmem.ibgda", tree, {{"NVSHMEM_IBGDA_SUPPORT", "1"}});
   EXPECT_EQ(out.status, Status::pass) << describe(out);
   EXPECT_TRUE(mentions(out, "build switch")) << describe(out);
+}
+
+TEST(NvshmemIbgda, IbgdaWithoutRdmaDevicesWarns) {
+  TempTree tree;
+  tree.write("/proc/driver/nvidia/params", k_params_on);
+  std::map<std::string, std::string> vars{{"NVSHMEM_IB_ENABLE_IBGDA", "1"},
+                                          {"NVSHMEM_IBGDA_NIC_HANDLER", "gpu"}};
+  auto out = run_check("nvshmem.ibgda", tree, vars, make_snapshot(8));
+  EXPECT_EQ(out.status, Status::warn) << describe(out);
+  EXPECT_EQ(run_check("nvshmem.ibgda", tree, vars, k_rdma).status, Status::pass);
 }
 
 TEST(NvshmemIbgda, InvalidHandlerFails) {
