@@ -126,6 +126,8 @@ constexpr KnownName k_other[] = {
     {"NCCL_BLOCKING_WAIT", "PyTorch (old name of TORCH_NCCL_BLOCKING_WAIT)"},
     {"NCCL_DESYNC_DEBUG", "PyTorch (old name of TORCH_NCCL_DESYNC_DEBUG)"},
     {"NCCL_ENABLE_TIMING", "PyTorch (old name of TORCH_NCCL_ENABLE_TIMING)"},
+    // nvidia/cuda and NGC images record the packaged libnccl2 version; nothing reads it.
+    {"NCCL_VERSION", "nvidia/cuda images (packaged NCCL version, informational)"},
     // Build systems locating NCCL (nccl-tests' Makefile, PyTorch's setup).
     {"NCCL_HOME", "build systems (nccl-tests, PyTorch)"},
     {"NCCL_ROOT", "build systems (PyTorch)"},

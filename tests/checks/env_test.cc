@@ -133,6 +133,7 @@ TEST(EnvUnknownVars, KnownLibraryPluginAndToolNamesPass) {
                         {"NVSHMEM_IB_ENABLE_IBGDA", "1"},
                         {"NVSHMEM_USE_GDRCOPY", "1"},
                         {"NVSHMEM_HOME", "/usr/local/nvidia"},
+                        {"NCCL_VERSION", "2.28.3-1"},
                         {"OTHER_THING", "x"}});
   EXPECT_EQ(out.status, Status::pass) << describe(out);
 }

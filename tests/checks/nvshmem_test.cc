@@ -57,6 +57,19 @@ TEST(NvshmemIbgda, AutoHandlerWarnsButFailsOnGoogleCloud) {
   EXPECT_EQ(gcp.status, Status::fail) << describe(gcp);
 }
 
+TEST(NvshmemIbgda, PerDeviceRegistryLineIsNotTheGlobalOne) {
+  TempTree tree;
+  // As on a lent H200 node: both lines present, both empty.
+  tree.write("/proc/driver/nvidia/params",
+             "EnableStreamMemOPs: 0\nRegistryDwords: \"\"\nRegistryDwordsPerDevice: \"\"\n");
+  std::map<std::string, std::string> vars{{"NVSHMEM_IB_ENABLE_IBGDA", "1"},
+                                          {"NVSHMEM_IBGDA_NIC_HANDLER", "gpu"}};
+  EXPECT_EQ(run_check("nvshmem.ibgda", tree, vars, k_rdma).status, Status::fail);
+  tree.write("/proc/driver/nvidia/params",
+             "RegistryDwordsPerDevice: \"\"\nRegistryDwords: \"PeerMappingOverride=1;\"\n");
+  EXPECT_EQ(run_check("nvshmem.ibgda", tree, vars, k_rdma).status, Status::pass);
+}
+
 TEST(NvshmemIbgda, CpuHandlerOnGoogleCloudFails) {
   TempTree tree;
   tree.write("/proc/modules", k_gdrdrv);

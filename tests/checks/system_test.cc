@@ -90,6 +90,27 @@ TEST(ContainerLimits, UnreadableLimitsAreUnknown) {
             Status::unknown);
 }
 
+// Files as read on a lent H200 node (container, no RDMA): a /dev/shm mounted
+// twice (the last mount wins), memlock unlimited, modules without refcounts.
+TEST(ContainerLimits, RealH200NodeFiles) {
+  TempTree tree;
+  tree.write("/proc/self/mounts",
+             "overlay / overlay rw,relatime 0 0\n"
+             "tmpfs /dev/shm tmpfs rw,relatime,size=131981020k 0 0\n"
+             "tmpfs /dev/shm tmpfs rw,relatime,size=65536k 0 0\n"
+             "tmpfs /dev/shm tmpfs rw,relatime,size=134217728k 0 0\n");
+  tree.write("/proc/self/limits",
+             "Max locked memory         unlimited            unlimited            bytes     \n");
+  tree.write("/proc/self/status", "CapEff:\t000001fffeffffff\n");
+  auto out = run_check("container.limits", tree, {}, make_snapshot(4, {"mlx5_0"}));
+  EXPECT_EQ(out.status, Status::pass) << describe(out);
+  // The middle (64 MiB) mount is hidden by the last one; dropping the last exposes it.
+  tree.write("/proc/self/mounts", "tmpfs /dev/shm tmpfs rw,relatime,size=131981020k 0 0\n"
+                                  "tmpfs /dev/shm tmpfs rw,relatime,size=65536k 0 0\n");
+  EXPECT_EQ(run_check("container.limits", tree, {}, make_snapshot(4, {"mlx5_0"})).status,
+            Status::warn);
+}
+
 constexpr const char* k_modules_gpu =
     "nvidia_uvm 4956160 0 - Live 0x0000000000000000 (POE)\n"
     "nvidia 14376960 100 nvidia_uvm, Live 0x0000000000000000 (POE)\n";
@@ -103,6 +124,15 @@ TEST(KernelModules, NoGpuSkips) {
 TEST(KernelModules, UnreadableModulesIsUnknown) {
   TempTree tree;
   EXPECT_EQ(run_check("kernel.modules", tree, {}, make_snapshot(1)).status, Status::unknown);
+}
+
+TEST(KernelModules, RealH200NodeModules) {
+  TempTree tree;
+  tree.write("/proc/modules",
+             "nvidia_uvm 1830912 - - Live 0xffffffffc080c000 (O)\n"
+             "nvidia 14299136 - - Live 0xffffffffc0400000 (O)\n");
+  auto out = run_check("kernel.modules", tree, {}, make_snapshot(4));
+  EXPECT_EQ(out.status, Status::pass) << describe(out);
 }
 
 TEST(KernelModules, NvidiaModulesRequired) {
