@@ -92,7 +92,12 @@ void check_path_list(const host::Sysroot& fs, const std::string& name, const std
     if (entry.front() != '/') continue;  // relative to a working directory we do not know
     std::string why;
     PathState state = path_state(fs, entry, &why);
-    if (state == PathState::missing) {
+    bool image_default = name == "LD_LIBRARY_PATH" &&
+                         (entry == "/usr/local/nvidia/lib" || entry == "/usr/local/nvidia/lib64");
+    if (state == PathState::missing && image_default) {
+      // nvidia/cuda images list these; only some GPU runtimes mount them.
+      f.add(Status::pass, fmt::format("{} (nvidia/cuda image default) is not mounted", entry));
+    } else if (state == PathState::missing) {
       f.add(Status::warn, fmt::format("{} entry {} does not exist", name, entry),
             fmt::format("every {} entry existing", name),
             fmt::format("drop {} from {}", entry, name));

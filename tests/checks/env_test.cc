@@ -104,10 +104,19 @@ TEST(EnvPaths, MissingListEntriesWarn) {
   auto out = run_check("env.paths", tree,
                        {{"LD_LIBRARY_PATH", "/usr/local/nvidia/lib64:/usr/local/gib/lib64"},
                         {"PYTHONPATH", "/opt/deepep/python"}});
+  // (/usr/local/nvidia/lib64 exists here; the image-default allowance is not involved.)
   EXPECT_EQ(out.status, Status::warn) << describe(out);
   EXPECT_TRUE(mentions(out, "/usr/local/gib/lib64")) << describe(out);
   EXPECT_TRUE(mentions(out, "/opt/deepep/python")) << describe(out);
   EXPECT_FALSE(mentions(out, "entry /usr/local/nvidia/lib64")) << describe(out);
+}
+
+TEST(EnvPaths, CudaImageDefaultsAreOnlyNoted) {
+  TempTree tree;
+  auto out = run_check("env.paths", tree,
+                       {{"LD_LIBRARY_PATH", "/usr/local/nvidia/lib:/usr/local/nvidia/lib64"}});
+  EXPECT_EQ(out.status, Status::pass) << describe(out);
+  EXPECT_TRUE(mentions(out, "image default")) << describe(out);
 }
 
 TEST(EnvUnknownVars, TypoIsFlaggedWithTheRightName) {
