@@ -73,16 +73,23 @@ std::string to_lower(std::string_view text) {
 }
 
 std::vector<std::string> loader_dirs(const host::Env& env) {
-  static constexpr std::string_view k_system_dirs[] = {
-      "/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
-      "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu"};
+  static constexpr std::string_view k_system_dirs[] = {"/lib",
+                                                       "/usr/lib",
+                                                       "/lib64",
+                                                       "/usr/lib64",
+                                                       "/lib/x86_64-linux-gnu",
+                                                       "/usr/lib/x86_64-linux-gnu",
+                                                       "/lib/aarch64-linux-gnu",
+                                                       "/usr/lib/aarch64-linux-gnu"};
   std::vector<std::string> dirs;
   if (auto path = env.get("LD_LIBRARY_PATH")) dirs = host::split_path_list(*path);
   for (auto dir : k_system_dirs) dirs.emplace_back(dir);
   return dirs;
 }
 
-bool iequals(std::string_view a, std::string_view b) { return to_lower(a) == to_lower(b); }
+bool iequals(std::string_view a, std::string_view b) {
+  return to_lower(a) == to_lower(b);
+}
 
 bool nvshmem_bool(const std::optional<std::string>& value) {
   if (!value) return false;

@@ -40,7 +40,8 @@ void check_home(const host::Sysroot& fs, const std::string& name, const std::str
   f.evidence(name, value, src);
   std::string why;
   switch (path_state(fs, value, &why)) {
-    case PathState::present: return;
+    case PathState::present:
+      return;
     case PathState::unreadable:
       f.add(Status::unknown, fmt::format("{}={}: {}", name, value, why));
       return;
@@ -177,6 +178,8 @@ constexpr Check k_checks[] = {
 
 }  // namespace
 
-std::span<const Check> env_checks() { return k_checks; }
+std::span<const Check> env_checks() {
+  return k_checks;
+}
 
 }  // namespace epkit::checks

@@ -26,8 +26,8 @@ int c_atoi(std::string_view text, bool* clean) {
 
 void note_odd_name(DeviceFilter& filter, const std::string& name) {
   if (name.find_first_of(" \t") != std::string::npos) {
-    filter.notes.push_back(
-        fmt::format("entry '{}' contains a blank, which the library keeps as part of the name", name));
+    filter.notes.push_back(fmt::format(
+        "entry '{}' contains a blank, which the library keeps as part of the name", name));
   }
   // The marks were taken off the start of the list already, so one here is a
   // literal character of the name.

@@ -79,8 +79,8 @@ PluginSearch find_net_plugin(const host::Host& host) {
   return out;
 }
 
-void check_plugin_network(const std::string& net, const PluginSearch& plugin,
-                          bool is_gib, Findings& f) {
+void check_plugin_network(const std::string& net, const PluginSearch& plugin, bool is_gib,
+                          Findings& f) {
   if (plugin.disabled) {
     f.add(Status::fail,
           fmt::format("NCCL_NET={} needs a net plugin but NCCL_NET_PLUGIN=none disables plugins",
@@ -137,8 +137,10 @@ Outcome check_net_plugin(const Context& ctx) {
   f.evidence("NCCL_NET", net.value_or("(unset)"), src);
   if (auto p = env.get("NCCL_NET_PLUGIN")) f.evidence("NCCL_NET_PLUGIN", *p, src);
   PluginSearch plugin = find_net_plugin(ctx.host);
-  f.evidence("net plugin", plugin.disabled ? "disabled" : plugin.found.empty() ? "not found"
-                                                                                : plugin.found,
+  f.evidence("net plugin",
+             plugin.disabled        ? "disabled"
+             : plugin.found.empty() ? "not found"
+                                    : plugin.found,
              "loader path: LD_LIBRARY_PATH and system library folders");
   bool gib_dir = fs.is_dir(k_gib_root);
   f.evidence(std::string(k_gib_root), gib_dir ? "present" : "absent", std::string(k_gib_root));
@@ -169,9 +171,10 @@ Outcome check_net_plugin(const Context& ctx) {
     auto tuner_config = env.get_nonempty("NCCL_TUNER_CONFIG_PATH");
     f.evidence("NCCL_TUNER_CONFIG_PATH", tuner_config.value_or("(unset)"), src);
     if (tuner_plugin) f.evidence("NCCL_TUNER_PLUGIN", *tuner_plugin, src);
-    std::string fix = fmt::format("{} (it sets NCCL_TUNER_CONFIG_PATH), or export "
-                                  "NCCL_TUNER_PLUGIN=none",
-                                  k_gib_fix_env);
+    std::string fix = fmt::format(
+        "{} (it sets NCCL_TUNER_CONFIG_PATH), or export "
+        "NCCL_TUNER_PLUGIN=none",
+        k_gib_fix_env);
     if (tuner_plugin && iequals(*tuner_plugin, "none")) {
       // The tuner is off, so it needs no configuration.
     } else if (!tuner_config) {
@@ -195,8 +198,7 @@ Outcome check_net_plugin(const Context& ctx) {
   }
 
   if (!net && !gib) return f.finish("NCCL_NET unset and no gIB: NCCL picks its network itself");
-  return f.finish(fmt::format("NCCL_NET={}{}", net.value_or("(unset)"),
-                              gib ? ", gIB set up" : ""));
+  return f.finish(fmt::format("NCCL_NET={}{}", net.value_or("(unset)"), gib ? ", gIB set up" : ""));
 }
 
 // Addresses of each interface. IPv6 from /proc/net/if_inet6; IPv4 only on the
@@ -436,6 +438,8 @@ constexpr Check k_checks[] = {
 
 }  // namespace
 
-std::span<const Check> nccl_checks() { return k_checks; }
+std::span<const Check> nccl_checks() {
+  return k_checks;
+}
 
 }  // namespace epkit::checks

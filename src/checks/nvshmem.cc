@@ -53,8 +53,7 @@ bool on_gcp(const host::Sysroot& fs, Findings& f) {
   return (vendor && *vendor == "Google") || (product && *product == "Google Compute Engine");
 }
 
-void check_gpu_handler(const host::Sysroot& fs, const std::string& handler, bool gcp,
-                       Findings& f) {
+void check_gpu_handler(const host::Sysroot& fs, const std::string& handler, bool gcp, Findings& f) {
   auto params = read_keyed_line(fs, k_params, "RegistryDwords:");
   if (!params && params.error().code != ErrorCode::invalid) {
     f.add(Status::unknown,
@@ -90,9 +89,9 @@ Outcome check_ibgda(const Context& ctx) {
   const std::string src = env_source(env);
   if (env.names_with_prefix("NVSHMEM_").empty()) return skip("no NVSHMEM_* variables set");
   Findings f;
-  for (const char* name : {"NVSHMEM_IB_ENABLE_IBGDA", "NVSHMEM_REMOTE_TRANSPORT",
-                           "NVSHMEM_IBGDA_NIC_HANDLER", "NVSHMEM_USE_GDRCOPY",
-                           "NVSHMEM_DISABLE_GDRCOPY"}) {
+  for (const char* name :
+       {"NVSHMEM_IB_ENABLE_IBGDA", "NVSHMEM_REMOTE_TRANSPORT", "NVSHMEM_IBGDA_NIC_HANDLER",
+        "NVSHMEM_USE_GDRCOPY", "NVSHMEM_DISABLE_GDRCOPY"}) {
     if (auto value = env.get(name)) f.evidence(name, *value, src);
   }
   bool ibgda_flag = nvshmem_bool(env.get("NVSHMEM_IB_ENABLE_IBGDA"));
@@ -176,6 +175,8 @@ constexpr Check k_checks[] = {
 
 }  // namespace
 
-std::span<const Check> nvshmem_checks() { return k_checks; }
+std::span<const Check> nvshmem_checks() {
+  return k_checks;
+}
 
 }  // namespace epkit::checks

@@ -52,11 +52,20 @@ std::optional<std::uint64_t> tmpfs_size(std::string_view option, const host::Sys
   if (suffix.empty()) return number;
   if (suffix.size() != 1) return std::nullopt;
   switch (suffix.front()) {
-    case 'k': case 'K': return number << 10;
-    case 'm': case 'M': return number << 20;
-    case 'g': case 'G': return number << 30;
-    case 't': case 'T': return number << 40;
-    default: return std::nullopt;
+    case 'k':
+    case 'K':
+      return number << 10;
+    case 'm':
+    case 'M':
+      return number << 20;
+    case 'g':
+    case 'G':
+      return number << 30;
+    case 't':
+    case 'T':
+      return number << 40;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -117,8 +126,9 @@ Result<std::optional<std::uint64_t>> memlock_limit(const host::Sysroot& fs, std:
   char* end = nullptr;
   std::uint64_t value = std::strtoull(raw->c_str(), &end, 10);
   if (end == raw->c_str() || *end != '\0') {
-    return make_error(ErrorCode::invalid,
-                      fmt::format("/proc/self/limits: locked-memory limit '{}' is no number", *raw));
+    return make_error(
+        ErrorCode::invalid,
+        fmt::format("/proc/self/limits: locked-memory limit '{}' is no number", *raw));
   }
   return std::optional<std::uint64_t>(value);
 }
@@ -203,7 +213,8 @@ Outcome check_modules(const Context& ctx) {
   const auto& env = ctx.host.env();
   const std::string src = env_source(env);
   auto modules = read_proc_modules(fs);
-  if (!modules) return unknown(fmt::format("cannot list kernel modules: {}", modules.error().message));
+  if (!modules)
+    return unknown(fmt::format("cannot list kernel modules: {}", modules.error().message));
   Findings f;
   auto state = [&](std::string_view name) {
     ModuleState s = module_state(fs, modules, name);
@@ -266,6 +277,8 @@ constexpr Check k_checks[] = {
 
 }  // namespace
 
-std::span<const Check> system_checks() { return k_checks; }
+std::span<const Check> system_checks() {
+  return k_checks;
+}
 
 }  // namespace epkit::checks
