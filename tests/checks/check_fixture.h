@@ -56,7 +56,8 @@ inline checks::Outcome run_check(std::string_view id, const TempTree& tree,
 inline std::string describe(const checks::Outcome& out) {
   std::string text = fmt::format("{}: {}\n  expected: {}\n  fix: {}\n", to_string(out.status),
                                  out.summary, out.expected, out.fix);
-  for (const auto& e : out.evidence) text += fmt::format("  {} = {} ({})\n", e.key, e.value, e.source);
+  for (const auto& e : out.evidence)
+    text += fmt::format("  {} = {} ({})\n", e.key, e.value, e.source);
   return text;
 }
 

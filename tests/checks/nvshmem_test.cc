@@ -121,9 +121,9 @@ TEST(NvshmemIbgda, RemoteTransportIbgdaAloneFails) {
 
 TEST(NvshmemIbgda, UnreadableParamsIsUnknown) {
   TempTree tree;
-  auto out = run_check("nvshmem.ibgda", tree,
-                       {{"NVSHMEM_IB_ENABLE_IBGDA", "1"}, {"NVSHMEM_IBGDA_NIC_HANDLER", "gpu"}},
-                       k_rdma);
+  auto out =
+      run_check("nvshmem.ibgda", tree,
+                {{"NVSHMEM_IB_ENABLE_IBGDA", "1"}, {"NVSHMEM_IBGDA_NIC_HANDLER", "gpu"}}, k_rdma);
   EXPECT_EQ(out.status, Status::unknown) << describe(out);
 }
 

@@ -105,8 +105,9 @@ TEST(ContainerLimits, RealH200NodeFiles) {
   auto out = run_check("container.limits", tree, {}, make_snapshot(4, {"mlx5_0"}));
   EXPECT_EQ(out.status, Status::pass) << describe(out);
   // The middle (64 MiB) mount is hidden by the last one; dropping the last exposes it.
-  tree.write("/proc/self/mounts", "tmpfs /dev/shm tmpfs rw,relatime,size=131981020k 0 0\n"
-                                  "tmpfs /dev/shm tmpfs rw,relatime,size=65536k 0 0\n");
+  tree.write("/proc/self/mounts",
+             "tmpfs /dev/shm tmpfs rw,relatime,size=131981020k 0 0\n"
+             "tmpfs /dev/shm tmpfs rw,relatime,size=65536k 0 0\n");
   EXPECT_EQ(run_check("container.limits", tree, {}, make_snapshot(4, {"mlx5_0"})).status,
             Status::warn);
 }
@@ -152,17 +153,16 @@ TEST(KernelModules, PeermemWhenTheConfigurationNeedsIt) {
   auto informational = run_check("kernel.modules", tree, {}, snap);
   EXPECT_EQ(informational.status, Status::pass) << describe(informational);
   EXPECT_TRUE(mentions(informational, "DMA-BUF"));
-  for (auto vars : std::vector<std::map<std::string, std::string>>{
-           {{"NVSHMEM_IB_ENABLE_IBGDA", "1"}},
-           {{"USE_NVPEERMEM", "1"}},
-           {{"NCCL_DMABUF_ENABLE", "0"}}}) {
+  for (auto vars :
+       std::vector<std::map<std::string, std::string>>{{{"NVSHMEM_IB_ENABLE_IBGDA", "1"}},
+                                                       {{"USE_NVPEERMEM", "1"}},
+                                                       {{"NCCL_DMABUF_ENABLE", "0"}}}) {
     auto out = run_check("kernel.modules", tree, vars, snap);
     EXPECT_EQ(out.status, Status::fail) << describe(out);
     EXPECT_TRUE(mentions(out, "modprobe nvidia_peermem"));
   }
   tree.write("/proc/modules", std::string(k_modules_gpu) + k_peermem);
-  EXPECT_EQ(run_check("kernel.modules", tree, {{"USE_NVPEERMEM", "1"}}, snap).status,
-            Status::pass);
+  EXPECT_EQ(run_check("kernel.modules", tree, {{"USE_NVPEERMEM", "1"}}, snap).status, Status::pass);
 }
 
 TEST(KernelModules, GdrdrvWhenGdrcopyIsAskedFor) {
