@@ -29,8 +29,9 @@ std::string join_names(const std::vector<std::string>& names) {
 }
 
 // Where NCCL's plugin loader would find its net plugin. NCCL_NET_PLUGIN (a
-// comma list) names a file or path, tried as given and then as
-// libnccl-net-<name>.so; unset means libnccl-net.so; "none" means no plugin.
+// comma list) names a file or path, tried as given and then, unless it is a
+// path or a "lib*.so" name, as libnccl-net-<name>.so; unset means
+// libnccl-net.so; "none" means no plugin.
 struct PluginSearch {
   bool disabled = false;
   std::vector<std::string> tried;  // file names or paths
@@ -53,7 +54,11 @@ PluginSearch find_net_plugin(const host::Host& host) {
         return out;
       }
       names.push_back(name);
-      if (name.find('/') == std::string::npos) names.push_back("libnccl-net-" + name + ".so");
+      // NCCL adds its prefix unless the name is a path or already "lib*.so".
+      bool library_name = name.starts_with("lib") && name.ends_with(".so");
+      if (name.find('/') == std::string::npos && !library_name) {
+        names.push_back("libnccl-net-" + name + ".so");
+      }
     }
   } else {
     names.push_back("libnccl-net.so");

@@ -106,6 +106,10 @@ TEST(NcclNetPlugin, NamedPluginIsLookedUpAsLibncclNetName) {
   vars["LD_LIBRARY_PATH"] = "/opt/aws-ofi/lib";
   auto out = run_check("nccl.net-plugin", tree, vars);
   EXPECT_EQ(out.status, Status::pass) << describe(out);
+  vars["NCCL_NET_PLUGIN"] = "libnccl-net-ofi.so";  // a library name is taken as is
+  EXPECT_EQ(run_check("nccl.net-plugin", tree, vars).status, Status::pass);
+  vars["NCCL_NET_PLUGIN"] = "/opt/aws-ofi/lib/libnccl-net-ofi.so";
+  EXPECT_EQ(run_check("nccl.net-plugin", tree, vars).status, Status::pass);
   vars["NCCL_NET_PLUGIN"] = "none";
   EXPECT_EQ(run_check("nccl.net-plugin", tree, vars).status, Status::fail);
 }
