@@ -41,7 +41,4 @@ struct NearestName {
 };
 NearestName nearest_known(std::string_view name);
 
-/// Levenshtein distance (insert, delete, substitute each cost 1).
-std::size_t edit_distance(std::string_view a, std::string_view b);
-
 }  // namespace epkit::checks

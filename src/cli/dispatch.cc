@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "util/text.h"
 
 namespace epkit::cli {
 namespace {
@@ -16,21 +17,6 @@ std::vector<Command> all_commands() {
 #include "epkit_commands.inc"
 #undef EPKIT_COMMAND
   };
-}
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 }  // namespace
@@ -92,7 +78,7 @@ int run_cli(int argc, const char* const* argv, Io& io) {
       const Command* best = nullptr;
       std::size_t best_d = 3;
       for (const auto& c : commands) {
-        std::size_t d = edit_distance(word, c.name);
+        std::size_t d = util::edit_distance(word, c.name);
         if (d < best_d) best = &c, best_d = d;
       }
       if (best != nullptr) io.err << fmt::format(" Did you mean '{}'?", best->name);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "util/text.h"
+
 #include "checks/check_fixture.h"
 #include "checks/known_vars.h"
 
@@ -14,10 +16,10 @@ using test::run_check;
 using test::TempTree;
 
 TEST(KnownVars, EditDistance) {
-  EXPECT_EQ(edit_distance("", ""), 0u);
-  EXPECT_EQ(edit_distance("abc", ""), 3u);
-  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
-  EXPECT_EQ(edit_distance("NVSHMEM_DISABLED_GDRCOPY", "NVSHMEM_DISABLE_GDRCOPY"), 1u);
+  EXPECT_EQ(util::edit_distance("", ""), 0u);
+  EXPECT_EQ(util::edit_distance("abc", ""), 3u);
+  EXPECT_EQ(util::edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(util::edit_distance("NVSHMEM_DISABLED_GDRCOPY", "NVSHMEM_DISABLE_GDRCOPY"), 1u);
 }
 
 TEST(KnownVars, NearestNameStaysInItsFamily) {
