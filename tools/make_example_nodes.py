@@ -28,6 +28,10 @@ CLASS_ETHERNET = 0x020000
 CLASS_INFINIBAND = 0x020700
 
 
+# Two sockets of 56 cores with SMT, as on a dual Xeon 8480C host.
+CPULIST = {0: "0-55,112-167\n", 1: "56-111,168-223\n"}
+
+
 class Tree:
     """Files and links under one root folder."""
 
@@ -72,6 +76,7 @@ class PciBuilder:
         t.write(f"{path}/device", f"0x{device:04x}\n")
         t.write(f"{path}/class", f"0x{cls:06x}\n")
         t.write(f"{path}/numa_node", f"{numa}\n")
+        t.write(f"{path}/local_cpulist", CPULIST[numa])
         t.write(f"{path}/current_link_speed", f"{speed}\n")
         t.write(f"{path}/current_link_width", f"{width}\n")
         t.write(f"{path}/max_link_speed", f"{speed}\n")

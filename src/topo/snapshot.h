@@ -25,6 +25,7 @@ struct PciDevice {
   int link_width = 0;            // current_link_width
   std::string max_link_speed;
   int max_link_width = 0;
+  std::string local_cpulist;     // local_cpulist, "0-55,112-167"; empty if unread
 };
 
 struct NvLink {
