@@ -228,6 +228,12 @@ std::vector<NicChoice> assign_nics(const Snapshot& snap) {
   return out;
 }
 
+std::vector<std::string> usable_nic_names(const Snapshot& snap) {
+  std::vector<std::string> out;
+  for (const auto& c : usable_nics(snap)) out.push_back(c.nic->name);
+  return out;
+}
+
 std::string deep_ep_mapping(const std::vector<NicChoice>& choices) {
   std::string out;
   for (const auto& c : choices) {

@@ -67,6 +67,9 @@ struct NicChoice {
 /// nothing else is there.
 std::vector<NicChoice> assign_nics(const Snapshot& snap);
 
+/// The NICs assign_nics chooses among (its ACTIVE and bond rules applied).
+std::vector<std::string> usable_nic_names(const Snapshot& snap);
+
 /// "0:mlx5_0:1,1:mlx5_1:1,..." (DEEP_EP_DEVICE_TO_HCA_MAPPING's value).
 std::string deep_ep_mapping(const std::vector<NicChoice>& choices);
 /// "=mlx5_0:1,mlx5_1:1,..." (NCCL_IB_HCA's exact-match value), NICs in first-use order.
