@@ -2,7 +2,8 @@
 //
 // probe(Host) fills it from sysfs/procfs (through the sysroot) and NVML (live
 // node only); the model (model.h) and the checks work from it alone, and it
-// round-trips through JSON (`epkit topo --json`).
+// round-trips through JSON (`epkit topo --json`); == compares field by field
+// (the round-trip test relies on it).
 #pragma once
 
 #include <cstdint>
@@ -26,12 +27,16 @@ struct PciDevice {
   std::string max_link_speed;
   int max_link_width = 0;
   std::string local_cpulist;     // local_cpulist, "0-55,112-167"; empty if unread
+
+  bool operator==(const PciDevice&) const = default;
 };
 
 struct NvLink {
   int link = 0;
   bool active = false;
   std::string remote_bdf;  // peer GPU or NVSwitch, when NVML tells
+
+  bool operator==(const NvLink&) const = default;
 };
 
 struct Gpu {
@@ -41,10 +46,14 @@ struct Gpu {
   std::string uuid;  // "GPU-…"
   std::string name_source;  // "nvml", "/proc/driver/nvidia/gpus/…/information", "pci id"
   std::optional<std::vector<NvLink>> nvlinks;  // absent: NVML not available
+
+  bool operator==(const Gpu&) const = default;
 };
 
 struct NvSwitch {
   PciDevice pci;
+
+  bool operator==(const NvSwitch&) const = default;
 };
 
 struct Gid {
@@ -53,6 +62,8 @@ struct Gid {
   std::string type;  // gid_attrs/types: "RoCE v2", "IB/RoCE v1"
   std::string ndev;  // gid_attrs/ndevs
   bool ipv4_mapped = false;
+
+  bool operator==(const Gid&) const = default;
 };
 
 struct IbPort {
@@ -65,6 +76,8 @@ struct IbPort {
   std::string link_layer;  // "InfiniBand" or "Ethernet"
   std::vector<Gid> gids;   // non-zero entries only
   int roce_v2_ipv4_gid = -1;  // index of the RoCE v2 IPv4-mapped GID, -1 if none
+
+  bool operator==(const IbPort&) const = default;
 };
 
 struct RdmaNic {
@@ -77,6 +90,8 @@ struct RdmaNic {
   std::string fw_ver;
   std::string node_guid;
   bool is_bond = false;  // name contains "bond" or lag master
+
+  bool operator==(const RdmaNic&) const = default;
 };
 
 struct NetDev {
@@ -86,12 +101,16 @@ struct NetDev {
   std::string mac;
   int mtu = 0;
   bool is_virtual = false;  // under /sys/devices/virtual
+
+  bool operator==(const NetDev&) const = default;
 };
 
 struct PciSwitch {
   std::string upstream_bdf;      // the switch's upstream port
   std::vector<std::string> gpus;  // GPU bdfs below it
   std::vector<std::string> nics;  // RDMA NIC names below it
+
+  bool operator==(const PciSwitch&) const = default;
 };
 
 struct Snapshot {
@@ -104,6 +123,8 @@ struct Snapshot {
   std::string nvml;                // "ok", or why NVML facts are missing
   std::string driver_version;      // /proc/driver/nvidia/version or NVML
   std::vector<std::string> notes;  // files that were missing or unreadable
+
+  bool operator==(const Snapshot&) const = default;
 };
 
 }  // namespace epkit::topo
