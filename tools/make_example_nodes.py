@@ -221,7 +221,7 @@ def common_files(tree, hostname, osrelease, driver_version):
                "overlay / overlay rw,relatime,lowerdir=/l,upperdir=/u,workdir=/w 0 0\n"
                "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0\n"
                "sysfs /sys sysfs ro,nosuid,nodev,noexec,relatime 0 0\n"
-               "tmpfs /dev/shm tmpfs rw,nosuid,nodev,size=67108864k,inode64 0 0\n")
+               "tmpfs /dev/shm tmpfs rw,nosuid,nodev,size=67108864k 0 0\n")
     tree.write("/etc/hostname", f"{hostname}\n")
     tree.write("/etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n")
     tree.write("/etc/ld.so.conf.d/nvidia.conf", "/usr/local/nvidia/lib64\n")

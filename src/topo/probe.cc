@@ -24,28 +24,13 @@ class Reader {
   Reader(const host::Sysroot& fs, std::vector<std::string>& notes) : m_fs(fs), m_notes(notes) {}
 
   std::optional<std::string> text(const std::string& path) const {
-    auto value = m_fs.read_trimmed(path);
-    if (!value) {
-      note(value.error().message);
-      return std::nullopt;
-    }
-    return std::move(*value);
+    return kept(m_fs.read_trimmed(path));
   }
   std::optional<std::vector<std::string>> list(const std::string& path) const {
-    auto names = m_fs.list(path);
-    if (!names) {
-      note(names.error().message);
-      return std::nullopt;
-    }
-    return std::move(*names);
+    return kept(m_fs.list(path));
   }
   std::optional<std::string> resolve(const std::string& path) const {
-    auto real = m_fs.resolve(path);
-    if (!real) {
-      note(real.error().message);
-      return std::nullopt;
-    }
-    return std::move(*real);
+    return kept(m_fs.resolve(path));
   }
   void note(std::string text) const {
     if (std::find(m_notes.begin(), m_notes.end(), text) == m_notes.end()) {
@@ -55,6 +40,15 @@ class Reader {
   const host::Sysroot& fs() const { return m_fs; }
 
  private:
+  template <typename T>
+  std::optional<T> kept(Result<T> result) const {
+    if (!result) {
+      note(result.error().message);
+      return std::nullopt;
+    }
+    return std::move(*result);
+  }
+
   const host::Sysroot& m_fs;
   std::vector<std::string>& m_notes;
 };
