@@ -134,14 +134,25 @@ struct Resolved {
   std::string source;
 };
 
-// NICs used by more than one GPU while a usable NIC is idle.
+// The NICs the computed assignment uses: the ones a GPU should be on. (A
+// storage NIC far from every GPU is not "idle" when nobody maps to it.)
+std::vector<std::string> assigned_nics(const std::vector<topo::NicChoice>& best) {
+  std::vector<std::string> out;
+  for (const auto& c : best) {
+    if (!c.nic.empty() && std::find(out.begin(), out.end(), c.nic) == out.end()) out.push_back(c.nic);
+  }
+  return out;
+}
+
+// NICs used by more than one GPU while a NIC of the computed assignment is idle.
 Outcome judge_mapping(const topo::Snapshot& snap, const Resolved& r, const std::string& fix_line) {
+  auto best = topo::assign_nics(snap);
   std::map<std::string, std::vector<int>> users;  // hca name -> GPUs
   for (const auto& [gpu, hca_port] : r.per_gpu) {
     users[hca_port.substr(0, hca_port.rfind(':'))].push_back(gpu);
   }
   std::vector<std::string> idle;
-  for (const auto& name : topo::usable_nic_names(snap)) {
+  for (const auto& name : assigned_nics(best)) {
     if (!users.count(name)) idle.push_back(name);
   }
   std::vector<std::string> shared;
@@ -158,7 +169,6 @@ Outcome judge_mapping(const topo::Snapshot& snap, const Resolved& r, const std::
                "one NIC per GPU, nearest first (docs/topology.md)", fix_line);
   } else {
     // A GPU on a farther NIC than the computed choice works, slower.
-    auto best = topo::assign_nics(snap);
     std::vector<std::string> far;
     for (const auto& choice : best) {
       auto it = r.per_gpu.find(choice.gpu);
@@ -253,7 +263,7 @@ Outcome check_nic_affinity(const Context& ctx) {
         .add("computed", computed, "topology");
   }
   std::size_t gpus = snap.gpus.size();
-  std::size_t nics = topo::usable_nic_names(snap).size();
+  std::size_t nics = assigned_nics(best).size();
   if (gpus > 1 && nics > 1) {
     Outcome out = warn(
         fmt::format("no GPU-to-NIC mapping set: DeepEP would put all {} GPUs on {} and leave {} "

@@ -7,6 +7,7 @@
 #include "checks/registry.h"
 #include "host/dl/cuda.h"
 #include "topo/example_host.h"
+#include "topo/model.h"
 #include "topo/probe.h"
 
 namespace epkit::checks {
@@ -188,6 +189,24 @@ TEST(GpuNicAffinity, FartherNicWarns) {
                                 "6:mlx5_6:1,7:mlx5_7:1"}});
   EXPECT_EQ(o.status, Status::warn);
   EXPECT_NE(o.summary.find("GPU0 on mlx5_2 (NODE; mlx5_0 is PIX)"), std::string::npos);
+}
+
+TEST(GpuNicAffinity, SharingIsFineWhenOnlyFarNicsAreIdle) {
+  // Four compute NICs for eight GPUs: the computed mapping shares them; the
+  // storage NICs stay idle and do not make it a failure.
+  auto snap = topo::probe(test::example_host("dgx-h100"));
+  std::erase_if(snap.nics, [](const topo::RdmaNic& n) {
+    return n.name == "mlx5_1" || n.name == "mlx5_3" || n.name == "mlx5_5" || n.name == "mlx5_7";
+  });
+  std::string computed = topo::deep_ep_mapping(topo::assign_nics(snap));
+  auto host = test::example_host("dgx-h100",
+                                 host::Env({{"DEEP_EP_DEVICE_TO_HCA_MAPPING", computed}}, "test"));
+  auto o = run_check("gpu.nic-affinity", host, snap);
+  EXPECT_EQ(o.status, Status::pass) << o.summary;
+  // Crowding two of them onto one NIC while another computed one is idle fails.
+  auto crowded = test::example_host(
+      "dgx-h100", host::Env({{"DEEP_EP_DEVICE_TO_HCA_MAPPING", "0:mlx5_0:1,1:mlx5_0:1,2:mlx5_0:1"}}, "test"));
+  EXPECT_EQ(run_check("gpu.nic-affinity", crowded, snap).status, Status::fail);
 }
 
 TEST(GpuNicAffinity, MalformedOrUnknownHcaFails) {
