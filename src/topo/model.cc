@@ -61,7 +61,9 @@ int active_links_to(const Gpu& gpu, const std::string& bdf) {
 int active_links_to_switches(const Snapshot& snap, const Gpu& gpu) {
   if (!gpu.nvlinks) return 0;
   return static_cast<int>(std::count_if(gpu.nvlinks->begin(), gpu.nvlinks->end(), [&](const NvLink& l) {
-    return l.active && !l.remote_bdf.empty() && !is_gpu_bdf(snap, l.remote_bdf);
+    // An empty remote (NVML could not say, as in VMs that hide the NVSwitches)
+    // counts as the fabric too.
+    return l.active && !is_gpu_bdf(snap, l.remote_bdf);
   }));
 }
 
@@ -252,7 +254,7 @@ std::string nccl_ib_hca(const std::vector<NicChoice>& choices) {
     if (std::find(seen.begin(), seen.end(), item) == seen.end()) seen.push_back(item);
   }
   if (seen.empty()) return {};
-  return "=" + fmt::format("{}", fmt::join(seen, ","));
+  return fmt::format("={}", fmt::join(seen, ","));
 }
 
 std::string nvshmem_hca_list(const NicChoice& choice) {

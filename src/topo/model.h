@@ -29,7 +29,8 @@ struct Path {
 Path pci_path(const PciDevice& a, const PciDevice& b);
 
 /// NVLinks joining two GPUs: links whose remote is the other GPU, or, when
-/// both reach NVSwitches instead, the smaller of their active link counts.
+/// both reach NVSwitches instead (any remote that is not a GPU, or none
+/// reported), the smaller of their active link counts.
 /// 0 when NVLink state is unknown or no link is active.
 int nvlink_count(const Snapshot& snap, const Gpu& a, const Gpu& b);
 

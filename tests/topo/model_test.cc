@@ -75,6 +75,9 @@ TEST(TopoModel, NvlinkCountsDirectAndThroughSwitches) {
   EXPECT_EQ(gpu_path(snap, snap.gpus[0], snap.gpus[1]).label(), "NV4");
   EXPECT_EQ(gpu_path(snap, snap.gpus[0], snap.gpus[2]).label(), "NV2");
   EXPECT_EQ(gpu_path(snap, snap.gpus[1], snap.gpus[2]).label(), "NODE");  // no switch link on GPU1
+  // Remotes NVML does not report count as the fabric.
+  for (int l = 4; l < 7; ++l) snap.gpus[1].nvlinks->push_back({l, true, ""});
+  EXPECT_EQ(gpu_path(snap, snap.gpus[1], snap.gpus[2]).label(), "NV3");
   snap.gpus[1].nvlinks.reset();
   EXPECT_EQ(nvlink_count(snap, snap.gpus[1], snap.gpus[2]), 0);
 }
