@@ -1,10 +1,10 @@
 // gpu.* checks: the GPUs themselves and how they reach each other and the NICs.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <map>
 #include <set>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "checks/check.h"
 #include "host/dl/cuda.h"
@@ -33,7 +33,8 @@ void add_nvlink_findings(Outcome& out, const topo::Snapshot& snap) {
                                                 [](const topo::NvLink& l) { return l.active; }));
     active_total += active;
     out.add(fmt::format("GPU{} NVLinks", g.index),
-            fmt::format("{} of {} active", active, g.nvlinks->size()), "NVML nvmlDeviceGetNvLinkState");
+            fmt::format("{} of {} active", active, g.nvlinks->size()),
+            "NVML nvmlDeviceGetNvLinkState");
     if (active < static_cast<int>(g.nvlinks->size())) {
       degraded.push_back(fmt::format("GPU{} ({} of {})", g.index, active, g.nvlinks->size()));
     }
@@ -49,9 +50,10 @@ void add_nvlink_findings(Outcome& out, const topo::Snapshot& snap) {
 Outcome check_p2p(const Context& ctx) {
   const auto& snap = ctx.topo;
   if (snap.gpus.empty()) return skip("no NVIDIA GPU on this node");
-  auto cuda = ctx.host.libs().cuda ? ctx.host.libs().cuda()
-                                   : Result<const host::dl::CudaApi*>(
-                                         make_error(ErrorCode::unavailable, "no CUDA loader"));
+  auto cuda =
+      ctx.host.libs().cuda
+          ? ctx.host.libs().cuda()
+          : Result<const host::dl::CudaApi*>(make_error(ErrorCode::unavailable, "no CUDA loader"));
   if (!cuda) {
     Outcome out;
     if (!ctx.host.live()) {
@@ -60,8 +62,9 @@ Outcome check_p2p(const Context& ctx) {
     } else {
       out = unknown(fmt::format("{} GPU{} visible, but libcuda cannot be used to test peer access",
                                 snap.gpus.size(), snap.gpus.size() == 1 ? "" : "s"));
-      out.fix = "run where the NVIDIA driver's libcuda.so.1 is visible (container toolkit), "
-                "or set EPKIT_CUDA_LIB";
+      out.fix =
+          "run where the NVIDIA driver's libcuda.so.1 is visible (container toolkit), "
+          "or set EPKIT_CUDA_LIB";
     }
     add_gpu_list(out, snap);
     out.add("libcuda", cuda.error().message, "dlopen");
@@ -110,10 +113,11 @@ Outcome check_p2p(const Context& ctx) {
   }
   Outcome out;
   if (!denied.empty()) {
-    out = fail(fmt::format("peer access denied for {} of {} GPU pairs", denied.size(),
-                           devices.size() * (devices.size() - 1)),
-               "cuDeviceCanAccessPeer = 1 for every pair",
-               "check ACS on PCIe bridges, IOMMU (iommu=pt), and that all GPUs are in this container");
+    out = fail(
+        fmt::format("peer access denied for {} of {} GPU pairs", denied.size(),
+                    devices.size() * (devices.size() - 1)),
+        "cuDeviceCanAccessPeer = 1 for every pair",
+        "check ACS on PCIe bridges, IOMMU (iommu=pt), and that all GPUs are in this container");
     out.add("denied", fmt::format("{}", fmt::join(denied, " ")), "cuDeviceCanAccessPeer");
   } else {
     out = pass(fmt::format("{} GPUs, peer access between every pair", devices.size()));
@@ -139,7 +143,8 @@ struct Resolved {
 std::vector<std::string> assigned_nics(const std::vector<topo::NicChoice>& best) {
   std::vector<std::string> out;
   for (const auto& c : best) {
-    if (!c.nic.empty() && std::find(out.begin(), out.end(), c.nic) == out.end()) out.push_back(c.nic);
+    if (!c.nic.empty() && std::find(out.begin(), out.end(), c.nic) == out.end())
+      out.push_back(c.nic);
   }
   return out;
 }
@@ -184,8 +189,9 @@ Outcome judge_mapping(const topo::Snapshot& snap, const Resolved& r, const std::
       }
     }
     if (!far.empty()) {
-      out = warn(fmt::format("{} puts GPUs on farther NICs than needed: {}", r.how, fmt::join(far, "; ")),
-                 "each GPU on its nearest NIC", fix_line);
+      out = warn(
+          fmt::format("{} puts GPUs on farther NICs than needed: {}", r.how, fmt::join(far, "; ")),
+          "each GPU on its nearest NIC", fix_line);
     } else {
       out = pass(fmt::format("{}: one NIC per GPU where NICs allow", r.how));
     }
@@ -211,7 +217,8 @@ Outcome check_nic_affinity(const Context& ctx) {
   if (auto value = env.get_nonempty("DEEP_EP_DEVICE_TO_HCA_MAPPING")) {
     auto parsed = topo::parse_device_to_hca_mapping(*value);
     if (!parsed) {
-      return fail(fmt::format("DEEP_EP_DEVICE_TO_HCA_MAPPING is malformed: {}", parsed.error().message),
+      return fail(fmt::format("DEEP_EP_DEVICE_TO_HCA_MAPPING is malformed: {}",
+                              parsed.error().message),
                   "gpu:hca:port entries separated by commas", fix_line)
           .add("DEEP_EP_DEVICE_TO_HCA_MAPPING", *value, src);
     }
@@ -220,8 +227,9 @@ Outcome check_nic_affinity(const Context& ctx) {
       bool on_node = std::any_of(snap.nics.begin(), snap.nics.end(),
                                  [&](const topo::RdmaNic& n) { return n.name == m.hca; });
       if (!on_node) {
-        return fail(fmt::format("DEEP_EP_DEVICE_TO_HCA_MAPPING names {}, which this node does not have",
-                                m.hca),
+        return fail(fmt::format(
+                        "DEEP_EP_DEVICE_TO_HCA_MAPPING names {}, which this node does not have",
+                        m.hca),
                     "HCAs from /sys/class/infiniband", fix_line)
             .add("DEEP_EP_DEVICE_TO_HCA_MAPPING", *value, src);
       }
@@ -237,13 +245,14 @@ Outcome check_nic_affinity(const Context& ctx) {
     if (hca_list) {
       auto filter = topo::parse_hca_filter(*hca_list);
       if (!filter) {
-        return fail(fmt::format("NVSHMEM_HCA_LIST is malformed: {}", filter.error().message), {}, fix_line)
+        return fail(fmt::format("NVSHMEM_HCA_LIST is malformed: {}", filter.error().message), {},
+                    fix_line)
             .add("NVSHMEM_HCA_LIST", *hca_list, src);
       }
       hcas = topo::resolve_hca_filter(*filter, snap);
       if (hcas.empty()) {
-        return fail("NVSHMEM_HCA_LIST matches no HCA on this node", "names from /sys/class/infiniband",
-                    fix_line)
+        return fail("NVSHMEM_HCA_LIST matches no HCA on this node",
+                    "names from /sys/class/infiniband", fix_line)
             .add("NVSHMEM_HCA_LIST", *hca_list, src);
       }
     } else {
@@ -276,8 +285,8 @@ Outcome check_nic_affinity(const Context& ctx) {
     out.add("computed", computed, "topology (epkit topo)");
     return out;
   }
-  return pass(fmt::format("{} GPU{} and {} usable NIC{}: nothing to spread", gpus, gpus == 1 ? "" : "s",
-                          nics, nics == 1 ? "" : "s"))
+  return pass(fmt::format("{} GPU{} and {} usable NIC{}: nothing to spread", gpus,
+                          gpus == 1 ? "" : "s", nics, nics == 1 ? "" : "s"))
       .add("computed", computed, "topology");
 }
 
@@ -288,6 +297,8 @@ constexpr Check k_gpu_checks[] = {
 
 }  // namespace
 
-std::span<const Check> gpu_checks() { return k_gpu_checks; }
+std::span<const Check> gpu_checks() {
+  return k_gpu_checks;
+}
 
 }  // namespace epkit::checks

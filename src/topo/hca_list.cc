@@ -1,9 +1,9 @@
 #include "topo/hca_list.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
-
-#include <fmt/format.h>
 
 namespace epkit::topo {
 namespace {
@@ -66,8 +66,9 @@ Result<HcaFilter> parse_hca_filter(std::string_view value) {
     }
     if (colon != std::string_view::npos &&
         (!parse_int(item.substr(colon + 1), parsed.port) || parsed.port <= 0)) {
-      return make_error(ErrorCode::invalid, fmt::format("'{}': port of '{}' is not a positive number",
-                                                        std::string(value), std::string(item)));
+      return make_error(ErrorCode::invalid,
+                        fmt::format("'{}': port of '{}' is not a positive number",
+                                    std::string(value), std::string(item)));
     }
     filter.items.push_back(std::move(parsed));
   }
@@ -85,16 +86,15 @@ std::vector<std::string> resolve_hca_filter(const HcaFilter& filter, const Snaps
   };
   if (filter.exclude) {
     for (const auto& nic : snap.nics) {
-      bool excluded = std::any_of(filter.items.begin(), filter.items.end(),
-                                  [&](const HcaFilter::Item& item) {
-                                    return matches({item.name, -1}, nic) && item.port < 0;
-                                  });
+      bool excluded =
+          std::any_of(filter.items.begin(), filter.items.end(), [&](const HcaFilter::Item& item) {
+            return matches({item.name, -1}, nic) && item.port < 0;
+          });
       if (excluded) continue;
       for (const auto& p : nic.ports) {
-        bool port_excluded = std::any_of(filter.items.begin(), filter.items.end(),
-                                         [&](const HcaFilter::Item& item) {
-                                           return item.port == p.port && matches(item, nic);
-                                         });
+        bool port_excluded = std::any_of(
+            filter.items.begin(), filter.items.end(),
+            [&](const HcaFilter::Item& item) { return item.port == p.port && matches(item, nic); });
         if (!port_excluded) {
           add(fmt::format("{}:{}", nic.name, p.port));
           break;

@@ -3,11 +3,11 @@
 // process will really use.
 #pragma once
 
+#include <epkit/result.h>
+
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <epkit/result.h>
 
 #include "topo/snapshot.h"
 

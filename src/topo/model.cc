@@ -1,24 +1,31 @@
 #include "topo/model.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cctype>
 #include <iterator>
 #include <tuple>
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
 namespace epkit::topo {
 
 const char* to_string(PathType type) {
   switch (type) {
-    case PathType::self: return "X";
-    case PathType::nvlink: return "NV";
-    case PathType::pix: return "PIX";
-    case PathType::pxb: return "PXB";
-    case PathType::phb: return "PHB";
-    case PathType::node: return "NODE";
-    case PathType::sys: return "SYS";
+    case PathType::self:
+      return "X";
+    case PathType::nvlink:
+      return "NV";
+    case PathType::pix:
+      return "PIX";
+    case PathType::pxb:
+      return "PXB";
+    case PathType::phb:
+      return "PHB";
+    case PathType::node:
+      return "NODE";
+    case PathType::sys:
+      return "SYS";
   }
   return "SYS";
 }
@@ -54,17 +61,19 @@ bool is_gpu_bdf(const Snapshot& snap, const std::string& bdf) {
 
 int active_links_to(const Gpu& gpu, const std::string& bdf) {
   if (!gpu.nvlinks) return 0;
-  return static_cast<int>(std::count_if(gpu.nvlinks->begin(), gpu.nvlinks->end(),
-                                        [&](const NvLink& l) { return l.active && l.remote_bdf == bdf; }));
+  return static_cast<int>(
+      std::count_if(gpu.nvlinks->begin(), gpu.nvlinks->end(),
+                    [&](const NvLink& l) { return l.active && l.remote_bdf == bdf; }));
 }
 
 int active_links_to_switches(const Snapshot& snap, const Gpu& gpu) {
   if (!gpu.nvlinks) return 0;
-  return static_cast<int>(std::count_if(gpu.nvlinks->begin(), gpu.nvlinks->end(), [&](const NvLink& l) {
-    // An empty remote (NVML could not say, as in VMs that hide the NVSwitches)
-    // counts as the fabric too.
-    return l.active && !is_gpu_bdf(snap, l.remote_bdf);
-  }));
+  return static_cast<int>(
+      std::count_if(gpu.nvlinks->begin(), gpu.nvlinks->end(), [&](const NvLink& l) {
+        // An empty remote (NVML could not say, as in VMs that hide the NVSwitches)
+        // counts as the fabric too.
+        return l.active && !is_gpu_bdf(snap, l.remote_bdf);
+      }));
 }
 
 }  // namespace

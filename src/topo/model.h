@@ -38,11 +38,11 @@ int nvlink_count(const Snapshot& snap, const Gpu& a, const Gpu& b);
 Path gpu_path(const Snapshot& snap, const Gpu& a, const Gpu& b);
 
 struct Matrix {
-  std::vector<std::string> names;                // "GPU0".."GPUn", "NIC0".."NICm"
-  std::vector<std::vector<std::string>> cells;   // [row][column], rows = names
-  std::vector<std::string> cpu_affinity;         // per row; GPU rows only (else "")
-  std::vector<int> numa;                         // per row; -1 unknown
-  std::vector<std::string> nic_names;            // NICi -> "mlx5_0" (legend)
+  std::vector<std::string> names;               // "GPU0".."GPUn", "NIC0".."NICm"
+  std::vector<std::vector<std::string>> cells;  // [row][column], rows = names
+  std::vector<std::string> cpu_affinity;        // per row; GPU rows only (else "")
+  std::vector<int> numa;                        // per row; -1 unknown
+  std::vector<std::string> nic_names;           // NICi -> "mlx5_0" (legend)
   std::size_t gpu_count = 0;
 };
 
@@ -52,12 +52,12 @@ Matrix build_matrix(const Snapshot& snap);
 std::string render_matrix(const Matrix& matrix);
 
 struct NicChoice {
-  int gpu = 0;               // GPU index
+  int gpu = 0;  // GPU index
   std::string gpu_bdf;
-  std::string nic;           // "mlx5_0"; empty when the node has no usable NIC
+  std::string nic;  // "mlx5_0"; empty when the node has no usable NIC
   int port = 1;
   PathType path = PathType::sys;
-  int gid_index = -1;        // the port's RoCE v2 IPv4-mapped GID index; -1 if none
+  int gid_index = -1;  // the port's RoCE v2 IPv4-mapped GID index; -1 if none
   bool port_active = false;
 };
 

@@ -1,13 +1,13 @@
 #include "topo/probe.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <map>
 #include <optional>
-
-#include <fmt/format.h>
 
 #include "host/dl/nvml.h"
 #include "topo/model.h"
@@ -119,7 +119,8 @@ PciDevice read_pci_at(const Reader& r, const std::string& real) {
     }
     if (is_bdf(part)) chain.push_back(part);
   }
-  if (dev.root.empty()) r.note(fmt::format("{}: no pci<domain>:<bus> host bridge in the path", real));
+  if (dev.root.empty())
+    r.note(fmt::format("{}: no pci<domain>:<bus> host bridge in the path", real));
   if (!chain.empty()) {
     dev.bdf = chain.back();
     chain.pop_back();
@@ -148,12 +149,18 @@ struct KnownGpu {
 
 // PCI device ids of data-centre GPUs, for trees without driver files.
 constexpr KnownGpu k_known_gpus[] = {
-    {0x20b0, "NVIDIA A100-SXM4-40GB"}, {0x20b2, "NVIDIA A100-SXM4-80GB"},
-    {0x20b5, "NVIDIA A100 80GB PCIe"}, {0x2330, "NVIDIA H100 80GB HBM3"},
-    {0x2331, "NVIDIA H100 PCIe"},      {0x2324, "NVIDIA H800"},
-    {0x2335, "NVIDIA H200"},           {0x233b, "NVIDIA H200 NVL"},
-    {0x2342, "NVIDIA GH200 480GB"},    {0x2901, "NVIDIA B200"},
-    {0x2941, "NVIDIA GB200"},          {0x26b5, "NVIDIA L40"},
+    {0x20b0, "NVIDIA A100-SXM4-40GB"},
+    {0x20b2, "NVIDIA A100-SXM4-80GB"},
+    {0x20b5, "NVIDIA A100 80GB PCIe"},
+    {0x2330, "NVIDIA H100 80GB HBM3"},
+    {0x2331, "NVIDIA H100 PCIe"},
+    {0x2324, "NVIDIA H800"},
+    {0x2335, "NVIDIA H200"},
+    {0x233b, "NVIDIA H200 NVL"},
+    {0x2342, "NVIDIA GH200 480GB"},
+    {0x2901, "NVIDIA B200"},
+    {0x2941, "NVIDIA GB200"},
+    {0x26b5, "NVIDIA L40"},
     {0x27b8, "NVIDIA L4"},
 };
 
@@ -259,9 +266,10 @@ std::string c_string(const char* buffer, std::size_t size) {
 }
 
 void probe_nvml(const host::Host& host, Snapshot& snap) {
-  auto loaded = host.libs().nvml ? host.libs().nvml()
-                                 : Result<const host::dl::NvmlApi*>(
-                                       make_error(ErrorCode::unavailable, "no NVML loader"));
+  auto loaded =
+      host.libs().nvml
+          ? host.libs().nvml()
+          : Result<const host::dl::NvmlApi*>(make_error(ErrorCode::unavailable, "no NVML loader"));
   if (!loaded) {
     snap.nvml = loaded.error().message;
     return;
@@ -367,7 +375,8 @@ void probe_rdma(const Reader& r, Snapshot& snap) {
   if (!names) return;
   std::map<std::string, std::string> uverbs;  // ibdev -> uverbsN
   if (fs.exists("/sys/class/infiniband_verbs")) {
-    for (const auto& u : r.list("/sys/class/infiniband_verbs").value_or(std::vector<std::string>{})) {
+    for (const auto& u :
+         r.list("/sys/class/infiniband_verbs").value_or(std::vector<std::string>{})) {
       if (u.rfind("uverbs", 0) != 0) continue;
       if (auto ibdev = r.text("/sys/class/infiniband_verbs/" + u + "/ibdev")) uverbs[*ibdev] = u;
     }

@@ -14,19 +14,19 @@
 namespace epkit::topo {
 
 struct PciDevice {
-  std::string bdf;          // "0000:8a:00.0"
+  std::string bdf;           // "0000:8a:00.0"
   std::uint16_t vendor = 0;  // 0x10de
   std::uint16_t device = 0;
-  std::uint32_t class_code = 0;  // 0x030200
-  int numa_node = -1;            // -1: none reported
-  std::string sysfs_path;        // resolved, "/sys/devices/pci0000:00/.../0000:8a:00.0"
-  std::string root;              // host bridge, "pci0000:00"
+  std::uint32_t class_code = 0;      // 0x030200
+  int numa_node = -1;                // -1: none reported
+  std::string sysfs_path;            // resolved, "/sys/devices/pci0000:00/.../0000:8a:00.0"
+  std::string root;                  // host bridge, "pci0000:00"
   std::vector<std::string> bridges;  // bdfs from the root port down to the parent
-  std::string link_speed;        // current_link_speed, "32.0 GT/s PCIe"
-  int link_width = 0;            // current_link_width
+  std::string link_speed;            // current_link_speed, "32.0 GT/s PCIe"
+  int link_width = 0;                // current_link_width
   std::string max_link_speed;
   int max_link_width = 0;
-  std::string local_cpulist;     // local_cpulist, "0-55,112-167"; empty if unread
+  std::string local_cpulist;  // local_cpulist, "0-55,112-167"; empty if unread
 
   bool operator==(const PciDevice&) const = default;
 };
@@ -42,8 +42,8 @@ struct NvLink {
 struct Gpu {
   int index = 0;  // CUDA order under CUDA_DEVICE_ORDER=PCI_BUS_ID
   PciDevice pci;
-  std::string name;  // "NVIDIA H200"
-  std::string uuid;  // "GPU-…"
+  std::string name;         // "NVIDIA H200"
+  std::string uuid;         // "GPU-…"
   std::string name_source;  // "nvml", "/proc/driver/nvidia/gpus/…/information", "pci id"
   std::optional<std::vector<NvLink>> nvlinks;  // absent: NVML not available
 
@@ -73,8 +73,8 @@ struct IbPort {
   std::string phys_state;  // "LinkUp"
   std::string rate;        // "400 Gb/sec (4X NDR)"
   double rate_gbps = 0;
-  std::string link_layer;  // "InfiniBand" or "Ethernet"
-  std::vector<Gid> gids;   // non-zero entries only
+  std::string link_layer;     // "InfiniBand" or "Ethernet"
+  std::vector<Gid> gids;      // non-zero entries only
   int roce_v2_ipv4_gid = -1;  // index of the RoCE v2 IPv4-mapped GID, -1 if none
 
   bool operator==(const IbPort&) const = default;
@@ -106,7 +106,7 @@ struct NetDev {
 };
 
 struct PciSwitch {
-  std::string upstream_bdf;      // the switch's upstream port
+  std::string upstream_bdf;       // the switch's upstream port
   std::vector<std::string> gpus;  // GPU bdfs below it
   std::vector<std::string> nics;  // RDMA NIC names below it
 

@@ -61,13 +61,20 @@ PciDevice pci_from_json(const json& j) {
 json port_to_json(const IbPort& p) {
   json gids = json::array();
   for (const auto& g : p.gids) {
-    gids.push_back({{"index", g.index}, {"gid", g.gid}, {"type", g.type}, {"ndev", g.ndev},
+    gids.push_back({{"index", g.index},
+                    {"gid", g.gid},
+                    {"type", g.type},
+                    {"ndev", g.ndev},
                     {"ipv4_mapped", g.ipv4_mapped}});
   }
-  return {{"port", p.port},          {"state", p.state},
-          {"state_code", p.state_code}, {"phys_state", p.phys_state},
-          {"rate", p.rate},          {"rate_gbps", p.rate_gbps},
-          {"link_layer", p.link_layer}, {"gids", gids},
+  return {{"port", p.port},
+          {"state", p.state},
+          {"state_code", p.state_code},
+          {"phys_state", p.phys_state},
+          {"rate", p.rate},
+          {"rate_gbps", p.rate_gbps},
+          {"link_layer", p.link_layer},
+          {"gids", gids},
           {"roce_v2_ipv4_gid", p.roce_v2_ipv4_gid}};
 }
 
@@ -110,12 +117,13 @@ std::vector<T> array_of(const json& j, const char* key, Fn from) {
 json to_json(const Snapshot& s) {
   json gpus = json::array();
   for (const auto& g : s.gpus) {
-    json item = {{"index", g.index}, {"pci", pci_to_json(g.pci)}, {"name", g.name},
+    json item = {{"index", g.index}, {"pci", pci_to_json(g.pci)},    {"name", g.name},
                  {"uuid", g.uuid},   {"name_source", g.name_source}, {"nvlinks", nullptr}};
     if (g.nvlinks) {
       item["nvlinks"] = json::array();
       for (const auto& l : *g.nvlinks) {
-        item["nvlinks"].push_back({{"link", l.link}, {"active", l.active}, {"remote_bdf", l.remote_bdf}});
+        item["nvlinks"].push_back(
+            {{"link", l.link}, {"active", l.active}, {"remote_bdf", l.remote_bdf}});
       }
     }
     gpus.push_back(std::move(item));
@@ -149,9 +157,11 @@ json to_json(const Snapshot& s) {
   for (const auto& w : s.switches) {
     switches.push_back({{"upstream_bdf", w.upstream_bdf}, {"gpus", w.gpus}, {"nics", w.nics}});
   }
-  return {{"sysroot", s.sysroot}, {"gpus", gpus},       {"nvswitches", nvswitches},
-          {"nics", nics},         {"netdevs", netdevs}, {"switches", switches},
-          {"nvml", s.nvml},       {"driver_version", s.driver_version}, {"notes", s.notes}};
+  return {{"sysroot", s.sysroot},     {"gpus", gpus},
+          {"nvswitches", nvswitches}, {"nics", nics},
+          {"netdevs", netdevs},       {"switches", switches},
+          {"nvml", s.nvml},           {"driver_version", s.driver_version},
+          {"notes", s.notes}};
 }
 
 Result<Snapshot> from_json(const json& j) {
@@ -177,9 +187,8 @@ Result<Snapshot> from_json(const json& j) {
       }
       return gpu;
     });
-    s.nvswitches = array_of<NvSwitch>(j, "nvswitches", [](const json& n) {
-      return NvSwitch{pci_from_json(n.at("pci"))};
-    });
+    s.nvswitches = array_of<NvSwitch>(
+        j, "nvswitches", [](const json& n) { return NvSwitch{pci_from_json(n.at("pci"))}; });
     s.nics = array_of<RdmaNic>(j, "nics", [](const json& n) {
       RdmaNic nic;
       get(n, "name", nic.name);
@@ -230,7 +239,8 @@ json to_json(const Matrix& m) {
                     {"numa", m.numa[i]}});
   }
   json legend = json::object();
-  for (std::size_t i = 0; i < m.nic_names.size(); ++i) legend[fmt::format("NIC{}", i)] = m.nic_names[i];
+  for (std::size_t i = 0; i < m.nic_names.size(); ++i)
+    legend[fmt::format("NIC{}", i)] = m.nic_names[i];
   return {{"columns", m.names}, {"rows", rows}, {"nic_legend", legend}};
 }
 

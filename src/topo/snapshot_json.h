@@ -3,9 +3,9 @@
 // snapshot can be kept as a fixture or compared across nodes.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <epkit/result.h>
+
+#include <nlohmann/json.hpp>
 
 #include "topo/model.h"
 #include "topo/snapshot.h"

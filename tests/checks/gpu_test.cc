@@ -1,8 +1,8 @@
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <cstring>
 #include <map>
-
-#include <gtest/gtest.h>
 
 #include "checks/registry.h"
 #include "host/dl/cuda.h"
@@ -41,9 +41,18 @@ const host::dl::CudaApi* fake_cuda() {
     using namespace host::dl;
     CudaApi a;
     a.init = [](unsigned) -> CuResult { return g_init_rc; };
-    a.driver_get_version = [](int* v) -> CuResult { *v = 13000; return 0; };
-    a.device_get_count = [](int* n) -> CuResult { *n = 8; return 0; };
-    a.device_get = [](CuDevice* d, int i) -> CuResult { *d = i; return 0; };
+    a.driver_get_version = [](int* v) -> CuResult {
+      *v = 13000;
+      return 0;
+    };
+    a.device_get_count = [](int* n) -> CuResult {
+      *n = 8;
+      return 0;
+    };
+    a.device_get = [](CuDevice* d, int i) -> CuResult {
+      *d = i;
+      return 0;
+    };
     a.device_get_pci_bus_id = [](char* out, int len, CuDevice d) -> CuResult {
       std::snprintf(out, static_cast<std::size_t>(len), "%s", k_a4_bus[d]);
       return 0;
@@ -64,7 +73,8 @@ const host::dl::CudaApi* fake_cuda() {
 host::Host fake_cuda_host() {
   auto libs = host::Libraries::none("test");
   libs.cuda = []() -> Result<const host::dl::CudaApi*> { return fake_cuda(); };
-  return host::Host(host::Sysroot(test::source_path("examples/gke-a4")), host::Env({}, "test"), libs);
+  return host::Host(host::Sysroot(test::source_path("examples/gke-a4")), host::Env({}, "test"),
+                    libs);
 }
 
 TEST(GpuP2p, SkipsWithoutGpu) {
@@ -83,7 +93,8 @@ TEST(GpuP2p, SysrootPassesWithGpuListAndNote) {
 }
 
 TEST(GpuP2p, LiveWithoutLibcudaIsUnknown) {
-  host::Host live(host::Sysroot("/"), host::Env({}, "test"), host::Libraries::none("dlopen failed"));
+  host::Host live(host::Sysroot("/"), host::Env({}, "test"),
+                  host::Libraries::none("dlopen failed"));
   auto snap = topo::probe(test::example_host("gke-a4"));
   auto o = run_check("gpu.p2p", live, snap);
   EXPECT_EQ(o.status, Status::unknown);
@@ -205,7 +216,8 @@ TEST(GpuNicAffinity, SharingIsFineWhenOnlyFarNicsAreIdle) {
   EXPECT_EQ(o.status, Status::pass) << o.summary;
   // Crowding two of them onto one NIC while another computed one is idle fails.
   auto crowded = test::example_host(
-      "dgx-h100", host::Env({{"DEEP_EP_DEVICE_TO_HCA_MAPPING", "0:mlx5_0:1,1:mlx5_0:1,2:mlx5_0:1"}}, "test"));
+      "dgx-h100",
+      host::Env({{"DEEP_EP_DEVICE_TO_HCA_MAPPING", "0:mlx5_0:1,1:mlx5_0:1,2:mlx5_0:1"}}, "test"));
   EXPECT_EQ(run_check("gpu.nic-affinity", crowded, snap).status, Status::fail);
 }
 
@@ -223,11 +235,13 @@ TEST(GpuNicAffinity, NvshmemPeMappingRoundRobin) {
   auto o = affinity("gke-a4", {{"NVSHMEM_ENABLE_NIC_PE_MAPPING", "1"},
                                {"NVSHMEM_HCA_LIST", "mlx5_0:1,mlx5_1:1"}});
   EXPECT_EQ(o.status, Status::fail);
-  EXPECT_EQ(evidence(o, "mapping"), "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_0:1,3:mlx5_1:1,4:mlx5_0:1,"
-                                    "5:mlx5_1:1,6:mlx5_0:1,7:mlx5_1:1");
+  EXPECT_EQ(evidence(o, "mapping"),
+            "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_0:1,3:mlx5_1:1,4:mlx5_0:1,"
+            "5:mlx5_1:1,6:mlx5_0:1,7:mlx5_1:1");
   // Without a list, NIC order: GPU i -> mlx5_i.
   EXPECT_EQ(affinity("gke-a4", {{"NVSHMEM_ENABLE_NIC_PE_MAPPING", "1"}}).status, Status::pass);
-  auto none = affinity("gke-a4", {{"NVSHMEM_ENABLE_NIC_PE_MAPPING", "1"}, {"NVSHMEM_HCA_LIST", "=mlx4"}});
+  auto none =
+      affinity("gke-a4", {{"NVSHMEM_ENABLE_NIC_PE_MAPPING", "1"}, {"NVSHMEM_HCA_LIST", "=mlx4"}});
   EXPECT_EQ(none.status, Status::fail);
   EXPECT_NE(none.summary.find("matches no HCA"), std::string::npos);
 }

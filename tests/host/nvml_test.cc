@@ -87,12 +87,13 @@ TEST(HostCuda, PrefersGetProcAddress) {
     src += std::string("int ") + name + "(void) { return 100; }\n";
   }
   // cuInit through cuGetProcAddress answers 7; everything else falls back to dlsym.
-  src += "static int init_v2(unsigned f) { (void)f; return 7; }\n"
-         "int cuGetProcAddress(const char* s, void** fn, int v, unsigned long long fl) {\n"
-         "  (void)v; (void)fl;\n"
-         "  if (strcmp(s, \"cuInit\") == 0) { *fn = (void*)init_v2; return 0; }\n"
-         "  return 500;\n"
-         "}\n";
+  src +=
+      "static int init_v2(unsigned f) { (void)f; return 7; }\n"
+      "int cuGetProcAddress(const char* s, void** fn, int v, unsigned long long fl) {\n"
+      "  (void)v; (void)fl;\n"
+      "  if (strcmp(s, \"cuInit\") == 0) { *fn = (void*)init_v2; return 0; }\n"
+      "  return 500;\n"
+      "}\n";
   auto cuda = open_cuda({test::build_shared_object(tree.path("/lib/libfake-cuda.so"), src)});
   ASSERT_TRUE(cuda.ok()) << cuda.error().message;
   EXPECT_TRUE(cuda->via_get_proc_address);

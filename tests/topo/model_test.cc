@@ -192,7 +192,7 @@ TEST(TopoModel, MatrixTextHasLegendAndAffinity) {
   auto snap = probe(test::example_host("gke-a4"));
   auto m = build_matrix(snap);
   ASSERT_EQ(m.names.size(), 16u);
-  EXPECT_EQ(m.cells[0][8], "PIX");   // GPU0 x NIC0
+  EXPECT_EQ(m.cells[0][8], "PIX");    // GPU0 x NIC0
   EXPECT_EQ(m.cells[0][10], "NODE");  // GPU0 x NIC2
   EXPECT_EQ(m.cells[0][4], "SYS");    // GPU0 x GPU4
   auto text = render_matrix(m);

@@ -1,11 +1,11 @@
 #include "topo/probe.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-
-#include <gtest/gtest.h>
 
 #include "host/dl/nvml.h"
 #include "support/temp_tree.h"
@@ -14,7 +14,9 @@
 namespace epkit::topo {
 namespace {
 
-Snapshot probe_tree(const std::string& name) { return probe(test::example_host(name)); }
+Snapshot probe_tree(const std::string& name) {
+  return probe(test::example_host(name));
+}
 
 const RdmaNic* find_nic(const Snapshot& snap, const std::string& name) {
   for (const auto& n : snap.nics) {
@@ -149,15 +151,18 @@ TEST(TopoProbe, NodeWithoutGpuOrRdma) {
 
 TEST(TopoProbe, MissingFilesBecomeNotes) {
   test::TempTree tree("examples/gke-a4");
-  const std::string gpu1 = "/sys/devices/pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:01.0/0000:14:00.0";
+  const std::string gpu1 =
+      "/sys/devices/pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:01.0/0000:14:00.0";
   tree.remove(gpu1 + "/numa_node");
   tree.remove(gpu1 + "/current_link_speed");
   tree.write(gpu1 + "/current_link_width", "sixteen\n");
-  const std::string nic = "/sys/devices/pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:02.0/0000:15:00.0";
+  const std::string nic =
+      "/sys/devices/pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:02.0/0000:15:00.0";
   tree.remove(nic + "/infiniband/mlx5_0/ports/1/gids");
   tree.remove(nic + "/infiniband/mlx5_0/ports/1/state");
   tree.remove(nic + "/infiniband/mlx5_0/fw_ver");
-  tree.remove("/sys/devices/pci0000:30/0000:30:01.0/0000:31:00.0/0000:32:03.0/0000:36:00.0");  // dangles
+  tree.remove(
+      "/sys/devices/pci0000:30/0000:30:01.0/0000:31:00.0/0000:32:03.0/0000:36:00.0");  // dangles
   tree.remove("/sys/class/net/eth0/mtu");
   auto snap = probe(tree.host());
   EXPECT_EQ(snap.gpus.size(), 8u);
@@ -200,10 +205,14 @@ const host::dl::NvmlApi& fake_nvml() {
     a.init = []() -> NvmlReturn { return k_nvml_success; };
     a.shutdown = []() -> NvmlReturn { return k_nvml_success; };
     a.error_string = [](NvmlReturn) -> const char* { return "fake"; };
-    a.device_get_count = [](unsigned* n) -> NvmlReturn { *n = 8; return k_nvml_success; };
+    a.device_get_count = [](unsigned* n) -> NvmlReturn {
+      *n = 8;
+      return k_nvml_success;
+    };
     a.device_get_handle_by_pci_bus_id = [](const char* bus, NvmlDevice* dev) -> NvmlReturn {
       // Encode the bus number in the handle.
-      *dev = reinterpret_cast<NvmlDevice>(static_cast<std::uintptr_t>(std::strtoul(bus + 5, nullptr, 16)) + 1);
+      *dev = reinterpret_cast<NvmlDevice>(
+          static_cast<std::uintptr_t>(std::strtoul(bus + 5, nullptr, 16)) + 1);
       return k_nvml_success;
     };
     a.device_get_name = [](NvmlDevice, char* out, unsigned n) -> NvmlReturn {
@@ -211,15 +220,18 @@ const host::dl::NvmlApi& fake_nvml() {
       return k_nvml_success;
     };
     a.device_get_uuid = [](NvmlDevice dev, char* out, unsigned n) -> NvmlReturn {
-      std::snprintf(out, n, "GPU-fake-%lu", static_cast<unsigned long>(reinterpret_cast<std::uintptr_t>(dev)));
+      std::snprintf(out, n, "GPU-fake-%lu",
+                    static_cast<unsigned long>(reinterpret_cast<std::uintptr_t>(dev)));
       return k_nvml_success;
     };
-    a.device_get_nvlink_state = [](NvmlDevice dev, unsigned link, NvmlEnableState* s) -> NvmlReturn {
+    a.device_get_nvlink_state = [](NvmlDevice dev, unsigned link,
+                                   NvmlEnableState* s) -> NvmlReturn {
       bool gpu3 = reinterpret_cast<std::uintptr_t>(dev) == 0x43 + 1;
       *s = (gpu3 && link == 17) ? 0 : k_nvml_feature_enabled;
       return k_nvml_success;
     };
-    a.device_get_nvlink_remote_pci_info = [](NvmlDevice, unsigned link, NvmlPciInfo* info) -> NvmlReturn {
+    a.device_get_nvlink_remote_pci_info = [](NvmlDevice, unsigned link,
+                                             NvmlPciInfo* info) -> NvmlReturn {
       std::snprintf(info->bus_id, sizeof info->bus_id, "00000000:%02X:00.0", 6 + link % 4);
       return k_nvml_success;
     };

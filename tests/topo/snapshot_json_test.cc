@@ -62,8 +62,9 @@ TEST(TopoSnapshotJson, WrongTypesAreInvalidErrors) {
 TEST(TopoSnapshotJson, AssignmentJsonCarriesTheThreeForms) {
   auto snap = probe(test::example_host("gke-a4"));
   auto j = to_json(assign_nics(snap));
-  EXPECT_EQ(j["DEEP_EP_DEVICE_TO_HCA_MAPPING"],
-            "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1,6:mlx5_6:1,7:mlx5_7:1");
+  EXPECT_EQ(
+      j["DEEP_EP_DEVICE_TO_HCA_MAPPING"],
+      "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1,6:mlx5_6:1,7:mlx5_7:1");
   EXPECT_EQ(j["NCCL_IB_HCA"].get<std::string>().front(), '=');
   EXPECT_EQ(j["per_gpu"][2]["NVSHMEM_HCA_LIST"], "mlx5_2:1");
   EXPECT_EQ(j["per_gpu"][2]["roce_v2_ipv4_gid"], 3);

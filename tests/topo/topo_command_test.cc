@@ -1,8 +1,8 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "support/temp_tree.h"
@@ -36,8 +36,8 @@ TEST(TopoCommand, GkeA4TextHasEverySection) {
   EXPECT_EQ(r.code, k_exit_ok) << r.err;
   for (const char* part :
        {"GPUs (8)", "GPU0   0000:13:00.0  NVIDIA B200", "RDMA NICs (8)", "RoCE v2 IPv4 GID index 3",
-        "Other network interfaces (3)", "PCIe switches (4)", "GPUs: GPU0,GPU1    NICs: mlx5_0,mlx5_1",
-        "Topology matrix", "NIC0: mlx5_0", "Legend:",
+        "Other network interfaces (3)", "PCIe switches (4)",
+        "GPUs: GPU0,GPU1    NICs: mlx5_0,mlx5_1", "Topology matrix", "NIC0: mlx5_0", "Legend:",
         "export DEEP_EP_DEVICE_TO_HCA_MAPPING=0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,"
         "4:mlx5_4:1,5:mlx5_5:1,6:mlx5_6:1,7:mlx5_7:1",
         "export NCCL_IB_HCA==mlx5_0:1,", "GPU3=mlx5_3:1"}) {

@@ -1,12 +1,11 @@
 #include "host/dl/cuda.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <cstdint>
 #include <mutex>
 #include <optional>
-
-#include <fmt/format.h>
 
 namespace epkit::host::dl {
 namespace {
@@ -19,9 +18,7 @@ constexpr int k_cuda_api_version = 12000;
 
 class Binder {
  public:
-  explicit Binder(const DlLibrary& lib) : m_lib(lib) {
-    m_lib.bind(m_get_proc, "cuGetProcAddress");
-  }
+  explicit Binder(const DlLibrary& lib) : m_lib(lib) { m_lib.bind(m_get_proc, "cuGetProcAddress"); }
   bool via_proc() const { return m_get_proc != nullptr; }
 
   template <typename Fn>
@@ -61,12 +58,12 @@ Result<CudaLibrary> open_cuda(const std::vector<std::string>& names) {
   Binder bind(out.library);
   out.via_get_proc_address = bind.via_proc();
   CudaApi& api = out.api;
-  for (auto err : {bind(api.init, "cuInit"), bind(api.driver_get_version, "cuDriverGetVersion"),
-                   bind(api.device_get_count, "cuDeviceGetCount"),
-                   bind(api.device_get, "cuDeviceGet"),
-                   bind(api.device_get_pci_bus_id, "cuDeviceGetPCIBusId"),
-                   bind(api.device_can_access_peer, "cuDeviceCanAccessPeer"),
-                   bind(api.get_error_string, "cuGetErrorString")}) {
+  for (auto err :
+       {bind(api.init, "cuInit"), bind(api.driver_get_version, "cuDriverGetVersion"),
+        bind(api.device_get_count, "cuDeviceGetCount"), bind(api.device_get, "cuDeviceGet"),
+        bind(api.device_get_pci_bus_id, "cuDeviceGetPCIBusId"),
+        bind(api.device_can_access_peer, "cuDeviceCanAccessPeer"),
+        bind(api.get_error_string, "cuGetErrorString")}) {
     if (err) return *err;
   }
   return out;
@@ -75,9 +72,8 @@ Result<CudaLibrary> open_cuda(const std::vector<std::string>& names) {
 Result<const CudaApi*> load_cuda() {
   static std::once_flag once;
   static std::optional<Result<CudaLibrary>> loaded;
-  std::call_once(once, [] {
-    loaded.emplace(open_cuda(candidates("EPKIT_CUDA_LIB", {"libcuda.so.1"})));
-  });
+  std::call_once(once,
+                 [] { loaded.emplace(open_cuda(candidates("EPKIT_CUDA_LIB", {"libcuda.so.1"}))); });
   if (!loaded->ok()) return loaded->error();
   return &loaded->value().api;
 }

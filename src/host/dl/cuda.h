@@ -6,10 +6,10 @@
 // entry point); dlsym is the fallback for drivers before CUDA 11.3.
 #pragma once
 
+#include <epkit/result.h>
+
 #include <string>
 #include <vector>
-
-#include <epkit/result.h>
 
 #include "host/dl/library.h"
 
@@ -20,10 +20,10 @@ using CuDevice = int;  // CUdevice
 inline constexpr CuResult k_cuda_success = 0;
 
 struct CudaApi {
-  CuResult (*init)(unsigned) = nullptr;                          // cuInit
-  CuResult (*driver_get_version)(int*) = nullptr;                // cuDriverGetVersion
-  CuResult (*device_get_count)(int*) = nullptr;                  // cuDeviceGetCount
-  CuResult (*device_get)(CuDevice*, int) = nullptr;              // cuDeviceGet
+  CuResult (*init)(unsigned) = nullptr;                               // cuInit
+  CuResult (*driver_get_version)(int*) = nullptr;                     // cuDriverGetVersion
+  CuResult (*device_get_count)(int*) = nullptr;                       // cuDeviceGetCount
+  CuResult (*device_get)(CuDevice*, int) = nullptr;                   // cuDeviceGet
   CuResult (*device_get_pci_bus_id)(char*, int, CuDevice) = nullptr;  // cuDeviceGetPCIBusId
   CuResult (*device_can_access_peer)(int*, CuDevice, CuDevice) = nullptr;
   CuResult (*get_error_string)(CuResult, const char**) = nullptr;  // cuGetErrorString

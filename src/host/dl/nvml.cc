@@ -1,13 +1,12 @@
 #include "host/dl/nvml.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <cctype>
 #include <cstdio>
 #include <mutex>
 #include <optional>
-
-#include <fmt/format.h>
 
 namespace epkit::host::dl {
 namespace {
@@ -18,9 +17,8 @@ std::optional<Error> bind_required(const DlLibrary& lib, Fn*& slot, const char* 
   dlerror();
   if (lib.bind(slot, name)) return std::nullopt;
   const char* why = dlerror();
-  return make_error(ErrorCode::unavailable,
-                    fmt::format("{} lacks {}: {}", lib.name(), name,
-                                why != nullptr ? why : "symbol not found"));
+  return make_error(ErrorCode::unavailable, fmt::format("{} lacks {}: {}", lib.name(), name,
+                                                        why != nullptr ? why : "symbol not found"));
 }
 
 }  // namespace
@@ -36,19 +34,18 @@ Result<NvmlLibrary> open_nvml(const std::vector<std::string>& names) {
   NvmlLibrary out{std::move(*lib), {}};
   NvmlApi& api = out.api;
   const DlLibrary& l = out.library;
-  for (auto err : {bind_required(l, api.init, "nvmlInit_v2"),
-                   bind_required(l, api.shutdown, "nvmlShutdown"),
-                   bind_required(l, api.error_string, "nvmlErrorString"),
-                   bind_required(l, api.device_get_count, "nvmlDeviceGetCount_v2"),
-                   bind_required(l, api.device_get_handle_by_pci_bus_id,
-                                 "nvmlDeviceGetHandleByPciBusId_v2"),
-                   bind_required(l, api.device_get_name, "nvmlDeviceGetName"),
-                   bind_required(l, api.device_get_uuid, "nvmlDeviceGetUUID"),
-                   bind_required(l, api.device_get_nvlink_state, "nvmlDeviceGetNvLinkState"),
-                   bind_required(l, api.device_get_nvlink_remote_pci_info,
-                                 "nvmlDeviceGetNvLinkRemotePciInfo_v2"),
-                   bind_required(l, api.device_get_p2p_status, "nvmlDeviceGetP2PStatus"),
-                   bind_required(l, api.system_get_driver_version, "nvmlSystemGetDriverVersion")}) {
+  for (auto err :
+       {bind_required(l, api.init, "nvmlInit_v2"), bind_required(l, api.shutdown, "nvmlShutdown"),
+        bind_required(l, api.error_string, "nvmlErrorString"),
+        bind_required(l, api.device_get_count, "nvmlDeviceGetCount_v2"),
+        bind_required(l, api.device_get_handle_by_pci_bus_id, "nvmlDeviceGetHandleByPciBusId_v2"),
+        bind_required(l, api.device_get_name, "nvmlDeviceGetName"),
+        bind_required(l, api.device_get_uuid, "nvmlDeviceGetUUID"),
+        bind_required(l, api.device_get_nvlink_state, "nvmlDeviceGetNvLinkState"),
+        bind_required(l, api.device_get_nvlink_remote_pci_info,
+                      "nvmlDeviceGetNvLinkRemotePciInfo_v2"),
+        bind_required(l, api.device_get_p2p_status, "nvmlDeviceGetP2PStatus"),
+        bind_required(l, api.system_get_driver_version, "nvmlSystemGetDriverVersion")}) {
     if (err) return *err;
   }
   return out;
@@ -57,9 +54,8 @@ Result<NvmlLibrary> open_nvml(const std::vector<std::string>& names) {
 Result<const NvmlApi*> load_nvml() {
   static std::once_flag once;
   static std::optional<Result<NvmlLibrary>> loaded;
-  std::call_once(once, [] {
-    loaded.emplace(open_nvml(candidates("EPKIT_NVML_LIB", {"libnvidia-ml.so.1"})));
-  });
+  std::call_once(
+      once, [] { loaded.emplace(open_nvml(candidates("EPKIT_NVML_LIB", {"libnvidia-ml.so.1"}))); });
   if (!loaded->ok()) return loaded->error();
   return &loaded->value().api;
 }

@@ -6,10 +6,10 @@
 // one).
 #pragma once
 
+#include <epkit/result.h>
+
 #include <string>
 #include <vector>
-
-#include <epkit/result.h>
 
 #include "host/dl/library.h"
 
@@ -55,10 +55,10 @@ inline constexpr unsigned k_nvml_uuid_size = 80;
 inline constexpr unsigned k_nvml_driver_version_size = 80;
 
 struct NvmlApi {
-  NvmlReturn (*init)() = nullptr;                        // nvmlInit_v2
-  NvmlReturn (*shutdown)() = nullptr;                    // nvmlShutdown
-  const char* (*error_string)(NvmlReturn) = nullptr;     // nvmlErrorString
-  NvmlReturn (*device_get_count)(unsigned*) = nullptr;   // nvmlDeviceGetCount_v2
+  NvmlReturn (*init)() = nullptr;                       // nvmlInit_v2
+  NvmlReturn (*shutdown)() = nullptr;                   // nvmlShutdown
+  const char* (*error_string)(NvmlReturn) = nullptr;    // nvmlErrorString
+  NvmlReturn (*device_get_count)(unsigned*) = nullptr;  // nvmlDeviceGetCount_v2
   NvmlReturn (*device_get_handle_by_pci_bus_id)(const char*, NvmlDevice*) = nullptr;
   NvmlReturn (*device_get_name)(NvmlDevice, char*, unsigned) = nullptr;
   NvmlReturn (*device_get_uuid)(NvmlDevice, char*, unsigned) = nullptr;

@@ -1,9 +1,9 @@
 // epkit topo: the node's GPUs, NICs, PCIe tree and the GPU-to-NIC mapping.
-#include <ostream>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
 #include <nlohmann/json.hpp>
+#include <ostream>
 
 #include "cli/command.h"
 #include "cli/text_style.h"
@@ -14,7 +14,9 @@
 namespace epkit::cli {
 namespace {
 
-std::string numa_text(int numa) { return numa < 0 ? "-" : std::to_string(numa); }
+std::string numa_text(int numa) {
+  return numa < 0 ? "-" : std::to_string(numa);
+}
 
 std::string link_text(const topo::PciDevice& pci) {
   if (pci.link_speed.empty() && pci.link_width == 0) return "-";
@@ -34,7 +36,8 @@ void print_devices(const topo::Snapshot& snap, Io& io) {
   for (const auto& g : snap.gpus) {
     io.out << fmt::format("  GPU{:<3} {}  {:<24} NUMA {:<2} {}\n", g.index, g.pci.bdf, g.name,
                           numa_text(g.pci.numa_node), link_text(g.pci));
-    if (!g.uuid.empty()) io.out << fmt::format("          {}  (name from {})\n", g.uuid, g.name_source);
+    if (!g.uuid.empty())
+      io.out << fmt::format("          {}  (name from {})\n", g.uuid, g.name_source);
     if (g.nvlinks) {
       int active = 0;
       for (const auto& l : *g.nvlinks) active += l.active ? 1 : 0;
@@ -52,11 +55,11 @@ void print_devices(const topo::Snapshot& snap, Io& io) {
   }
   section(io, fmt::format("RDMA NICs ({})", snap.nics.size()));
   for (const auto& n : snap.nics) {
-    io.out << fmt::format("  {:<12} {}  NUMA {:<2} netdev {}  {}{}\n", n.name,
-                          n.pci ? n.pci->bdf : std::string("no PCI device"),
-                          numa_text(n.pci ? n.pci->numa_node : -1),
-                          n.netdevs.empty() ? std::string("-") : fmt::format("{}", fmt::join(n.netdevs, ",")),
-                          n.uverbs.empty() ? "no uverbs" : n.uverbs, n.is_bond ? "  (bond)" : "");
+    io.out << fmt::format(
+        "  {:<12} {}  NUMA {:<2} netdev {}  {}{}\n", n.name,
+        n.pci ? n.pci->bdf : std::string("no PCI device"), numa_text(n.pci ? n.pci->numa_node : -1),
+        n.netdevs.empty() ? std::string("-") : fmt::format("{}", fmt::join(n.netdevs, ",")),
+        n.uverbs.empty() ? "no uverbs" : n.uverbs, n.is_bond ? "  (bond)" : "");
     for (const auto& p : n.ports) {
       io.out << fmt::format("    port {}: {} {}  {}  {}", p.port, p.state, p.phys_state, p.rate,
                             p.link_layer);
@@ -88,9 +91,10 @@ void print_devices(const topo::Snapshot& snap, Io& io) {
         if (g.pci.bdf == bdf) gpus.push_back(fmt::format("GPU{}", g.index));
       }
     }
-    io.out << fmt::format("  {}  GPUs: {:<12} NICs: {}\n", s.upstream_bdf,
-                          gpus.empty() ? std::string("-") : fmt::format("{}", fmt::join(gpus, ",")),
-                          s.nics.empty() ? std::string("-") : fmt::format("{}", fmt::join(s.nics, ",")));
+    io.out << fmt::format(
+        "  {}  GPUs: {:<12} NICs: {}\n", s.upstream_bdf,
+        gpus.empty() ? std::string("-") : fmt::format("{}", fmt::join(gpus, ",")),
+        s.nics.empty() ? std::string("-") : fmt::format("{}", fmt::join(s.nics, ",")));
   }
 }
 
@@ -100,9 +104,10 @@ void print_mapping(const std::vector<topo::NicChoice>& choices, Io& io) {
   for (const auto& c : choices) {
     if (c.nic.empty()) continue;
     any = true;
-    io.out << fmt::format("  GPU{:<3} -> {}:{}  ({}{}{})\n", c.gpu, c.nic, c.port,
-                          topo::to_string(c.path), c.port_active ? "" : ", port not ACTIVE",
-                          c.gid_index >= 0 ? fmt::format(", RoCE v2 GID index {}", c.gid_index) : "");
+    io.out << fmt::format(
+        "  GPU{:<3} -> {}:{}  ({}{}{})\n", c.gpu, c.nic, c.port, topo::to_string(c.path),
+        c.port_active ? "" : ", port not ACTIVE",
+        c.gid_index >= 0 ? fmt::format(", RoCE v2 GID index {}", c.gid_index) : "");
   }
   if (!any) {
     io.out << "  no RDMA NIC to assign\n";
@@ -142,9 +147,9 @@ Command make_topo_command() {
                 io.out << out.dump(2) << "\n";
                 return k_exit_ok;
               }
-              io.out << fmt::format("epkit topo: {} GPU{}, {} RDMA device{}",
-                                    snap.gpus.size(), snap.gpus.size() == 1 ? "" : "s",
-                                    snap.nics.size(), snap.nics.size() == 1 ? "" : "s");
+              io.out << fmt::format("epkit topo: {} GPU{}, {} RDMA device{}", snap.gpus.size(),
+                                    snap.gpus.size() == 1 ? "" : "s", snap.nics.size(),
+                                    snap.nics.size() == 1 ? "" : "s");
               if (!host->live()) io.out << fmt::format(" (sysroot {})", host->fs().root());
               io.out << "\n";
               if (snap.gpus.empty()) {
