@@ -235,7 +235,19 @@ Outcome check_nic_affinity(const Context& ctx) {
       }
       r.per_gpu[m.gpu] = fmt::format("{}:{}", m.hca, m.port);
     }
-    return judge_mapping(snap, r, fix_line);
+    Outcome out = judge_mapping(snap, r, fix_line);
+    std::vector<std::string> missing;
+    for (const auto& g : snap.gpus) {
+      if (!r.per_gpu.count(g.index)) missing.push_back(fmt::format("GPU{}", g.index));
+    }
+    if (!missing.empty() && out.status != Status::fail) {
+      // The process on an unlisted GPU gets no HCA from the mapping.
+      out.status = worse(out.status, Status::warn);
+      out.summary += fmt::format("; {} not in the mapping", fmt::join(missing, ","));
+      out.expected = "an entry for every GPU";
+      out.fix = fix_line;
+    }
+    return out;
   }
 
   auto hca_list = env.get_nonempty("NVSHMEM_HCA_LIST");

@@ -221,6 +221,13 @@ TEST(GpuNicAffinity, SharingIsFineWhenOnlyFarNicsAreIdle) {
   EXPECT_EQ(run_check("gpu.nic-affinity", crowded, snap).status, Status::fail);
 }
 
+TEST(GpuNicAffinity, GpuMissingFromMappingWarns) {
+  auto o = affinity("gke-a4", {{"DEEP_EP_DEVICE_TO_HCA_MAPPING",
+                                "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1"}});
+  EXPECT_EQ(o.status, Status::warn);
+  EXPECT_NE(o.summary.find("GPU6,GPU7 not in the mapping"), std::string::npos);
+}
+
 TEST(GpuNicAffinity, MalformedOrUnknownHcaFails) {
   auto bad = affinity("gke-a4", {{"DEEP_EP_DEVICE_TO_HCA_MAPPING", "0:mlx5_0,1:mlx5_1:1"}});
   EXPECT_EQ(bad.status, Status::fail);
