@@ -330,7 +330,7 @@ def main():
     args = parser.parse_args()
     for name, make in (("gke-a4", make_gke_a4), ("dgx-h100", make_dgx_h100)):
         root = os.path.join(args.out, name)
-        # Keep a README that lives beside the tree; regenerate the rest.
+        # Only the tree folders are regenerated; other files beside them stay.
         for entry in ("sys", "proc", "dev", "etc"):
             shutil.rmtree(os.path.join(root, entry), ignore_errors=True)
         make(root)
