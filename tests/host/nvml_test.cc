@@ -106,6 +106,7 @@ TEST(HostNvml, NormalizesBusIds) {
   EXPECT_EQ(normalize_bus_id("00000000:18:00.0"), "0000:18:00.0");
   EXPECT_EQ(normalize_bus_id("0000:AB:00.1"), "0000:ab:00.1");
   EXPECT_EQ(normalize_bus_id("garbage"), "garbage");
+  EXPECT_EQ(normalize_bus_id("FFFFFFFF:FF:FF.0"), "");  // H200 VM: NVSwitch hidden
 }
 
 }  // namespace

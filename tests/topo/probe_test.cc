@@ -10,6 +10,7 @@
 #include "host/dl/nvml.h"
 #include "support/temp_tree.h"
 #include "topo/example_host.h"
+#include "topo/model.h"
 
 namespace epkit::topo {
 namespace {
@@ -196,6 +197,9 @@ TEST(TopoProbe, EmptyTreeGivesNotesNotCrashes) {
   EXPECT_FALSE(snap.notes.empty());  // /sys/bus/pci/devices and /sys/class/net missing
 }
 
+// What a VM that hides the NVSwitches answers for a link's remote end.
+bool g_hidden_remote = false;
+
 // A fake NVML (captureless lambdas): GPU names, UUIDs and NVLinks to an
 // NVSwitch, link 17 down on GPU 3.
 const host::dl::NvmlApi& fake_nvml() {
@@ -232,7 +236,11 @@ const host::dl::NvmlApi& fake_nvml() {
     };
     a.device_get_nvlink_remote_pci_info = [](NvmlDevice, unsigned link,
                                              NvmlPciInfo* info) -> NvmlReturn {
-      std::snprintf(info->bus_id, sizeof info->bus_id, "00000000:%02X:00.0", 6 + link % 4);
+      if (g_hidden_remote) {
+        std::snprintf(info->bus_id, sizeof info->bus_id, "FFFFFFFF:FF:FF.0");
+      } else {
+        std::snprintf(info->bus_id, sizeof info->bus_id, "00000000:%02X:00.0", 6 + link % 4);
+      }
       return k_nvml_success;
     };
     a.device_get_p2p_status = [](NvmlDevice, NvmlDevice, int, NvmlP2PStatus* s) -> NvmlReturn {
@@ -263,6 +271,21 @@ TEST(TopoProbe, NvmlGivesNamesAndNvlinks) {
   EXPECT_EQ((*snap.gpus[0].nvlinks)[1].remote_bdf, "0000:07:00.0");
   EXPECT_FALSE((*snap.gpus[3].nvlinks)[17].active);
   EXPECT_TRUE((*snap.gpus[3].nvlinks)[17].remote_bdf.empty());
+}
+
+TEST(TopoProbe, NvlinkMatrixThroughVisibleOrHiddenSwitches) {
+  auto libs = host::Libraries::none("test");
+  libs.nvml = []() -> Result<const host::dl::NvmlApi*> { return &fake_nvml(); };
+  host::Host h(host::Sysroot(test::source_path("examples/dgx-h100")), host::Env({}, "test"), libs);
+  for (bool hidden : {false, true}) {
+    g_hidden_remote = hidden;
+    auto snap = probe(h);
+    g_hidden_remote = false;
+    EXPECT_EQ((*snap.gpus[0].nvlinks)[0].remote_bdf, hidden ? "" : "0000:06:00.0");
+    EXPECT_EQ(gpu_path(snap, snap.gpus[0], snap.gpus[1]).label(), "NV18") << hidden;
+    EXPECT_EQ(gpu_path(snap, snap.gpus[0], snap.gpus[3]).label(), "NV17") << hidden;
+    EXPECT_EQ(gpu_path(snap, snap.gpus[0], snap.gpus[7]).label(), "NV18") << hidden;
+  }
 }
 
 TEST(TopoProbe, NvmlUnavailableIsRecorded) {

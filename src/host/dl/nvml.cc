@@ -71,6 +71,9 @@ std::string normalize_bus_id(const std::string& bus_id) {
     for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return lower;
   }
+  // All ones: the remote end is hidden (NVSwitches passed through to a VM
+  // report "FFFFFFFF:FF:FF.0").
+  if (domain == 0xffffffffu && bus == 0xff) return {};
   return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", domain, bus, dev, fn);
 }
 

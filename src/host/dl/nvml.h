@@ -88,7 +88,8 @@ Result<NvmlLibrary> open_nvml(const std::vector<std::string>& candidates);
 Result<const NvmlApi*> load_nvml();
 
 /// "00000000:18:00.0" or "0000:18:00.0" -> "0000:18:00.0" (sysfs spelling,
-/// lower case); unchanged when it does not parse.
+/// lower case); "" for "FFFFFFFF:FF:FF.0" (a remote NVML cannot name);
+/// lower-cased but otherwise unchanged when it does not parse.
 std::string normalize_bus_id(const std::string& bus_id);
 
 }  // namespace epkit::host::dl
