@@ -1,0 +1,49 @@
+// The HCA lists users give NCCL, NVSHMEM and DeepEP, parsed and resolved
+// against a snapshot's RDMA NICs, so a check can say which NIC each GPU's
+// process will really use.
+#pragma once
+
+#include <epkit/result.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topo/snapshot.h"
+
+namespace epkit::topo {
+
+/// NCCL_IB_HCA's grammar, which NVSHMEM_HCA_LIST shares: an optional '^'
+/// (exclude the listed devices), an optional '=' (names match exactly, not
+/// as prefixes), then `name[:port]` items separated by commas.
+struct HcaFilter {
+  struct Item {
+    std::string name;
+    int port = -1;  // -1: any port
+  };
+  bool exclude = false;
+  bool exact = false;
+  std::vector<Item> items;
+};
+
+/// An empty item, an empty name or a port that is not a positive number is
+/// an invalid error quoting the value.
+Result<HcaFilter> parse_hca_filter(std::string_view value);
+
+/// The NICs the filter selects, as `name:port`: include lists in the list's
+/// order (each item's matches in NIC order), exclude lists in NIC order.
+/// Port: the item's port, else the NIC's first ACTIVE port, else its first.
+std::vector<std::string> resolve_hca_filter(const HcaFilter& filter, const Snapshot& snap);
+
+/// One DEEP_EP_DEVICE_TO_HCA_MAPPING entry: "gpu:hca:port".
+struct HcaMapping {
+  int gpu = 0;
+  std::string hca;
+  int port = 1;
+};
+
+/// "0:mlx5_0:1,1:mlx5_1:1"; an entry not of the form gpu:hca:port (numbers
+/// where numbers go), or a GPU listed twice, is an invalid error naming it.
+Result<std::vector<HcaMapping>> parse_device_to_hca_mapping(std::string_view value);
+
+}  // namespace epkit::topo
