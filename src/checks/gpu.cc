@@ -255,20 +255,17 @@ Outcome check_nic_affinity(const Context& ctx) {
   if (pe_mapping) {
     std::vector<std::string> hcas;
     if (hca_list) {
-      auto filter = topo::parse_hca_filter(*hca_list);
-      if (!filter) {
-        return fail(fmt::format("NVSHMEM_HCA_LIST is malformed: {}", filter.error().message), {},
-                    fix_line)
-            .add("NVSHMEM_HCA_LIST", *hca_list, src);
-      }
-      hcas = topo::resolve_hca_filter(*filter, snap);
+      auto filter = topo::parse_device_filter(*hca_list, topo::ListGrammar::nvshmem);
+      hcas = topo::resolve_hca_filter(filter, snap);
       if (hcas.empty()) {
-        return fail("NVSHMEM_HCA_LIST matches no HCA on this node",
-                    "names from /sys/class/infiniband", fix_line)
-            .add("NVSHMEM_HCA_LIST", *hca_list, src);
+        Outcome none = fail("NVSHMEM_HCA_LIST matches no HCA on this node",
+                            "names from /sys/class/infiniband", fix_line);
+        none.add("NVSHMEM_HCA_LIST", *hca_list, src);
+        for (const auto& note : filter.notes) none.add("NVSHMEM_HCA_LIST", note, "grammar");
+        return none;
       }
     } else {
-      hcas = topo::resolve_hca_filter(topo::HcaFilter{true, false, {}}, snap);
+      hcas = topo::resolve_hca_filter(topo::parse_device_filter("", topo::ListGrammar::nvshmem), snap);
     }
     Resolved r{{}, "NVSHMEM_ENABLE_NIC_PE_MAPPING=1 (local rank i -> HCA i mod n)", src};
     for (const auto& g : snap.gpus) {

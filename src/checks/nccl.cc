@@ -13,7 +13,7 @@
 
 #include "checks/check.h"
 #include "checks/check_util.h"
-#include "checks/hca_filter.h"
+#include "topo/device_filter.h"
 
 namespace epkit::checks {
 namespace {
@@ -279,7 +279,7 @@ void check_socket_ifname(const Context& ctx, const std::string& value, Findings&
   std::vector<std::string> names;
   for (const auto& dev : ctx.topo.netdevs) names.push_back(dev.name);
   f.evidence("network interfaces", join_names(names), "/sys/class/net");
-  DeviceFilter filter = parse_device_filter(value);
+  topo::DeviceFilter filter = topo::parse_device_filter(value);
   for (const auto& note : filter.notes) {
     f.add(Status::warn, "NCCL_SOCKET_IFNAME: " + note, "entries NCCL reads as written",
           "rewrite NCCL_SOCKET_IFNAME, e.g. NCCL_SOCKET_IFNAME==eth0");
@@ -345,7 +345,7 @@ void check_socket_ifname(const Context& ctx, const std::string& value, Findings&
 }
 
 void check_ib_hca(const Context& ctx, const std::string& value, Findings& f) {
-  DeviceFilter filter = parse_device_filter(value);
+  topo::DeviceFilter filter = topo::parse_device_filter(value);
   for (const auto& note : filter.notes) {
     f.add(Status::warn, "NCCL_IB_HCA: " + note, "entries NCCL reads as written",
           "rewrite NCCL_IB_HCA, e.g. NCCL_IB_HCA==mlx5_0,mlx5_1");

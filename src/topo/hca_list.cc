@@ -44,71 +44,28 @@ bool has_port(const RdmaNic& nic, int port) {
 
 }  // namespace
 
-Result<HcaFilter> parse_hca_filter(std::string_view value) {
-  HcaFilter filter;
-  std::string_view rest = trim(value);
-  if (!rest.empty() && rest.front() == '^') {
-    filter.exclude = true;
-    rest.remove_prefix(1);
-  }
-  if (!rest.empty() && rest.front() == '=') {
-    filter.exact = true;
-    rest.remove_prefix(1);
-  }
-  for (auto item : split_commas(rest)) {
-    item = trim(item);
-    HcaFilter::Item parsed;
-    auto colon = item.find(':');
-    parsed.name = std::string(item.substr(0, colon));
-    if (parsed.name.empty()) {
-      return make_error(ErrorCode::invalid,
-                        fmt::format("'{}': empty HCA name in the list", std::string(value)));
-    }
-    if (colon != std::string_view::npos &&
-        (!parse_int(item.substr(colon + 1), parsed.port) || parsed.port <= 0)) {
-      return make_error(ErrorCode::invalid,
-                        fmt::format("'{}': port of '{}' is not a positive number",
-                                    std::string(value), std::string(item)));
-    }
-    filter.items.push_back(std::move(parsed));
-  }
-  return filter;
-}
-
-std::vector<std::string> resolve_hca_filter(const HcaFilter& filter, const Snapshot& snap) {
-  auto matches = [&](const HcaFilter::Item& item, const RdmaNic& nic) {
-    bool name_ok = filter.exact ? nic.name == item.name : nic.name.rfind(item.name, 0) == 0;
-    return name_ok && (item.port < 0 || has_port(nic, item.port));
-  };
+std::vector<std::string> resolve_hca_filter(const DeviceFilter& filter, const Snapshot& snap) {
   std::vector<std::string> out;
   auto add = [&](std::string entry) {
     if (std::find(out.begin(), out.end(), entry) == out.end()) out.push_back(std::move(entry));
   };
-  if (filter.exclude) {
+  if (filter.exclude || filter.entries.empty()) {
     for (const auto& nic : snap.nics) {
-      bool excluded =
-          std::any_of(filter.items.begin(), filter.items.end(), [&](const HcaFilter::Item& item) {
-            return matches({item.name, -1}, nic) && item.port < 0;
-          });
-      if (excluded) continue;
+      if (nic.ports.empty() && filter.selects(nic.name)) add(fmt::format("{}:1", nic.name));
       for (const auto& p : nic.ports) {
-        bool port_excluded = std::any_of(
-            filter.items.begin(), filter.items.end(),
-            [&](const HcaFilter::Item& item) { return item.port == p.port && matches(item, nic); });
-        if (!port_excluded) {
+        if (filter.selects(nic.name, p.port)) {
           add(fmt::format("{}:{}", nic.name, p.port));
           break;
         }
       }
-      if (nic.ports.empty()) add(fmt::format("{}:1", nic.name));
     }
     return out;
   }
-  for (const auto& item : filter.items) {
+  for (const auto& entry : filter.entries) {
     for (const auto& nic : snap.nics) {
-      if (matches(item, nic)) {
-        add(fmt::format("{}:{}", nic.name, item.port > 0 ? item.port : default_port(nic)));
-      }
+      if (!filter.entry_matches(entry, nic.name)) continue;
+      if (entry.port > 0 && !has_port(nic, entry.port)) continue;
+      add(fmt::format("{}:{}", nic.name, entry.port > 0 ? entry.port : default_port(nic)));
     }
   }
   return out;

@@ -9,31 +9,16 @@
 #include <string_view>
 #include <vector>
 
+#include "topo/device_filter.h"
 #include "topo/snapshot.h"
 
 namespace epkit::topo {
 
-/// NCCL_IB_HCA's grammar, which NVSHMEM_HCA_LIST shares: an optional '^'
-/// (exclude the listed devices), an optional '=' (names match exactly, not
-/// as prefixes), then `name[:port]` items separated by commas.
-struct HcaFilter {
-  struct Item {
-    std::string name;
-    int port = -1;  // -1: any port
-  };
-  bool exclude = false;
-  bool exact = false;
-  std::vector<Item> items;
-};
-
-/// An empty item, an empty name or a port that is not a positive number is
-/// an invalid error quoting the value.
-Result<HcaFilter> parse_hca_filter(std::string_view value);
-
-/// The NICs the filter selects, as `name:port`: include lists in the list's
-/// order (each item's matches in NIC order), exclude lists in NIC order.
-/// Port: the item's port, else the NIC's first ACTIVE port, else its first.
-std::vector<std::string> resolve_hca_filter(const HcaFilter& filter, const Snapshot& snap);
+/// The NICs a device filter (NCCL_IB_HCA, NVSHMEM_HCA_LIST; device_filter.h)
+/// selects, as `name:port`: include lists in the list's order (each entry's
+/// matches in NIC order), exclude lists and empty lists in NIC order.
+/// Port: the entry's port, else the NIC's first ACTIVE port, else its first.
+std::vector<std::string> resolve_hca_filter(const DeviceFilter& filter, const Snapshot& snap);
 
 /// One DEEP_EP_DEVICE_TO_HCA_MAPPING entry: "gpu:hca:port".
 struct HcaMapping {

@@ -9,9 +9,7 @@ namespace epkit::topo {
 namespace {
 
 std::vector<std::string> resolve(const std::string& value, const Snapshot& snap) {
-  auto filter = parse_hca_filter(value);
-  EXPECT_TRUE(filter.ok()) << value;
-  return filter ? resolve_hca_filter(*filter, snap) : std::vector<std::string>{};
+  return resolve_hca_filter(parse_device_filter(value), snap);
 }
 
 TEST(TopoHcaList, GrammarPrefixExactExcludePorts) {
@@ -31,16 +29,15 @@ TEST(TopoHcaList, GrammarPrefixExactExcludePorts) {
   EXPECT_EQ(excluded.back(), "mlx5_7:1");
 }
 
-TEST(TopoHcaList, BadListsAreErrors) {
-  EXPECT_FALSE(parse_hca_filter("mlx5_0,,mlx5_1").ok());
-  EXPECT_FALSE(parse_hca_filter("mlx5_0:x").ok());
-  EXPECT_FALSE(parse_hca_filter("mlx5_0:0").ok());
-  EXPECT_FALSE(parse_hca_filter("^").ok());
-  auto f = parse_hca_filter("^=mlx5_0:1");
-  ASSERT_TRUE(f.ok());
-  EXPECT_TRUE(f->exclude);
-  EXPECT_TRUE(f->exact);
-  EXPECT_EQ(f->items[0].port, 1);
+TEST(TopoHcaList, NvshmemListsMatchWholeNames) {
+  auto snap = probe(test::example_host("dgx-h100"));
+  auto nvshmem = [&](const char* value) {
+    return resolve_hca_filter(parse_device_filter(value, ListGrammar::nvshmem), snap);
+  };
+  EXPECT_EQ(nvshmem("mlx5_1"), std::vector<std::string>{"mlx5_1:1"});
+  EXPECT_EQ(nvshmem("mlx5"), std::vector<std::string>{});  // no prefix matching in NVSHMEM
+  EXPECT_EQ(nvshmem("").size(), 11u);                     // an empty list filters nothing
+  EXPECT_EQ(nvshmem("^mlx5_bond_0,mlx5_8,mlx5_9").size(), 8u);
 }
 
 TEST(TopoHcaList, DeviceToHcaMapping) {

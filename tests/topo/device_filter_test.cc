@@ -1,11 +1,11 @@
-#include "checks/hca_filter.h"
+#include "topo/device_filter.h"
 
 #include <gtest/gtest.h>
 
-namespace epkit::checks {
+namespace epkit::topo {
 namespace {
 
-TEST(HcaFilter, PrefixMatchesByDefault) {
+TEST(TopoDeviceFilter, PrefixMatchesByDefault) {
   auto f = parse_device_filter("mlx5");
   EXPECT_FALSE(f.exclude);
   EXPECT_FALSE(f.exact);
@@ -16,7 +16,7 @@ TEST(HcaFilter, PrefixMatchesByDefault) {
   EXPECT_TRUE(f.notes.empty());
 }
 
-TEST(HcaFilter, EqualsMeansExactNamesAndPortsNarrow) {
+TEST(TopoDeviceFilter, EqualsMeansExactNamesAndPortsNarrow) {
   auto f = parse_device_filter("=mlx5_0:1,mlx5_1:1");
   EXPECT_TRUE(f.exact);
   EXPECT_TRUE(f.selects("mlx5_0", 1));
@@ -26,7 +26,7 @@ TEST(HcaFilter, EqualsMeansExactNamesAndPortsNarrow) {
   EXPECT_FALSE(f.selects("mlx5_2", 1));
 }
 
-TEST(HcaFilter, CaretExcludesAndCombinesWithEquals) {
+TEST(TopoDeviceFilter, CaretExcludesAndCombinesWithEquals) {
   auto f = parse_device_filter("^=mlx5_1,mlx5_4");
   EXPECT_TRUE(f.exclude);
   EXPECT_TRUE(f.exact);
@@ -36,14 +36,14 @@ TEST(HcaFilter, CaretExcludesAndCombinesWithEquals) {
   EXPECT_TRUE(f.selects("mlx5_11", 1));
 }
 
-TEST(HcaFilter, ExcludingOnePortKeepsTheOthers) {
+TEST(TopoDeviceFilter, ExcludingOnePortKeepsTheOthers) {
   auto f = parse_device_filter("^mlx5_bond_0:1");
   EXPECT_FALSE(f.selects("mlx5_bond_0", 1));
   EXPECT_TRUE(f.selects("mlx5_bond_0", 2));
   EXPECT_TRUE(f.selects("mlx5_0", 1));
 }
 
-TEST(HcaFilter, MarksCountOnlyAtTheStartOfTheList) {
+TEST(TopoDeviceFilter, MarksCountOnlyAtTheStartOfTheList) {
   auto f = parse_device_filter("mlx5_0,^mlx5_1");
   EXPECT_FALSE(f.exclude);
   ASSERT_EQ(f.entries.size(), 2u);
@@ -58,7 +58,7 @@ TEST(HcaFilter, MarksCountOnlyAtTheStartOfTheList) {
   EXPECT_EQ(g.notes.size(), 1u);
 }
 
-TEST(HcaFilter, EmptyListsFollowEachLibrary) {
+TEST(TopoDeviceFilter, EmptyListsFollowEachLibrary) {
   EXPECT_TRUE(parse_device_filter("").selects("mlx5_0", 1));
   EXPECT_TRUE(parse_device_filter("=").selects("mlx5_0", 1));
   // NCCL: nothing listed matches everything, so '^' alone excludes all.
@@ -68,7 +68,7 @@ TEST(HcaFilter, EmptyListsFollowEachLibrary) {
   EXPECT_TRUE(parse_device_filter(",,").entries.empty());
 }
 
-TEST(HcaFilter, PortsParseLikeAtoi) {
+TEST(TopoDeviceFilter, PortsParseLikeAtoi) {
   auto f = parse_device_filter("mlx5_0:x");
   ASSERT_EQ(f.entries.size(), 1u);
   EXPECT_EQ(f.entries[0].port, 0);
@@ -80,7 +80,7 @@ TEST(HcaFilter, PortsParseLikeAtoi) {
   EXPECT_TRUE(g.notes.empty());
 }
 
-TEST(HcaFilter, BlanksStayInNames) {
+TEST(TopoDeviceFilter, BlanksStayInNames) {
   auto f = parse_device_filter("mlx5_0, mlx5_1");
   ASSERT_EQ(f.entries.size(), 2u);
   EXPECT_EQ(f.entries[1].name, " mlx5_1");
@@ -88,7 +88,7 @@ TEST(HcaFilter, BlanksStayInNames) {
   EXPECT_EQ(f.notes.size(), 1u);
 }
 
-TEST(HcaFilter, NvshmemMatchesWholeNamesOnly) {
+TEST(TopoDeviceFilter, NvshmemMatchesWholeNamesOnly) {
   auto f = parse_device_filter("mlx5", ListGrammar::nvshmem);
   EXPECT_TRUE(f.exact);
   EXPECT_FALSE(f.selects("mlx5_0", 1));
@@ -101,7 +101,7 @@ TEST(HcaFilter, NvshmemMatchesWholeNamesOnly) {
   EXPECT_EQ(h.notes.size(), 1u);
 }
 
-TEST(HcaFilter, SocketInterfacesIgnorePorts) {
+TEST(TopoDeviceFilter, SocketInterfacesIgnorePorts) {
   auto f = parse_device_filter("eth");
   EXPECT_TRUE(f.selects("eth0"));
   EXPECT_TRUE(f.selects("eth10"));
@@ -116,4 +116,4 @@ TEST(HcaFilter, SocketInterfacesIgnorePorts) {
 }
 
 }  // namespace
-}  // namespace epkit::checks
+}  // namespace epkit::topo

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-namespace epkit::checks {
+namespace epkit::topo {
 
 enum class ListGrammar { nccl, nvshmem };
 
@@ -42,4 +42,4 @@ struct DeviceFilter {
 
 DeviceFilter parse_device_filter(std::string_view text, ListGrammar grammar = ListGrammar::nccl);
 
-}  // namespace epkit::checks
+}  // namespace epkit::topo

@@ -1,10 +1,10 @@
-#include "checks/hca_filter.h"
+#include "topo/device_filter.h"
 
 #include <cctype>
 
 #include <fmt/format.h>
 
-namespace epkit::checks {
+namespace epkit::topo {
 namespace {
 
 // atoi(): leading blanks, a sign, digits; anything else ends the number and
@@ -102,4 +102,4 @@ DeviceFilter parse_device_filter(std::string_view text, ListGrammar grammar) {
   return filter;
 }
 
-}  // namespace epkit::checks
+}  // namespace epkit::topo
