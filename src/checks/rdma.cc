@@ -882,14 +882,20 @@ Outcome check_gid_index(const Context& ctx) {
     }
     if (*index == -1 && std::string_view(var) == "NCCL_IB_GID_INDEX")
       continue;  // NCCL auto-selects
+    // One finding per variable, naming every port it is wrong on (a node has
+    // 8 rails; eight near-identical lines would bury the fix).
+    std::vector<std::string> wrong;
     for (const auto& p : ports) {
       if (is_v2_ipv4(*p.port, *index)) continue;
+      wrong.push_back(fmt::format("{} port {}: {}", p.nic->name, p.port->port,
+                                  describe_gid(*p.port, *index)));
+    }
+    if (!wrong.empty()) {
       v.note(Status::fail,
-             fmt::format("{}={} names {} on {} port {}; the RoCE v2 IPv4-mapped GID is {}", var,
-                         *index, describe_gid(*p.port, *index), p.nic->name, p.port->port,
-                         p.port->roce_v2_ipv4_gid >= 0
-                             ? "index " + std::to_string(p.port->roce_v2_ipv4_gid)
-                             : "absent"),
+             fmt::format("{}={} is not a RoCE v2 IPv4-mapped GID on {} of {} RoCE ports ({}); "
+                         "the RoCE v2 IPv4-mapped GID is {}",
+                         var, *index, wrong.size(), ports.size(), wrong.front(),
+                         right.empty() ? "not the same index on every port" : "index " + right),
              "the index of a RoCE v2 IPv4-mapped GID on every RoCE port", fix);
     }
   }
@@ -903,13 +909,18 @@ Outcome check_gid_index(const Context& ctx) {
     auto transport = ctx.host.env().get_nonempty("NVSHMEM_REMOTE_TRANSPORT");
     bool uses_ibgda = (ibgda && truthy(*ibgda)) || (transport && *transport == "ibgda");
     if (uses_ibgda) {
+      std::vector<std::string> wrong;
       for (const auto& p : ports) {
         if (is_v2_ipv4(*p.port, 0)) continue;
+        wrong.push_back(fmt::format("{} port {}: {}", p.nic->name, p.port->port,
+                                    describe_gid(*p.port, 0)));
+      }
+      if (!wrong.empty()) {
         v.note(Status::warn,
-               fmt::format("NVSHMEM IBGDA is on and NVSHMEM_IB_GID_INDEX is unset, so NVSHMEM uses "
-                           "GID 0: {} on "
-                           "{} port {} is not RoCE v2 IPv4-mapped",
-                           describe_gid(*p.port, 0), p.nic->name, p.port->port),
+               fmt::format("NVSHMEM IBGDA is on and NVSHMEM_IB_GID_INDEX is unset, so NVSHMEM "
+                           "uses GID 0, which is not RoCE v2 IPv4-mapped on {} of {} RoCE ports "
+                           "({})",
+                           wrong.size(), ports.size(), wrong.front()),
                "NVSHMEM_IB_GID_INDEX naming the RoCE v2 IPv4-mapped GID",
                right.empty() ? "set NVSHMEM_IB_GID_INDEX to the RoCE v2 IPv4-mapped GID index"
                              : fmt::format("export NVSHMEM_IB_GID_INDEX={}", right));
