@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "checks/check.h"
@@ -47,9 +48,63 @@ void add_nvlink_findings(Outcome& out, const topo::Snapshot& snap) {
   }
 }
 
+// Peer access as NVML reports it (nvidia-smi topo -p2p r/w): NVML is already
+// initialised by the probe, while cuInit costs about a second on a node of
+// large GPUs, which would break the doctor's one-second budget.
+std::optional<Outcome> p2p_from_nvml(const Context& ctx) {
+  const auto& snap = ctx.topo;
+  if (!ctx.host.libs().nvml) return std::nullopt;
+  auto nvml = ctx.host.libs().nvml();
+  if (!nvml) return std::nullopt;
+  const auto& api = **nvml;
+  if (api.device_get_handle_by_pci_bus_id == nullptr || api.device_get_p2p_status == nullptr) {
+    return std::nullopt;
+  }
+  std::vector<host::dl::NvmlDevice> handles;
+  for (const auto& g : snap.gpus) {
+    host::dl::NvmlDevice handle{};
+    if (api.device_get_handle_by_pci_bus_id(g.pci.bdf.c_str(), &handle) != 0) return std::nullopt;
+    handles.push_back(handle);
+  }
+  std::vector<std::string> denied;
+  for (std::size_t a = 0; a < handles.size(); ++a) {
+    for (std::size_t b = 0; b < handles.size(); ++b) {
+      if (a == b) continue;
+      for (int cap : {host::dl::k_nvml_p2p_read, host::dl::k_nvml_p2p_write}) {
+        host::dl::NvmlP2PStatus status = -1;
+        auto rc = api.device_get_p2p_status(handles[a], handles[b], cap, &status);
+        if (rc != 0) return std::nullopt;  // not supported here: let CUDA answer
+        if (status != host::dl::k_nvml_p2p_status_ok) {
+          denied.push_back(fmt::format("GPU{}->GPU{} {} (status {})", snap.gpus[a].index,
+                                       snap.gpus[b].index,
+                                       cap == host::dl::k_nvml_p2p_read ? "read" : "write",
+                                       status));
+        }
+      }
+    }
+  }
+  std::size_t pairs = handles.size() * (handles.size() - 1);
+  Outcome out;
+  if (!denied.empty()) {
+    out = fail(fmt::format("peer access denied for {} of {} GPU pair directions", denied.size(),
+                           2 * pairs),
+               "nvmlDeviceGetP2PStatus OK for read and write between every pair",
+               "check ACS on PCIe bridges, IOMMU (iommu=pt), and that all GPUs are in this "
+               "container (nvidia-smi topo -p2p r)");
+    out.add("denied", fmt::format("{}", fmt::join(denied, " ")), "nvmlDeviceGetP2PStatus");
+  } else {
+    out = pass(fmt::format("{} GPUs, peer read and write between every pair", handles.size()));
+    out.add("peer access", "read and write OK for every pair", "nvmlDeviceGetP2PStatus");
+  }
+  add_gpu_list(out, snap);
+  add_nvlink_findings(out, snap);
+  return out;
+}
+
 Outcome check_p2p(const Context& ctx) {
   const auto& snap = ctx.topo;
   if (snap.gpus.empty()) return skip("no NVIDIA GPU on this node");
+  if (auto from_nvml = p2p_from_nvml(ctx)) return std::move(*from_nvml);
   auto cuda =
       ctx.host.libs().cuda
           ? ctx.host.libs().cuda()

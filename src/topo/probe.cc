@@ -458,6 +458,43 @@ void group_switches(Snapshot& snap) {
   for (auto& [bdf, sw] : by_upstream) snap.switches.push_back(std::move(sw));
 }
 
+// "0-31,64-95" contains cpu?
+bool cpulist_contains(std::string_view list, long cpu) {
+  for (const auto& range : split(list, ',')) {
+    auto dash = range.find('-');
+    auto lo = parse_number(std::string_view(range).substr(0, dash), 10);
+    auto hi = dash == std::string::npos ? lo : parse_number(std::string_view(range).substr(dash + 1), 10);
+    if (lo && hi && *lo <= cpu && cpu <= *hi) return true;
+  }
+  return false;
+}
+
+// Some VMs report numa_node -1 for every device. nvidia-smi's NUMA affinity
+// then comes from the device's local CPUs; do the same, so the matrix and the
+// NUMA tie-break agree with it.
+void numa_from_cpus(const Reader& r, Snapshot& snap) {
+  auto nodes = r.fs().list("/sys/devices/system/node");
+  if (!nodes) return;
+  auto fill = [&](PciDevice& dev) {
+    if (dev.numa_node >= 0 || dev.local_cpulist.empty()) return;
+    auto first = parse_number(dev.local_cpulist.substr(0, dev.local_cpulist.find_first_of(",-")), 10);
+    if (!first) return;
+    for (const auto& name : *nodes) {
+      if (!name.starts_with("node")) continue;
+      auto id = parse_number(std::string_view(name).substr(4), 10);
+      auto cpus = r.fs().read_trimmed("/sys/devices/system/node/" + name + "/cpulist");
+      if (id && cpus && cpulist_contains(*cpus, *first)) {
+        dev.numa_node = static_cast<int>(*id);
+        return;
+      }
+    }
+  };
+  for (auto& gpu : snap.gpus) fill(gpu.pci);
+  for (auto& nic : snap.nics) {
+    if (nic.pci) fill(*nic.pci);
+  }
+}
+
 Snapshot probe(const host::Host& host) {
   Snapshot snap;
   snap.sysroot = host.fs().is_live() ? "/" : host.fs().root();
@@ -472,6 +509,7 @@ Snapshot probe(const host::Host& host) {
   }
   probe_rdma(r, snap);
   probe_netdevs(r, snap);
+  numa_from_cpus(r, snap);
   group_switches(snap);
   return snap;
 }

@@ -296,3 +296,26 @@ TEST(TopoProbe, NvmlUnavailableIsRecorded) {
 
 }  // namespace
 }  // namespace epkit::topo
+
+namespace epkit::topo {
+namespace {
+
+// A VM that reports numa_node -1 (the lent H200 machines do): the NUMA node
+// comes from the device's local CPUs, as nvidia-smi's NUMA affinity does.
+TEST(TopoProbe, NumaFromLocalCpusWhenSysfsSaysMinusOne) {
+  test::TempTree tree("examples/gke-a4");
+  const std::string gpu = "/sys/bus/pci/devices/0000:93:00.0";
+  tree.write(gpu + "/numa_node", "-1\n");
+  auto without_nodes = probe(tree.host());
+  EXPECT_EQ(without_nodes.gpus[4].pci.numa_node, -1);  // nothing to derive it from
+
+  tree.write("/sys/devices/system/node/node0/cpulist", "0-55,112-167\n");
+  tree.write("/sys/devices/system/node/node1/cpulist", "56-111,168-223\n");
+  tree.write(gpu + "/local_cpulist", "56-111,168-223\n");
+  auto snap = probe(tree.host());
+  EXPECT_EQ(snap.gpus[4].pci.numa_node, 1);
+  EXPECT_EQ(snap.gpus[0].pci.numa_node, 0);  // sysfs' own value is kept
+}
+
+}  // namespace
+}  // namespace epkit::topo
