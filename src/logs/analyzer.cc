@@ -162,7 +162,15 @@ int Analyzer::rank_of(const LineInfo& info) {
       if (it != m_rank_index.end()) {
         idx = it->second;
       } else {
-        idx = new_rank(printable(info.rank_key, 128));
+        // A launcher-only record ("rank 3" from lines before NCCL printed
+        // anything) becomes this process's record.
+        auto launcher = info.launcher_rank >= 0 ? m_launcher_index.find(info.launcher_rank) : m_launcher_index.end();
+        if (launcher != m_launcher_index.end() && m_report.ranks[static_cast<std::size_t>(launcher->second)].host.empty()) {
+          idx = launcher->second;
+          m_report.ranks[static_cast<std::size_t>(idx)].label = printable(info.rank_key, 128);
+        } else {
+          idx = new_rank(printable(info.rank_key, 128));
+        }
         if (idx < 0) return -1;
         m_rank_index.emplace(std::string(info.rank_key), idx);
         auto& f = m_report.ranks[static_cast<std::size_t>(idx)];

@@ -51,9 +51,8 @@ void parse_nccl_prefix(std::string_view head, LineInfo& info) {
   if (head.empty() || head.back() != ']') return;
   std::size_t open = head.rfind('[');
   if (open == std::string_view::npos || open == 0 || head[open - 1] != ' ') return;
-  if (auto dev = parse_uint(head.substr(open + 1)); dev && *dev < 1'000'000) {
-    info.cuda_dev = static_cast<int>(*dev);
-  }
+  auto dev = parse_uint(head.substr(open + 1));
+  if (!dev || *dev >= 1'000'000) return;
   std::string_view token = head.substr(0, open - 1);
   if (std::size_t space = token.rfind(' '); space != std::string_view::npos) {
     token.remove_prefix(space + 1);
@@ -68,6 +67,7 @@ void parse_nccl_prefix(std::string_view head, LineInfo& info) {
   info.host = token.substr(0, pid_colon);
   info.pid = static_cast<std::int64_t>(*pid_value);
   info.rank_key = token.substr(0, tid_colon);
+  info.cuda_dev = static_cast<int>(*dev);
 }
 
 }  // namespace

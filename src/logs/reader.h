@@ -65,6 +65,7 @@ Result<void> LineReader::for_each_line(F&& f) {
   std::uint64_t line_no = 0;
   auto emit = [&](const char* p, std::size_t n) {
     if (n > 0 && p[n - 1] == '\r') --n;
+    if (n > k_max_line) n = k_max_line;
     f(std::string_view(p, n), ++line_no);
   };
   for (;;) {
