@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -58,8 +59,11 @@ class LineReader {
 
 template <typename F>
 Result<void> LineReader::for_each_line(F&& f) {
-  static constexpr std::size_t k_block = 4 * 1024 * 1024;
-  std::unique_ptr<char[]> buf(new char[k_block]);
+  // Large blocks for files; small inputs in memory need no 4 MiB buffer.
+  // Either way the block holds more than one maximal line.
+  std::size_t block = 4 * 1024 * 1024;
+  if (!m_gz && m_memory.size() + 1 < block) block = std::max(m_memory.size() + 1, 2 * k_max_line);
+  std::unique_ptr<char[]> buf(new char[block]);
   std::size_t have = 0;  // bytes of an unfinished line at buf[0]
   bool skipping = false;  // inside a line longer than k_max_line, already reported
   std::uint64_t line_no = 0;
@@ -69,7 +73,7 @@ Result<void> LineReader::for_each_line(F&& f) {
     f(std::string_view(p, n), ++line_no);
   };
   for (;;) {
-    auto got = read_block(buf.get() + have, k_block - have);
+    auto got = read_block(buf.get() + have, block - have);
     if (!got) return got.error();
     std::size_t n = *got;
     if (n == 0) {
