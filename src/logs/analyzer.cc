@@ -531,7 +531,7 @@ void Analyzer::cross_rank_rules() {
       if (g.members.size() > best) best = g.members.size(), majority = &v;
     }
     for (const auto& [v, g] : groups) {
-      std::string detail = fmt::format("{} {}: {} rank{}", what, v, g.members.size(),
+      std::string detail = fmt::format("{}{}{}: {} rank{}", what, what.empty() ? "" : " ", v, g.members.size(),
                                        g.members.size() == 1 ? "" : "s");
       if (&v != majority) {
         detail += fmt::format(" ({}{})", ranks[static_cast<std::size_t>(g.members[0])].label,
@@ -567,6 +567,7 @@ void Analyzer::cross_rank_rules() {
     ++f.count;
     std::string missing;
     int listed = 0, total = 0;
+    bool any_pending = false;  // else the communicator's first line stands as evidence
     for (int r = 0; r < c.nranks; ++r) {
       if (c.complete[static_cast<std::size_t>(r)]) continue;
       ++total;
@@ -583,14 +584,17 @@ void Analyzer::cross_rank_rules() {
         }
       }
       auto pending = c.pending.find(r);
-      if (pending != c.pending.end() && f.evidence.size() < k_max_evidence) f.evidence.push_back(pending->second);
+      if (pending != c.pending.end() && f.evidence.size() < k_max_evidence) {
+        f.evidence.push_back(pending->second);
+        any_pending = true;
+      }
     }
     if (total > listed) missing += fmt::format(", and {} more", total - listed);
     if (f.details.size() < k_max_details) {
       f.details.push_back(fmt::format("commId {}: {} of {} ranks reached Init COMPLETE; missing rank{} {}",
                                       c.comm_id, c.complete_count, c.nranks, total == 1 ? "" : "s", missing));
     }
-    if (f.evidence.size() < k_max_evidence) f.evidence.push_back(c.first_at);
+    if (!any_pending && f.evidence.size() < k_max_evidence) f.evidence.push_back(c.first_at);
   }
 }
 

@@ -85,3 +85,54 @@ TEST(LogsCommand, ListsRules) {
 
 }  // namespace
 }  // namespace epkit::cli
+
+namespace epkit::cli {
+namespace {
+
+TEST(LogsCommand, ExampleJobFoldsHostsAndNamesTheHungRank) {
+  // 16 per-rank files, one of them gzip; node 2 lists a bond NIC, rank 13 hangs in init.
+  CliRun r = run({test::source_path("fixtures/logs/example")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("16 files"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gpu-node-02 (all 8)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("15/16"), std::string::npos);
+  EXPECT_NE(r.out.find("missing rank 13 (gpu-node-02:51239)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nccl.bond-in-hca"), std::string::npos);
+  EXPECT_NE(r.out.find("nccl.gpu-node-02.51239.log:6:"), std::string::npos) << r.out;
+}
+
+TEST(LogsCommand, GlobAndSliceOptions) {
+  CliRun r = run({"--json", "--slice", "iteration: ", test::source_path("fixtures/logs/clean/*.log")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["files"].size(), 8u);
+  EXPECT_EQ(doc["ranks"].size(), 8u);
+  ASSERT_EQ(doc["slices"].size(), 1u);  // no marker in these logs: one slice holds everything
+  EXPECT_EQ(doc["slices"][0]["collectives"]["AllReduce"], 24);
+}
+
+}  // namespace
+}  // namespace epkit::cli
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+
+namespace epkit::cli {
+namespace {
+
+TEST(LogsCommand, ReadsStandardInput) {
+  std::string cmd = std::string(EPKIT_BINARY) + " logs - < " +
+                    test::source_path("fixtures/logs/findings/nccl.socket-fallback.log") + " > /dev/null";
+  int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  std::string clean = std::string("cat ") + test::source_path("fixtures/logs/clean/nccl.node1.12340.log") + " | " +
+                      EPKIT_BINARY + " logs - > /dev/null";
+  status = std::system(clean.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace epkit::cli

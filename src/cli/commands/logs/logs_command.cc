@@ -20,7 +20,6 @@ struct LogsOptions {
   std::vector<std::string> inputs;
   std::string slice;
   bool list = false;
-  bool all_ranks = false;
 };
 
 std::string join_names(const std::vector<std::string>& v, std::size_t max) {
@@ -83,45 +82,71 @@ const Fact k_facts[] = {
     {"collectives", [](const logs::RankFacts& r) { return counts_text(r.collectives); }},
 };
 
+// "gpu-node-02 (all 8)" when every rank of a host is in the list, else labels.
+std::string who_text(const std::vector<const logs::RankFacts*>& members, const std::map<std::string, int>& per_host) {
+  std::map<std::string, std::vector<std::string>> by_host;
+  for (const auto* r : members) by_host[r->host].push_back(r->label);
+  std::vector<std::string> parts;
+  for (const auto& [host, labels] : by_host) {
+    auto total = per_host.find(host);
+    if (!host.empty() && total != per_host.end() && labels.size() > 1 &&
+        static_cast<int>(labels.size()) == total->second) {
+      parts.push_back(fmt::format("{} (all {})", host, labels.size()));
+    } else {
+      parts.insert(parts.end(), labels.begin(), labels.end());
+    }
+  }
+  return join_names(parts, 4);
+}
+
+void print_fact_row(std::string_view name, const std::string& value, const std::string& who, Style style, Io& io) {
+  constexpr std::size_t k_width = 52;
+  std::string shown = styled(io.color, style, value);
+  if (value.size() <= k_width) {
+    io.out << fmt::format("  {:<16} {}{} {}\n", name, shown, std::string(k_width - value.size(), ' '), who);
+  } else {
+    io.out << fmt::format("  {:<16} {}\n  {:<16} {:>{}} {}\n", name, shown, "", "", k_width, who);
+  }
+}
+
 void print_facts(const logs::Report& report, Io& io) {
   const auto& ranks = report.ranks;
   std::map<std::string, int> hosts;
-  for (const auto& r : ranks) ++hosts[r.host.empty() ? std::string("?") : r.host];
-  io.out << "\n" << styled(io.color, Style::bold, fmt::format("Ranks ({} on {} host{})", ranks.size(), hosts.size(), hosts.size() == 1 ? "" : "s")) << "\n";
+  for (const auto& r : ranks) ++hosts[r.host];
+  io.out << "\n"
+         << styled(io.color, Style::bold,
+                   fmt::format("Ranks ({} on {} host{})", ranks.size(), hosts.size(), hosts.size() == 1 ? "" : "s"))
+         << "\n";
   if (ranks.empty()) {
     io.out << "  no rank-prefixed lines (expected host:pid:tid [dev] NCCL ..., [rankN]: or N: prefixes)\n";
     return;
   }
   for (const auto& fact : k_facts) {
-    std::map<std::string, std::vector<std::string>> groups;
-    std::size_t silent = 0;
+    std::map<std::string, std::vector<const logs::RankFacts*>> groups;
+    std::vector<const logs::RankFacts*> silent;
     for (const auto& r : ranks) {
       std::string v = fact.value(r);
       if (v.empty()) {
-        ++silent;
+        silent.push_back(&r);
       } else {
-        groups[v].push_back(r.label);
+        groups[v].push_back(&r);
       }
     }
     if (groups.empty()) continue;
     const std::string* majority = nullptr;
     std::size_t best = 0;
-    for (const auto& [v, labels] : groups) {
-      if (labels.size() > best) best = labels.size(), majority = &v;
+    for (const auto& [v, members] : groups) {
+      if (members.size() > best) best = members.size(), majority = &v;
     }
-    auto who = [&](const std::vector<std::string>& labels, bool is_majority) {
-      if (labels.size() == ranks.size()) return fmt::format("all {}", ranks.size());
-      if (is_majority) return fmt::format("{} of {}", labels.size(), ranks.size());
-      return join_names(labels, 4);
-    };
-    io.out << fmt::format("  {:<16} {:<52} {}\n", fact.name, *majority, who(groups[*majority], true));
-    for (const auto& [v, labels] : groups) {
-      if (&v == majority) continue;
-      io.out << fmt::format("  {:<16} {:<52} {}\n", "", styled(io.color, Style::yellow, v), who(labels, false));
+    const auto& main_group = groups[*majority];
+    print_fact_row(fact.name, *majority,
+                   main_group.size() == ranks.size() ? fmt::format("all {}", ranks.size())
+                                                     : fmt::format("{} of {}", main_group.size(), ranks.size()),
+                   Style::plain, io);
+    for (const auto& [v, members] : groups) {
+      if (&v != majority) print_fact_row("", v, who_text(members, hosts), Style::yellow, io);
     }
-    if (silent > 0 && silent < ranks.size()) {
-      io.out << fmt::format("  {:<16} {:<52} {} rank{}\n", "", styled(io.color, Style::dim, "(not in log)"), silent, silent == 1 ? "" : "s");
-    }
+    if (!silent.empty()) print_fact_row("", "(not in the log)", who_text(silent, hosts), Style::dim, io);
   }
 }
 
