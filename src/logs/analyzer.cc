@@ -10,7 +10,7 @@
 namespace epkit::logs {
 namespace {
 
-static_assert(static_cast<std::size_t>(Rule::other_warn) + 1 == 20,
+static_assert(static_cast<std::size_t>(Rule::other_warn) + 1 == 21,
               "Analyzer::m_findings holds one slot per rule");
 
 constexpr std::size_t k_max_finding_ranks = 4096;
@@ -562,8 +562,15 @@ void Analyzer::cross_rank_rules() {
 
   for (const auto& c : m_report.communicators) {
     if (c.complete_count >= c.nranks) continue;
-    Finding& f = m_findings[static_cast<std::size_t>(Rule::init_incomplete)];
-    if (f.spec == nullptr) f.spec = &spec_of(Rule::init_incomplete);
+    // A rank that logged Init START and stopped is a hang or crash; ranks that
+    // logged nothing are most often files left out of the input.
+    bool seen_stuck = false;
+    for (int r = 0; r < c.nranks; ++r) {
+      if (!c.complete[static_cast<std::size_t>(r)] && c.owner[static_cast<std::size_t>(r)] >= 0) seen_stuck = true;
+    }
+    Rule rule = seen_stuck ? Rule::init_incomplete : Rule::init_unseen;
+    Finding& f = m_findings[static_cast<std::size_t>(rule)];
+    if (f.spec == nullptr) f.spec = &spec_of(rule);
     ++f.count;
     std::string missing;
     int listed = 0, total = 0;
@@ -578,7 +585,7 @@ void Analyzer::cross_rank_rules() {
       missing += owner >= 0 ? fmt::format("{} ({})", r, ranks[static_cast<std::size_t>(owner)].label)
                             : fmt::format("{} (no log line)", r);
       if (owner >= 0) {
-        auto& fr = m_finding_ranks[static_cast<std::size_t>(Rule::init_incomplete)];
+        auto& fr = m_finding_ranks[static_cast<std::size_t>(rule)];
         if (fr.size() < k_max_finding_ranks && std::find(fr.begin(), fr.end(), owner) == fr.end()) {
           fr.push_back(owner);
         }

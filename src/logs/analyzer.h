@@ -139,8 +139,8 @@ class Analyzer {
   int m_last_rank = -1;
   std::string m_file;
   std::size_t m_slice_in_file = 0;
-  std::array<Finding, 20> m_findings{};
-  std::array<std::vector<int>, 20> m_finding_ranks{};
+  std::array<Finding, 21> m_findings{};
+  std::array<std::vector<int>, 21> m_finding_ranks{};
 };
 
 }  // namespace epkit::logs

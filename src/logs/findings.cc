@@ -99,6 +99,13 @@ constexpr std::array k_rules = {
              "Look at the named ranks' hosts first (network, GPU, process state); make sure every rank's "
              "log file is in the input.",
              ""},
+    RuleSpec{Rule::init_unseen, "nccl.init-incomplete", Severity::info,
+             "Communicators with ranks absent from the input",
+             "Every rank that logged its Init START also reached Init COMPLETE; the ranks without COMPLETE "
+             "printed nothing at all, which usually means their log files are not in the input (or the "
+             "processes never started).",
+             "Add the other ranks' logs (NCCL_DEBUG_FILE=...%h.%p gives one per rank) to see the whole job.",
+             ""},
     RuleSpec{Rule::gib_nonblocking, "nccl.gib-nonblocking", Severity::error,
              "The gIB network shim rejects TORCH_NCCL_USE_COMM_NONBLOCKING",
              "Google's gIB NCCL shim expects TORCH_NCCL_USE_COMM_NONBLOCKING to be unset; the image sets it.",

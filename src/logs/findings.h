@@ -29,6 +29,7 @@ enum class Rule {
   net_mismatch,
   net_mismatch_ignored,
   init_incomplete,
+  init_unseen,
   gib_nonblocking,
   provider_abi,
   ibgda_mapping,

@@ -244,6 +244,13 @@ TEST(LogsRules, InitIncompleteNamesRanksAndHosts) {
   EXPECT_EQ(f->ranks, std::vector<std::string>{"h2:2"});
   ASSERT_FALSE(f->evidence.empty());
   EXPECT_EQ(f->evidence[0].line, 2u);  // rank 1's Init START
+  EXPECT_EQ(f->spec->rule, Rule::init_incomplete);
+  EXPECT_EQ(r.exit_code(), 2);
+  // Only rank 2 left, and it never logged anything: a missing file, not a hang.
+  Report unseen = analyze_text(text + init("h2:2:2 [0]", 1, "COMPLETE"));
+  ASSERT_NE(unseen.find("nccl.init-incomplete"), nullptr);
+  EXPECT_EQ(unseen.find("nccl.init-incomplete")->spec->rule, Rule::init_unseen);
+  EXPECT_EQ(unseen.exit_code(), 0);
   text += init("h2:2:2 [0]", 1, "COMPLETE") + init("h3:3:3 [0]", 2, "COMPLETE");
   EXPECT_TRUE(analyze_text(text).findings.empty());
 }
