@@ -91,6 +91,16 @@ bool is_benign(std::string_view m) {
          contains(m, "Could not find: libnccl-env");
 }
 
+// Final shared-memory failures (WARN text); cleanup failures such as "unlink
+// shared memory ... failed" are not about space.
+bool is_shm_failure(std::string_view m) {
+  return contains(m, "failed to extend") || contains(m, "failed to create shared memory") ||
+         contains(m, "Error while creating shared memory") || contains(m, "Error while attaching to shared memory") ||
+         (contains(m, "Could not map") && contains(m, "/dev/shm")) || contains(m, "posix_fallocate failed") ||
+         contains(m, "nable to allocate shared memory") ||
+         (contains(m, "/dev/shm") && contains(m, "No space left on device"));
+}
+
 std::string join(const std::vector<std::string>& v, std::string_view sep) {
   std::string out;
   for (const auto& s : v) {
@@ -290,8 +300,6 @@ void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
       on_gdr(m, at, rank);
     } else if (contains(m, " Using ") || contains(m, ": Using")) {
       on_net_using(m, at, rank);
-    } else {
-      on_problem(m, at, rank);
     }
     return;
   }
@@ -312,8 +320,11 @@ void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
     on_init(m, at, rank);
     return;
   }
-  if (m.starts_with("HINT")) return;
-  on_problem(m, at, rank);
+  // Problems are WARN lines, with one exception: NCCL reports the NET device
+  // mismatch it was told to ignore at INFO. Other INFO lines that look alike
+  // ("fallocate: Failed ... - retrying", "MMAP allocated ... /dev/shm/...")
+  // are normal operation.
+  if (contains(m, "mixed local Net device counts")) on_problem(m, at, rank);
 }
 
 void Analyzer::on_net_using(std::string_view m, Location at, int rank) {
@@ -469,8 +480,7 @@ bool Analyzer::on_problem(std::string_view m, Location at, int rank) {
     } else {
       return false;
     }
-  } else if (contains(m, "/dev/shm") || contains(m, "shared memory segment") ||
-             contains(m, "posix_fallocate") || contains(m, "nable to allocate shared memory")) {
+  } else if (is_shm_failure(m)) {
     add(Rule::shm, at, rank);
   } else if ((contains(m, "ibv_reg_mr") || contains(m, "ibv_create_cq") || contains(m, "ibv_reg_dmabuf_mr")) &&
              contains(m, "Cannot allocate memory")) {

@@ -197,6 +197,10 @@ TEST(LogsRules, ShmMemlockPluginShim) {
   EXPECT_TRUE(has("WARN Error: failed to extend /dev/shm/nccl-abc to 9637892 bytes", "nccl.shm"));
   EXPECT_TRUE(has("WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888)", "nccl.shm"));
   EXPECT_FALSE(has("WARN Cuda failure 'out of memory'", "nccl.shm"));
+  // Normal operation and retries mention /dev/shm too.
+  EXPECT_TRUE(ids(analyze_text(line("INFO MMAP allocated shareable host buffer /dev/shm/nccl-x size 9637888 ptr 0x1"))).empty());
+  EXPECT_TRUE(ids(analyze_text(line("INFO fallocate: Failed to extend /dev/shm/nccl-x to 4 bytes, error: No space left on device (28) - retrying"))).empty());
+  EXPECT_FALSE(has("WARN unlink shared memory /dev/shm/nccl-x failed, error: No such file or directory (2)", "nccl.shm"));
   EXPECT_TRUE(has("WARN Call to ibv_reg_mr failed with error Cannot allocate memory", "nccl.memlock"));
   EXPECT_TRUE(has("WARN Call to ibv_create_cq failed with error Cannot allocate memory", "nccl.memlock"));
   EXPECT_FALSE(has("WARN Call to ibv_reg_mr failed with error Bad address", "nccl.memlock"));
