@@ -16,6 +16,8 @@ static_assert(static_cast<std::size_t>(Rule::other_warn) + 1 == 21,
 constexpr std::size_t k_max_finding_ranks = 4096;
 constexpr std::size_t k_max_list = 64;  // devices, interfaces, HCAs per rank
 constexpr int k_max_comm_ranks = 1 << 16;
+constexpr std::size_t k_max_comm_slots = 1 << 22;
+constexpr std::size_t k_max_pending = 256;  // Init START lines kept per communicator
 
 void bump(std::vector<Count>& counts, std::string_view name) {
   for (auto& c : counts) {
@@ -423,10 +425,13 @@ void Analyzer::on_init(std::string_view m, Location at, int rank) {
   }
   auto [it, inserted] = m_comm_index.try_emplace(std::string(comm_id), m_report.communicators.size());
   if (inserted) {
-    if (m_report.communicators.size() >= k_max_ranks) {
+    // Per-rank slots of all communicators together are capped, so a log of
+    // many large (or forged) communicators cannot grow memory without bound.
+    if (m_comm_slots + static_cast<std::size_t>(*nranks) > k_max_comm_slots) {
       m_comm_index.erase(it);
       return;
     }
+    m_comm_slots += static_cast<std::size_t>(*nranks);
     Communicator c;
     c.comm_id = printable(comm_id, 64);
     c.nranks = static_cast<int>(*nranks);
@@ -445,7 +450,8 @@ void Analyzer::on_init(std::string_view m, Location at, int rank) {
       ++c.complete_count;
     }
     c.pending.erase(static_cast<int>(r));
-  } else if (!c.complete[r]) {
+  } else if (!c.complete[r] && c.pending.size() < k_max_pending) {
+    // Evidence only: the missing ranks themselves are known from `complete`.
     c.pending.try_emplace(static_cast<int>(r), evidence(at));
   }
 }

@@ -139,6 +139,7 @@ class Analyzer {
   int m_last_rank = -1;
   std::string m_file;
   std::size_t m_slice_in_file = 0;
+  std::size_t m_comm_slots = 0;  // sum of nranks over m_report.communicators
   std::array<Finding, 21> m_findings{};
   std::array<std::vector<int>, 21> m_finding_ranks{};
 };

@@ -16,6 +16,14 @@ TEST(LogsLineParser, NcclPrefix) {
   EXPECT_EQ(info.launcher_rank, -1);
 }
 
+TEST(LogsLineParser, TimestampBeforeThePrefix) {
+  // NCCL_DEBUG_TIMESTAMP_FORMAT puts a time in front of host:pid:tid.
+  auto info = parse_line("[2026-11-21 05:02:11] node7:4242:4250 [5] NCCL INFO Using network IB");
+  EXPECT_EQ(info.rank_key, "node7:4242");
+  EXPECT_EQ(info.cuda_dev, 5);
+  EXPECT_EQ(info.message, "Using network IB");
+}
+
 TEST(LogsLineParser, WarnAndTraceLevels) {
   EXPECT_EQ(parse_line("h.example.com:1:2 [0] NCCL WARN Failed").level, Level::warn);
   EXPECT_EQ(parse_line("h.example.com:1:2 [0] NCCL WARN Failed").host, "h.example.com");

@@ -113,9 +113,10 @@ void print_facts(const logs::Report& report, Io& io) {
   const auto& ranks = report.ranks;
   std::map<std::string, int> hosts;
   for (const auto& r : ranks) ++hosts[r.host];
+  std::size_t named_hosts = hosts.size() - hosts.count("");  // launcher-only ranks have no host
   io.out << "\n"
          << styled(io.color, Style::bold,
-                   fmt::format("Ranks ({} on {} host{})", ranks.size(), hosts.size(), hosts.size() == 1 ? "" : "s"))
+                   fmt::format("Ranks ({} on {} host{})", ranks.size(), named_hosts, named_hosts == 1 ? "" : "s"))
          << "\n";
   if (ranks.empty()) {
     io.out << "  no rank-prefixed lines (expected host:pid:tid [dev] NCCL ..., [rankN]: or N: prefixes)\n";
