@@ -95,6 +95,7 @@ TEST(LogsCommand, ExampleJobFoldsHostsAndNamesTheHungRank) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("16 files"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("gpu-node-02 (all 8)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("8 ranks, GPUs 0-7"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("15/16"), std::string::npos);
   EXPECT_NE(r.out.find("missing rank 13 (gpu-node-02:51239)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("nccl.bond-in-hca"), std::string::npos);

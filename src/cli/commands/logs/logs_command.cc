@@ -1,6 +1,7 @@
 // epkit logs: read NCCL / NVSHMEM / DeepEP / PyTorch logs from many ranks and
 // report per-rank facts, communicators and findings. Exit code by the worst
 // finding: 0 none or info, 1 warn, 2 error; 64 bad flags or unreadable input.
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <ostream>
@@ -109,6 +110,33 @@ void print_fact_row(std::string_view name, const std::string& value, const std::
   }
 }
 
+// One row per group of hosts that run the same ranks layout, e.g.
+// "8 ranks, GPUs 0-7   gpu-node-01, gpu-node-02".
+void print_hosts(const std::vector<logs::RankFacts>& ranks, Io& io) {
+  std::map<std::string, std::vector<int>> gpus_by_host;
+  for (const auto& r : ranks) {
+    if (!r.host.empty()) gpus_by_host[r.host].push_back(r.cuda_dev);
+  }
+  std::map<std::string, std::vector<std::string>> hosts_by_layout;
+  for (auto& [host, gpus] : gpus_by_host) {
+    std::sort(gpus.begin(), gpus.end());
+    std::string layout = fmt::format("{} rank{}", gpus.size(), gpus.size() == 1 ? "" : "s");
+    bool contiguous = gpus.front() >= 0;
+    for (std::size_t i = 1; i < gpus.size(); ++i) contiguous = contiguous && gpus[i] == gpus[i - 1] + 1;
+    if (contiguous && gpus.size() > 1) {
+      layout += fmt::format(", GPUs {}-{}", gpus.front(), gpus.back());
+    } else if (gpus.front() >= 0) {
+      layout += fmt::format(", GPU{} {}", gpus.size() == 1 ? "" : "s", fmt::join(gpus, ","));
+    }
+    hosts_by_layout[layout].push_back(host);
+  }
+  bool first = true;
+  for (const auto& [layout, hosts] : hosts_by_layout) {
+    print_fact_row(first ? "hosts" : "", layout, join_names(hosts, 4), Style::plain, io);
+    first = false;
+  }
+}
+
 void print_facts(const logs::Report& report, Io& io) {
   const auto& ranks = report.ranks;
   std::map<std::string, int> hosts;
@@ -122,6 +150,7 @@ void print_facts(const logs::Report& report, Io& io) {
     io.out << "  no rank-prefixed lines (expected host:pid:tid [dev] NCCL ..., [rankN]: or N: prefixes)\n";
     return;
   }
+  print_hosts(ranks, io);
   for (const auto& fact : k_facts) {
     std::map<std::string, std::vector<const logs::RankFacts*>> groups;
     std::vector<const logs::RankFacts*> silent;
