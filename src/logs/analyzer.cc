@@ -10,7 +10,7 @@
 namespace epkit::logs {
 namespace {
 
-static_assert(static_cast<std::size_t>(Rule::other_warn) + 1 == 21,
+static_assert(static_cast<std::size_t>(Rule::other_warn) + 1 == 22,
               "Analyzer::m_findings holds one slot per rule");
 
 constexpr std::size_t k_max_finding_ranks = 4096;
@@ -623,6 +623,24 @@ void Analyzer::cross_rank_rules() {
 
 Report Analyzer::finish() {
   cross_rank_rules();
+  // Socket between ranks of one host carries nothing (P2P/SHM do): info only.
+  auto socket = static_cast<std::size_t>(Rule::socket_fallback);
+  if (m_findings[socket].spec != nullptr) {
+    std::string first_host;
+    bool one_host = true;
+    for (const auto& r : m_report.ranks) {
+      if (r.host.empty()) continue;
+      if (first_host.empty()) first_host = r.host;
+      one_host = one_host && r.host == first_host;
+    }
+    if (one_host && !first_host.empty()) {
+      auto single = static_cast<std::size_t>(Rule::socket_single_host);
+      m_findings[single] = std::move(m_findings[socket]);
+      m_findings[single].spec = &spec_of(Rule::socket_single_host);
+      m_finding_ranks[single] = std::move(m_finding_ranks[socket]);
+      m_findings[socket] = Finding{};
+    }
+  }
   for (std::size_t i = 0; i < m_findings.size(); ++i) {
     Finding& f = m_findings[i];
     if (f.spec == nullptr) continue;

@@ -140,8 +140,8 @@ class Analyzer {
   std::string m_file;
   std::size_t m_slice_in_file = 0;
   std::size_t m_comm_slots = 0;  // sum of nranks over m_report.communicators
-  std::array<Finding, 21> m_findings{};
-  std::array<std::vector<int>, 21> m_finding_ranks{};
+  std::array<Finding, 22> m_findings{};
+  std::array<std::vector<int>, 22> m_finding_ranks{};
 };
 
 }  // namespace epkit::logs

@@ -15,6 +15,13 @@ constexpr std::array k_rules = {
              "Run `epkit doctor` on an affected node; expose the RDMA devices, fix NCCL_IB_HCA or the plugin, "
              "and check the lines just before `Using network Socket`.",
              ""},
+    RuleSpec{Rule::socket_single_host, "nccl.socket-fallback", Severity::info,
+             "NCCL chose the socket transport, but all ranks are on one host",
+             "No RDMA device or plugin was usable; with every rank on one host the network transport "
+             "carries no traffic (P2P and SHM do), so this matters only when the job grows to more nodes.",
+             "Nothing for this run; before going multi-node, see why RDMA was not found (lines before "
+             "`Using network Socket`).",
+             ""},
     RuleSpec{Rule::bad_interface, "nccl.bad-interface", Severity::warn,
              "NCCL uses a loopback, container or link-local interface",
              "NCCL's socket transport or bootstrap picked an interface other nodes cannot reach (lo, "

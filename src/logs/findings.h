@@ -16,6 +16,7 @@ const char* to_string(Severity s);
 
 enum class Rule {
   socket_fallback,
+  socket_single_host,
   bad_interface,
   bond_in_hca,
   gdr_no_peer_memory,

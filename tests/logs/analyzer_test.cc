@@ -135,7 +135,13 @@ std::string line(std::string_view rest) { return std::string(k_a) + std::string(
 TEST(LogsRules, SocketFallbackOnlyForSocket) {
   EXPECT_TRUE(ids(analyze_text(line("INFO Using network IB"))).empty());
   EXPECT_TRUE(ids(analyze_text(line("INFO Using network gIB"))).empty());
-  EXPECT_EQ(ids(analyze_text(line("INFO Using network Socket"))), std::set<std::string>{"nccl.socket-fallback"});
+  Report one_host = analyze_text(line("INFO Using network Socket"));
+  EXPECT_EQ(ids(one_host), std::set<std::string>{"nccl.socket-fallback"});
+  EXPECT_EQ(one_host.find("nccl.socket-fallback")->spec->rule, Rule::socket_single_host);
+  EXPECT_EQ(one_host.exit_code(), 0);
+  Report two_hosts = analyze_text(line("INFO Using network Socket") + "node2:5:5 [0] NCCL INFO Using network Socket\n");
+  EXPECT_EQ(two_hosts.find("nccl.socket-fallback")->spec->rule, Rule::socket_fallback);
+  EXPECT_EQ(two_hosts.exit_code(), 1);
 }
 
 TEST(LogsRules, BadInterfaces) {
