@@ -13,7 +13,7 @@ namespace {
 static_assert(static_cast<std::size_t>(Rule::other_warn) + 1 == 22,
               "Analyzer::m_findings holds one slot per rule");
 
-constexpr std::size_t k_max_finding_ranks = 4096;
+constexpr std::size_t k_max_finding_ranks = 16;  // labels listed per finding
 constexpr std::size_t k_max_list = 64;  // devices, interfaces, HCAs per rank
 constexpr int k_max_comm_ranks = 1 << 16;
 constexpr std::size_t k_max_comm_slots = 1 << 22;
@@ -224,11 +224,17 @@ void Analyzer::add(Rule rule, Location at, int rank, std::string detail) {
       std::find(f.details.begin(), f.details.end(), detail) == f.details.end()) {
     f.details.push_back(std::move(detail));
   }
-  auto& ranks = m_finding_ranks[slot];
-  if (rank >= 0 && ranks.size() < k_max_finding_ranks &&
-      std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) {
-    ranks.push_back(rank);
-  }
+  m_finding_ranks[slot].add(rank);
+}
+
+void Analyzer::RankSet::add(int rank) {
+  if (rank < 0) return;
+  auto r = static_cast<std::size_t>(rank);
+  if (r >= seen.size()) seen.resize(r + 1, false);
+  if (seen[r]) return;
+  seen[r] = true;
+  ++count;
+  if (first.size() < k_max_finding_ranks) first.push_back(rank);
 }
 
 void Analyzer::feed(std::string_view line, std::uint64_t line_no) {
@@ -561,8 +567,7 @@ void Analyzer::cross_rank_rules() {
         ++f.count;
         const Evidence& e = evidence_of(ranks[static_cast<std::size_t>(m)]);
         if (f.evidence.size() < k_max_evidence && !e.file.empty()) f.evidence.push_back(e);
-        auto& fr = m_finding_ranks[static_cast<std::size_t>(rule)];
-        if (fr.size() < k_max_finding_ranks && std::find(fr.begin(), fr.end(), m) == fr.end()) fr.push_back(m);
+        m_finding_ranks[static_cast<std::size_t>(rule)].add(m);
       }
     }
   };
@@ -601,10 +606,7 @@ void Analyzer::cross_rank_rules() {
       missing += owner >= 0 ? fmt::format("{} ({})", r, ranks[static_cast<std::size_t>(owner)].label)
                             : fmt::format("{} (no log line)", r);
       if (owner >= 0) {
-        auto& fr = m_finding_ranks[static_cast<std::size_t>(rule)];
-        if (fr.size() < k_max_finding_ranks && std::find(fr.begin(), fr.end(), owner) == fr.end()) {
-          fr.push_back(owner);
-        }
+        m_finding_ranks[static_cast<std::size_t>(rule)].add(owner);
       }
       auto pending = c.pending.find(r);
       if (pending != c.pending.end() && f.evidence.size() < k_max_evidence) {
@@ -644,8 +646,8 @@ Report Analyzer::finish() {
   for (std::size_t i = 0; i < m_findings.size(); ++i) {
     Finding& f = m_findings[i];
     if (f.spec == nullptr) continue;
-    f.rank_count = m_finding_ranks[i].size();
-    for (int r : m_finding_ranks[i]) {
+    f.rank_count = m_finding_ranks[i].count;
+    for (int r : m_finding_ranks[i].first) {
       if (f.ranks.size() >= 16) break;
       f.ranks.push_back(m_report.ranks[static_cast<std::size_t>(r)].label);
     }

@@ -141,7 +141,14 @@ class Analyzer {
   std::size_t m_slice_in_file = 0;
   std::size_t m_comm_slots = 0;  // sum of nranks over m_report.communicators
   std::array<Finding, 22> m_findings{};
-  std::array<std::vector<int>, 22> m_finding_ranks{};
+  // Ranks named by one finding: O(1) membership, first ones kept in order.
+  struct RankSet {
+    std::vector<int> first;
+    std::vector<bool> seen;
+    std::size_t count = 0;
+    void add(int rank);
+  };
+  std::array<RankSet, 22> m_finding_ranks{};
 };
 
 }  // namespace epkit::logs
