@@ -1,0 +1,162 @@
+// The log analyser: lines in, per-rank facts, communicators and findings out.
+//
+// Memory is bounded by the number of ranks (and communicators), never by the
+// input size: per rank it keeps a few strings and counters; per finding the
+// first k_max_evidence lines. Lines themselves are never kept.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "epkit/result.h"
+#include "logs/findings.h"
+#include "logs/line_parser.h"
+
+namespace epkit::logs {
+
+inline constexpr std::size_t k_max_ranks = 1 << 16;
+inline constexpr std::size_t k_max_names = 32;     // collective / transport kinds per rank
+inline constexpr std::size_t k_max_slices = 4096;
+
+struct Count {
+  std::string name;
+  std::uint64_t count = 0;
+};
+
+struct Interface {
+  std::string name;
+  std::string address;
+};
+
+struct RankFacts {
+  std::string label;          // "host:pid", or "rank N" from a launcher prefix only
+  std::string host;
+  std::int64_t pid = -1;
+  int cuda_dev = -1;
+  int launcher_rank = -1;
+  std::string nccl_version;
+  std::string network;        // "Using network <X>"
+  std::string net_name;       // the X of the last "NET/X : Using" line
+  std::vector<std::string> net_devices;  // "mlx5_0:1/RoCE", or interface names for sockets
+  std::vector<Interface> oob;
+  std::vector<Interface> bootstrap;
+  std::vector<std::string> gdr_enabled;        // HCA names
+  std::vector<std::string> gdr_disabled;       // HCA names (no peer memory / DMA-BUF)
+  std::uint64_t gdr_distance_disabled = 0;     // GPU/NIC pairs disabled by policy
+  std::vector<Count> transports;               // channel transports, e.g. "NET/IB/GDRDMA"
+  std::vector<Count> collectives;              // COLL lines per type
+  std::uint64_t lines = 0;
+  Evidence version_at;        // where nccl_version / network / devices were read
+  Evidence network_at;
+  Evidence devices_at;
+};
+
+struct Communicator {
+  std::string comm_id;
+  int nranks = 0;
+  std::vector<int> owner;          // NCCL rank -> index in Report::ranks, -1 if never seen
+  std::vector<bool> complete;
+  int complete_count = 0;
+  std::unordered_map<int, Evidence> pending;  // Init START lines of ranks not yet complete
+  Evidence first_at;
+};
+
+struct Slice {
+  std::string marker;  // the marker line that opened it ("" for the part before the first)
+  std::vector<Count> collectives;
+};
+
+struct Report {
+  std::vector<std::string> files;
+  std::uint64_t bytes = 0;
+  std::uint64_t lines = 0;
+  std::vector<RankFacts> ranks;
+  std::uint64_t unattributed_lines = 0;  // ranks beyond k_max_ranks
+  std::vector<Communicator> communicators;
+  bool sliced = false;
+  std::vector<Slice> slices;
+  std::vector<Finding> findings;  // worst first, then table order
+  Severity worst = Severity::info;
+
+  /// 0 when nothing or only info, 1 for warn, 2 for error.
+  int exit_code() const;
+  const Finding* find(std::string_view id) const;
+};
+
+struct Options {
+  std::string slice_regex;  // empty: no slicing
+};
+
+class Analyzer {
+ public:
+  /// An invalid slice regex is an invalid error.
+  static Result<Analyzer> create(const Options& options);
+
+  /// Lines that follow belong to this file (evidence names it).
+  void begin_file(const std::string& name);
+  void add_bytes(std::uint64_t n) { m_report.bytes += n; }
+  void feed(std::string_view line, std::uint64_t line_no);
+  /// Cross-rank rules; the analyser is spent afterwards.
+  Report finish();
+
+ private:
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  struct Location {
+    std::string_view line;
+    std::uint64_t line_no;
+  };
+
+  Analyzer() = default;
+  int rank_of(const LineInfo& info);
+  int new_rank(std::string label);
+  void add(Rule rule, Location at, int rank, std::string detail = {});
+  Evidence evidence(Location at) const;
+  void on_nccl(const LineInfo& info, Location at, int rank);
+  void on_other(const LineInfo& info, Location at, int rank);
+  bool on_problem(std::string_view message, Location at, int rank);
+  void on_net_using(std::string_view message, Location at, int rank);
+  void on_gdr(std::string_view message, Location at, int rank);
+  void on_init(std::string_view message, Location at, int rank);
+  void check_interfaces(const std::vector<Interface>& ifs, std::string_view what, Location at, int rank);
+  void count_collective(RankFacts* facts, std::string_view name);
+  void cross_rank_rules();
+
+  Report m_report;
+  std::unique_ptr<std::regex> m_slice;
+  std::unordered_map<std::string, int, KeyHash, std::equal_to<>> m_rank_index;
+  std::unordered_map<int, int> m_launcher_index;
+  std::unordered_map<std::string, std::size_t, KeyHash, std::equal_to<>> m_comm_index;
+  std::string m_last_key;
+  int m_last_rank = -1;
+  std::string m_file;
+  std::size_t m_slice_in_file = 0;
+  std::size_t m_comm_slots = 0;  // sum of nranks over m_report.communicators
+  std::array<Finding, 22> m_findings{};
+  // Ranks named by one finding: O(1) membership, first ones kept in order.
+  struct RankSet {
+    std::vector<int> first;
+    std::vector<bool> seen;
+    std::size_t count = 0;
+    void add(int rank);
+  };
+  std::array<RankSet, 22> m_finding_ranks{};
+};
+
+}  // namespace epkit::logs
+
+namespace epkit::logs {
+
+/// Reads every input (see expand_inputs) through one Analyzer. The first
+/// unreadable input stops it with an error naming the file.
+Result<Report> analyze_inputs(const std::vector<std::string>& inputs, const Options& options);
+
+}  // namespace epkit::logs

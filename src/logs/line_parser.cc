@@ -1,0 +1,106 @@
+#include "logs/line_parser.h"
+
+#include "logs/text.h"
+
+namespace epkit::logs {
+namespace {
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// Strips one launcher prefix from `s`; returns false when there is none.
+bool strip_launcher_prefix(std::string_view& s, int& rank) {
+  if (s.empty()) return false;
+  if (s[0] == '[') {
+    std::string_view inner = s.substr(1, 24);
+    std::size_t close = inner.find(']');
+    if (close == std::string_view::npos || close + 2 > s.size() || s[close + 2] != ':') return false;
+    inner = inner.substr(0, close);
+    std::string_view digits;
+    if (inner.starts_with("rank")) digits = inner.substr(4);
+    else if (inner.starts_with("default")) digits = inner.substr(7);
+    else return false;
+    auto n = parse_uint(digits);
+    if (!n || digits.size() > 7 || std::to_string(*n).size() != digits.size()) return false;
+    rank = static_cast<int>(*n);
+    s.remove_prefix(close + 3);
+    if (!s.empty() && s[0] == ' ') s.remove_prefix(1);
+    return true;
+  }
+  if (is_digit(s[0])) {
+    std::size_t i = 0;
+    while (i < s.size() && i < 7 && is_digit(s[i])) ++i;
+    if (i + 1 < s.size() && s[i] == ':' && s[i + 1] == ' ') {
+      rank = static_cast<int>(*parse_uint(s.substr(0, i)));
+      s.remove_prefix(i + 2);
+      return true;
+    }
+  }
+  return false;
+}
+
+Level level_of(std::string_view word) {
+  if (word == "INFO") return Level::info;
+  if (word == "WARN") return Level::warn;
+  if (word == "TRACE") return Level::trace;
+  return Level::other;
+}
+
+// Fills host, pid, rank_key and cuda_dev from "host:pid:tid [dev]" (`head`
+// is the text before " NCCL ").
+void parse_nccl_prefix(std::string_view head, LineInfo& info) {
+  if (head.empty() || head.back() != ']') return;
+  std::size_t open = head.rfind('[');
+  if (open == std::string_view::npos || open == 0 || head[open - 1] != ' ') return;
+  auto dev = parse_uint(head.substr(open + 1));
+  if (!dev || *dev >= 1'000'000) return;
+  std::string_view token = head.substr(0, open - 1);
+  if (std::size_t space = token.rfind(' '); space != std::string_view::npos) {
+    token.remove_prefix(space + 1);
+  }
+  std::size_t tid_colon = token.rfind(':');
+  if (tid_colon == std::string_view::npos || tid_colon == 0) return;
+  std::size_t pid_colon = token.rfind(':', tid_colon - 1);
+  if (pid_colon == std::string_view::npos || pid_colon == 0) return;
+  std::string_view pid = token.substr(pid_colon + 1, tid_colon - pid_colon - 1);
+  auto pid_value = parse_uint(pid);
+  if (!pid_value || pid.size() > 10 || !parse_uint(token.substr(tid_colon + 1))) return;
+  info.host = token.substr(0, pid_colon);
+  info.pid = static_cast<std::int64_t>(*pid_value);
+  info.rank_key = token.substr(0, tid_colon);
+  info.cuda_dev = static_cast<int>(*dev);
+}
+
+}  // namespace
+
+LineInfo parse_line(std::string_view line) {
+  LineInfo info;
+  std::string_view s = line;
+  for (int guard = 0; guard < 4 && strip_launcher_prefix(s, info.launcher_rank); ++guard) {
+  }
+  std::size_t at;
+  if (s.starts_with("NCCL ")) {
+    at = 0;
+  } else {
+    at = find_bytes(s, " NCCL ");
+    if (at == std::string_view::npos) {
+      info.message = s;
+      return info;
+    }
+    ++at;  // at "NCCL "
+  }
+  std::string_view rest = s.substr(at + 5);
+  std::size_t space = rest.find(' ');
+  std::string_view word = rest.substr(0, space);
+  info.level = level_of(word);
+  if (info.level == Level::other) {
+    // "NCCL version ..." printed by frameworks, or prose mentioning NCCL.
+    info.level = Level::none;
+    info.message = s;
+    return info;
+  }
+  info.message = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+  if (at > 0) parse_nccl_prefix(s.substr(0, at - 1), info);
+  return info;
+}
+
+}  // namespace epkit::logs

@@ -1,0 +1,33 @@
+// Small string helpers for log text: byte search, numbers, and the one place
+// where raw log bytes become printable (valid UTF-8, bounded length).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace epkit::logs {
+
+/// Position of `needle` in `hay`, or npos. glibc's memmem is far faster than
+/// string_view::find for the short needles the parser uses.
+std::size_t find_bytes(std::string_view hay, std::string_view needle);
+inline bool contains(std::string_view hay, std::string_view needle) {
+  return find_bytes(hay, needle) != std::string_view::npos;
+}
+
+/// The unsigned decimal number at the start of `s` (at most 18 digits).
+std::optional<std::uint64_t> parse_uint(std::string_view s);
+/// The integer that follows the first occurrence of `key` in `s`.
+std::optional<std::int64_t> number_after(std::string_view s, std::string_view key);
+/// The whitespace-free word that follows the first occurrence of `key`.
+std::string_view word_after(std::string_view s, std::string_view key);
+
+std::string_view trim(std::string_view s);
+
+/// Log bytes made fit to print and to put in JSON: invalid UTF-8 sequences
+/// and control characters become U+FFFD, and text beyond `max_bytes` is cut
+/// (on a character boundary) with a trailing " [...]".
+std::string printable(std::string_view raw, std::size_t max_bytes = 240);
+
+}  // namespace epkit::logs

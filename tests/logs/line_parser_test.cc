@@ -1,0 +1,73 @@
+#include "logs/line_parser.h"
+
+#include <gtest/gtest.h>
+
+namespace epkit::logs {
+namespace {
+
+TEST(LogsLineParser, NcclPrefix) {
+  auto info = parse_line("node1:12345:12390 [3] NCCL INFO NCCL version 2.28.9+cuda13.0");
+  EXPECT_EQ(info.level, Level::info);
+  EXPECT_EQ(info.host, "node1");
+  EXPECT_EQ(info.pid, 12345);
+  EXPECT_EQ(info.cuda_dev, 3);
+  EXPECT_EQ(info.rank_key, "node1:12345");
+  EXPECT_EQ(info.message, "NCCL version 2.28.9+cuda13.0");
+  EXPECT_EQ(info.launcher_rank, -1);
+}
+
+TEST(LogsLineParser, TimestampBeforeThePrefix) {
+  // NCCL_DEBUG_TIMESTAMP_FORMAT puts a time in front of host:pid:tid.
+  auto info = parse_line("[2026-11-21 05:02:11] node7:4242:4250 [5] NCCL INFO Using network IB");
+  EXPECT_EQ(info.rank_key, "node7:4242");
+  EXPECT_EQ(info.cuda_dev, 5);
+  EXPECT_EQ(info.message, "Using network IB");
+}
+
+TEST(LogsLineParser, WarnAndTraceLevels) {
+  EXPECT_EQ(parse_line("h.example.com:1:2 [0] NCCL WARN Failed").level, Level::warn);
+  EXPECT_EQ(parse_line("h.example.com:1:2 [0] NCCL WARN Failed").host, "h.example.com");
+  EXPECT_EQ(parse_line("h:1:2 [0] NCCL TRACE x").level, Level::trace);
+}
+
+TEST(LogsLineParser, LauncherPrefixes) {
+  auto torchrun = parse_line("[rank3]:node2:77:78 [1] NCCL INFO Using network IB");
+  EXPECT_EQ(torchrun.launcher_rank, 3);
+  EXPECT_EQ(torchrun.rank_key, "node2:77");
+  EXPECT_EQ(torchrun.message, "Using network IB");
+  auto tee = parse_line("[default12]:hello");
+  EXPECT_EQ(tee.launcher_rank, 12);
+  EXPECT_EQ(tee.level, Level::none);
+  EXPECT_EQ(tee.message, "hello");
+  auto srun = parse_line("15: node3:9:9 [0] NCCL INFO x");
+  EXPECT_EQ(srun.launcher_rank, 15);
+  EXPECT_EQ(srun.host, "node3");
+  auto both = parse_line("0: [rank4]:text");
+  EXPECT_EQ(both.launcher_rank, 4);
+}
+
+TEST(LogsLineParser, NotPrefixes) {
+  // A time is not an srun label, a bracketed word is not a rank.
+  EXPECT_EQ(parse_line("12:30:01 started").launcher_rank, -1);
+  EXPECT_EQ(parse_line("[info]: x").launcher_rank, -1);
+  EXPECT_EQ(parse_line("[rank]: x").launcher_rank, -1);
+  EXPECT_EQ(parse_line("[rank99999999999]: x").launcher_rank, -1);
+  // Prose mentioning NCCL is not an NCCL line.
+  auto prose = parse_line("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970");
+  EXPECT_EQ(prose.level, Level::none);
+  EXPECT_EQ(prose.rank_key, "");
+}
+
+TEST(LogsLineParser, MalformedPrefixesGiveNoRank) {
+  for (std::string_view line : {"[0] NCCL INFO x", "host [0] NCCL INFO x", "h:p:t [0] NCCL INFO x",
+                                "h:1:2 [x] NCCL INFO x", ":1:2 [0] NCCL INFO x", "NCCL INFO bare",
+                                "h:1:2 0] NCCL WARN y", ""}) {
+    auto info = parse_line(line);
+    EXPECT_EQ(info.rank_key, "") << line;
+  }
+  EXPECT_EQ(parse_line("NCCL INFO bare").level, Level::info);
+  EXPECT_EQ(parse_line("NCCL INFO bare").message, "bare");
+}
+
+}  // namespace
+}  // namespace epkit::logs
