@@ -56,7 +56,7 @@ void compare_gpus(const std::vector<RankFacts>& facts, std::vector<Mismatch>& ou
   std::map<std::pair<std::string, std::string>, std::vector<int>> users;
   for (const auto& f : facts) {
     std::string id = !f.gpu_uuid.empty() ? f.gpu_uuid : f.pci_bus_id;
-    if (!id.empty()) users[{f.host, id}].push_back(f.rank);
+    if (!id.empty()) users[{f.host_id, id}].push_back(f.rank);
   }
   for (const auto& [key, ranks] : users) {
     if (ranks.size() < 2) continue;
@@ -75,7 +75,7 @@ using HostProfile = std::map<std::string, std::set<std::string>>;
 
 void compare_hosts(const std::vector<RankFacts>& facts, std::vector<Mismatch>& out) {
   std::map<std::string, std::vector<const RankFacts*>> hosts;
-  for (const auto& f : facts) hosts[f.host].push_back(&f);
+  for (const auto& f : facts) hosts[f.host_id].push_back(&f);
   if (hosts.size() < 2) return;
 
   std::set<std::string> keys;
@@ -163,6 +163,7 @@ std::string facts_to_json(const RankFacts& f) {
   Json j{{"rank", f.rank},
          {"local_rank", f.local_rank},
          {"host", f.host},
+         {"host_id", f.host_id},
          {"gpu_uuid", f.gpu_uuid},
          {"pci_bus_id", f.pci_bus_id},
          {"driver_version", f.driver_version},
@@ -184,6 +185,7 @@ Result<RankFacts> facts_from_json(std::string_view text) {
     f.rank = j.at("rank").get<int>();
     f.local_rank = j.at("local_rank").get<int>();
     f.host = j.at("host").get<std::string>();
+    f.host_id = j.at("host_id").get<std::string>();
     f.gpu_uuid = j.at("gpu_uuid").get<std::string>();
     f.pci_bus_id = j.at("pci_bus_id").get<std::string>();
     f.driver_version = j.at("driver_version").get<std::string>();
@@ -202,6 +204,7 @@ std::map<std::string, std::string> network_env(const host::Env& env) {
   std::map<std::string, std::string> out;
   for (const char* prefix : {"NCCL_", "NVSHMEM_"}) {
     for (const auto& name : env.names_with_prefix(prefix)) {
+      if (name == "NCCL_HOSTID") continue;
       if (auto value = env.get_nonempty(name)) out[name] = *value;
     }
   }
@@ -213,6 +216,7 @@ RankFacts collect_host_facts(const host::Host& host, int rank, int local_rank) {
   facts.rank = rank;
   facts.local_rank = local_rank;
   facts.host = host.fs().read_trimmed("/proc/sys/kernel/hostname").value_or(std::string("unknown"));
+  facts.host_id = host.env().get_nonempty("NCCL_HOSTID").value_or(facts.host);
   if (auto version = host.fs().read_trimmed("/sys/module/nvidia/version")) {
     facts.driver_version = *version;
   } else if (auto proc = host.fs().read("/proc/driver/nvidia/version", 4096)) {

@@ -24,6 +24,9 @@ struct RankFacts {
   int rank = 0;
   int local_rank = 0;
   std::string host;
+  /// Which node this rank belongs to for the comparisons: NCCL_HOSTID when
+  /// set (how one host fakes several nodes), else the host name.
+  std::string host_id;
   std::string gpu_uuid;     // "GPU-8c1e..."; filled by the GPU layer
   std::string pci_bus_id;   // "0000:1b:00.0"; filled by the GPU layer
   std::string driver_version;
@@ -41,6 +44,7 @@ std::string facts_to_json(const RankFacts& facts);
 Result<RankFacts> facts_from_json(std::string_view text);
 
 /// NCCL_* and NVSHMEM_* variables of env (non-empty ones, as NCCL reads them).
+/// NCCL_HOSTID is left out: it names the node and differs by design.
 std::map<std::string, std::string> network_env(const host::Env& env);
 
 /// The host-level facts: host name, driver version, RDMA devices and network

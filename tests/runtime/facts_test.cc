@@ -16,6 +16,7 @@ RankFacts rank_on(const std::string& host, int rank, const std::string& gpu) {
   f.rank = rank;
   f.local_rank = rank % 2;
   f.host = host;
+  f.host_id = host;
   f.gpu_uuid = gpu;
   f.pci_bus_id = "0000:1b:00.0";
   f.driver_version = "550.54.15";
@@ -146,6 +147,14 @@ TEST(Facts, CollectsHostFactsThroughTheSysroot) {
   EXPECT_EQ(facts.network_env, (std::map<std::string, std::string>{
                                    {"NCCL_DEBUG", "INFO"}, {"NVSHMEM_BOOTSTRAP", "MPI"}}));
   EXPECT_EQ(facts.rank, 3);
+  EXPECT_EQ(facts.host_id, "node-7");
+
+  // A faked node: NCCL_HOSTID names it and is not compared as a setting.
+  env.set("NCCL_HOSTID", "fake-b");
+  auto faked = collect_host_facts(host::Host(host::Sysroot(tree.root()), env), 1, 0);
+  EXPECT_EQ(faked.host, "node-7");
+  EXPECT_EQ(faked.host_id, "fake-b");
+  EXPECT_EQ(faked.network_env.count("NCCL_HOSTID"), 0u);
 
   test::TempTree empty;
   auto none = collect_host_facts(host::Host(host::Sysroot(empty.root()), host::Env()), 0, 0);

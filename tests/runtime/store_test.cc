@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/facts.h"
 #include "runtime/store_protocol.h"
 
 namespace epkit::runtime {
@@ -455,6 +456,53 @@ TEST(Store, BoundsKeysAndValues) {
   // Too large for one frame: the client is refused by its own store.
   auto huge = store->set("h", std::string(wire::k_max_frame, 'x'), Deadline::after(2s));
   EXPECT_FALSE(huge.ok());
+}
+
+// docs/runtime.md: two nodes faked on one host with --nnodes/--node-rank and a
+// different NCCL_HOSTID per node; each finds its rank, meets through rank 0's
+// store and sees two nodes in the facts.
+std::string fake_node(std::uint16_t port, int node) {
+  host::Env env(std::map<std::string, std::string>{
+      {"NCCL_HOSTID", node == 0 ? "fake-a" : "fake-b"}, {"NCCL_IB_HCA", "mlx5_0"}});
+  LaunchOptions options;
+  options.nnodes = 2;
+  options.node_rank = node;
+  options.master = "127.0.0.1:" + std::to_string(port);
+  options.nproc_per_node = 1;
+  auto info = discover(env, options);
+  if (!info) return describe(info.error());
+  if (info->rank != node || info->world_size != 2) return "wrong rank: " + info->describe();
+  auto deadline = Deadline::after(5s);
+  auto session = open_store(*info, "box", "nccl 2.21.5", deadline);
+  if (!session) return describe(session.error());
+  auto mine = collect_host_facts(host::Host(host::Sysroot("/"), env, host::Libraries::none("test")),
+                                 info->rank, 0);
+  mine.host = "box";
+  auto all = exchange_facts(session->store, mine, info->world_size, deadline);
+  if (!all) return describe(all.error());
+  if ((*all)[0].host_id != "fake-a" || (*all)[1].host_id != "fake-b") return "host ids";
+  auto mismatches = compare_facts(*all);
+  if (!mismatches.empty()) return "mismatch: " + mismatches.front().summary;
+  // Rank 0 serves the store: everyone meets before anyone leaves.
+  if (auto e = check(session->store.barrier("done", deadline)); !e.empty()) return e;
+  session->store.close();
+  return "OK";
+}
+
+TEST(Store, TwoNodesFakedOnOneHost) {
+  std::uint16_t port = 0;
+  {
+    auto probe = listen_tcp("127.0.0.1", 0);
+    ASSERT_TRUE(probe.ok());
+    port = *local_port(probe->get());
+  }
+  ForkedRank node0([](std::uint16_t p) { return fake_node(p, 0); });
+  ForkedRank node1([](std::uint16_t p) { return fake_node(p, 1); });
+  node1.give_port(port);  // node 1 first: it retries until rank 0 serves
+  std::this_thread::sleep_for(100ms);
+  node0.give_port(port);
+  EXPECT_EQ(node0.result(Deadline::after(8s)), "OK");
+  EXPECT_EQ(node1.result(Deadline::after(8s)), "OK");
 }
 
 }  // namespace
