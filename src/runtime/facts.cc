@@ -28,6 +28,15 @@ std::string name_ranks(const std::vector<RankFacts>& facts, const std::vector<in
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
+// The value most ranks (or nodes) share; the others are blamed.
+template <typename Members>
+const std::string& largest_group(const std::map<std::string, Members>& groups) {
+  auto largest = std::max_element(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+    return a.second.size() < b.second.size();
+  });
+  return largest->first;
+}
+
 std::string shown(const std::string& value) { return value.empty() ? "unset" : "'" + value + "'"; }
 
 // Groups ranks by one field; reports when ranks disagree, blaming all but the
@@ -39,14 +48,12 @@ void compare_field(const std::vector<RankFacts>& facts, MismatchKind kind, const
     if (!(f.*field).empty()) groups[f.*field].push_back(f.rank);
   }
   if (groups.size() < 2) return;
-  auto largest = std::max_element(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
-    return a.second.size() < b.second.size();
-  });
+  const auto& majority = largest_group(groups);
   std::vector<std::string> parts;
   std::vector<int> blamed;
   for (const auto& [value, ranks] : groups) {
     parts.push_back(fmt::format("{} on {}", value, name_ranks(facts, ranks)));
-    if (value != largest->first) blamed.insert(blamed.end(), ranks.begin(), ranks.end());
+    if (value != majority) blamed.insert(blamed.end(), ranks.begin(), ranks.end());
   }
   std::sort(blamed.begin(), blamed.end());
   out.push_back({kind, fmt::format("{} differ: {}", what, fmt::join(parts, " vs ")), blamed});
@@ -85,14 +92,12 @@ void compare_hosts(const std::vector<RankFacts>& facts, std::vector<Mismatch>& o
   auto blame_minority = [&](const std::map<std::string, std::vector<std::string>>& by_value,
                             MismatchKind kind, std::string what) {
     if (by_value.size() < 2) return;
-    auto largest = std::max_element(by_value.begin(), by_value.end(), [](const auto& a, const auto& b) {
-      return a.second.size() < b.second.size();
-    });
+    const auto& majority = largest_group(by_value);
     std::vector<std::string> parts;
     std::vector<int> blamed;
     for (const auto& [value, names] : by_value) {
       parts.push_back(fmt::format("{} on {}", value, fmt::join(names, ", ")));
-      if (value == largest->first) continue;
+      if (value == majority) continue;
       for (const auto& name : names) {
         for (const auto* f : hosts[name]) blamed.push_back(f->rank);
       }

@@ -300,9 +300,10 @@ class StoreServer::Impl {
     waiter.deadline = Deadline::after(waiter.timeout);
     if (m_failure) return send(conn, make_error(ErrorCode::unavailable, *m_failure));
     if (waiter.kind == WaitKind::barrier) {
-      auto& arrived = m_barriers[waiter.keys.front()];
-      arrived.insert(conn.rank);
-      if (static_cast<int>(arrived.size()) == m_options.world_size) {
+      auto& barrier = m_barriers[waiter.keys.front()];
+      barrier.waiting.insert(conn.rank);
+      barrier.seen.insert(conn.rank);
+      if (static_cast<int>(barrier.waiting.size()) == m_options.world_size) {
         m_barriers.erase(waiter.keys.front());
         send(conn, std::string());
         release_barrier(waiter.keys.front());
@@ -349,11 +350,13 @@ class StoreServer::Impl {
       }
       std::string message;
       if (it->kind == WaitKind::barrier) {
-        auto& arrived = m_barriers[it->keys.front()];
+        // Ranks that entered and then gave up are not the ones to blame.
+        auto& barrier = m_barriers[it->keys.front()];
         message = fmt::format("barrier '{}' timed out after {}: still waiting for {}",
-                              it->keys.front(), seconds_text(it->timeout), missing_ranks(arrived));
-        arrived.erase(it->conn->rank);
-        if (arrived.empty()) m_barriers.erase(it->keys.front());
+                              it->keys.front(), seconds_text(it->timeout),
+                              missing_ranks(barrier.seen));
+        barrier.waiting.erase(it->conn->rank);
+        if (barrier.waiting.empty()) m_barriers.erase(it->keys.front());
       } else {
         std::vector<std::string> absent;
         for (const auto& key : it->keys) {
@@ -377,7 +380,7 @@ class StoreServer::Impl {
     m_waiters.erase(std::remove_if(m_waiters.begin(), m_waiters.end(),
                                    [&](const Waiter& w) { return w.conn == conn; }),
                     m_waiters.end());
-    for (auto& [name, arrived] : m_barriers) arrived.erase(conn->rank);
+    for (auto& [name, barrier] : m_barriers) barrier.waiting.erase(conn->rank);
   }
 
   void close_conn(ConnIt it, std::string_view why) {
@@ -530,7 +533,11 @@ class StoreServer::Impl {
   std::list<Conn> m_conns;
   std::vector<RankInfo> m_ranks;
   std::vector<Waiter> m_waiters;
-  std::map<std::string, std::set<int>> m_barriers;
+  struct Barrier {
+    std::set<int> waiting;  // ranks blocked in it now
+    std::set<int> seen;     // ranks that entered it since it last completed
+  };
+  std::map<std::string, Barrier> m_barriers;
   std::map<std::string, std::string> m_kv;
   std::size_t m_bytes = 0;
   std::optional<std::string> m_failure;

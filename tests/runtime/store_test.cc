@@ -103,6 +103,12 @@ class ForkedRank {
   Fd m_result_in;
 };
 
+// A port nobody listens on right now (bound once, then released).
+std::uint16_t free_port() {
+  auto probe = listen_tcp("127.0.0.1", 0);
+  return probe ? local_port(probe->get()).value_or(0) : 0;
+}
+
 ClientOptions client_options(std::uint16_t port, int rank, int world) {
   ClientOptions options;
   options.port = port;
@@ -275,12 +281,8 @@ TEST(Store, LosingRankZeroFailsTheClientsFast) {
 }
 
 TEST(Store, ConnectRetriesUntilRankZeroListens) {
-  std::uint16_t port = 0;
-  {
-    auto probe = listen_tcp("127.0.0.1", 0);
-    ASSERT_TRUE(probe.ok());
-    port = *local_port(probe->get());
-  }
+  std::uint16_t port = free_port();
+  ASSERT_NE(port, 0);
   std::unique_ptr<StoreServer> server;
   std::thread late([&] {
     std::this_thread::sleep_for(300ms);
@@ -300,12 +302,8 @@ TEST(Store, ConnectRetriesUntilRankZeroListens) {
 }
 
 TEST(Store, ConnectGivesUpAtTheDeadlineNamingTheAddress) {
-  std::uint16_t port = 0;
-  {
-    auto probe = listen_tcp("127.0.0.1", 0);
-    ASSERT_TRUE(probe.ok());
-    port = *local_port(probe->get());
-  }
+  std::uint16_t port = free_port();
+  ASSERT_NE(port, 0);
   auto start = Clock::now();
   auto store = Store::connect(client_options(port, 3, 4), Deadline::after(600ms));
   EXPECT_LT(seconds_since(start), 1.0);
@@ -490,12 +488,8 @@ std::string fake_node(std::uint16_t port, int node) {
 }
 
 TEST(Store, TwoNodesFakedOnOneHost) {
-  std::uint16_t port = 0;
-  {
-    auto probe = listen_tcp("127.0.0.1", 0);
-    ASSERT_TRUE(probe.ok());
-    port = *local_port(probe->get());
-  }
+  std::uint16_t port = free_port();
+  ASSERT_NE(port, 0);
   ForkedRank node0([](std::uint16_t p) { return fake_node(p, 0); });
   ForkedRank node1([](std::uint16_t p) { return fake_node(p, 1); });
   node1.give_port(port);  // node 1 first: it retries until rank 0 serves
