@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <functional>
+#include <random>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -400,6 +401,16 @@ TEST(Store, GarbageGetsAClearErrorAndTheStoreKeepsServing) {
     auto fd = connect_tcp("127.0.0.1", port, Deadline::after(2s));
     ASSERT_TRUE(fd.ok());
     (void)send_all(fd->get(), "\0\0", Deadline::after(1s));
+  }
+  // Random bytes from many connections that then hang up.
+  std::mt19937 random(42);
+  for (int i = 0; i < 50; ++i) {
+    auto fd = connect_tcp("127.0.0.1", port, Deadline::after(2s));
+    ASSERT_TRUE(fd.ok());
+    std::string noise(random() % 64, '\0');
+    for (auto& c : noise) c = static_cast<char>(random());
+    if (i % 2 == 0) noise = wire::Writer().u8(static_cast<std::uint8_t>(random())).frame() + noise;
+    (void)send_all(fd->get(), noise, Deadline::after(1s));
   }
   // Real ranks still meet.
   std::thread other([&] {
