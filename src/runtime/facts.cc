@@ -1,12 +1,12 @@
 #include "runtime/facts.h"
 
-#include <algorithm>
-#include <cctype>
-#include <set>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "runtime/store.h"
 
@@ -24,7 +24,8 @@ std::string name_ranks(const std::vector<RankFacts>& facts, const std::vector<in
     }
   }
   std::vector<std::string> parts;
-  for (const auto& [host, list] : by_host) parts.push_back(fmt::format("{}:{}", host, fmt::join(list, ",")));
+  for (const auto& [host, list] : by_host)
+    parts.push_back(fmt::format("{}:{}", host, fmt::join(list, ",")));
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
@@ -37,7 +38,9 @@ const std::string& largest_group(const std::map<std::string, Members>& groups) {
   return largest->first;
 }
 
-std::string shown(const std::string& value) { return value.empty() ? "unset" : "'" + value + "'"; }
+std::string shown(const std::string& value) {
+  return value.empty() ? "unset" : "'" + value + "'";
+}
 
 // Groups ranks by one field; reports when ranks disagree, blaming all but the
 // largest group.
@@ -103,7 +106,8 @@ void compare_hosts(const std::vector<RankFacts>& facts, std::vector<Mismatch>& o
       }
     }
     std::sort(blamed.begin(), blamed.end());
-    out.push_back({kind, fmt::format("{} differs between nodes: {}", what, fmt::join(parts, " vs ")),
+    out.push_back({kind,
+                   fmt::format("{} differs between nodes: {}", what, fmt::join(parts, " vs ")),
                    blamed});
   };
 
@@ -141,8 +145,9 @@ std::string first_version_token(std::string_view text) {
     std::string_view token = text.substr(pos, end - pos);
     if (!token.empty() && std::isdigit(static_cast<unsigned char>(token.front())) &&
         token.find('.') != std::string_view::npos &&
-        std::all_of(token.begin(), token.end(),
-                    [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; })) {
+        std::all_of(token.begin(), token.end(), [](char c) {
+          return std::isdigit(static_cast<unsigned char>(c)) || c == '.';
+        })) {
       return std::string(token);
     }
     pos = end;
@@ -154,12 +159,18 @@ std::string first_version_token(std::string_view text) {
 
 const char* to_string(MismatchKind kind) {
   switch (kind) {
-    case MismatchKind::nccl_version: return "nccl_version";
-    case MismatchKind::cuda_version: return "cuda_version";
-    case MismatchKind::driver_version: return "driver_version";
-    case MismatchKind::duplicate_gpu: return "duplicate_gpu";
-    case MismatchKind::network_env: return "network_env";
-    case MismatchKind::hca_set: return "hca_set";
+    case MismatchKind::nccl_version:
+      return "nccl_version";
+    case MismatchKind::cuda_version:
+      return "cuda_version";
+    case MismatchKind::driver_version:
+      return "driver_version";
+    case MismatchKind::duplicate_gpu:
+      return "duplicate_gpu";
+    case MismatchKind::network_env:
+      return "network_env";
+    case MismatchKind::hca_set:
+      return "hca_set";
   }
   return "unknown";
 }

@@ -5,12 +5,12 @@
 // reported up front.
 #pragma once
 
+#include <epkit/result.h>
+
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <epkit/result.h>
 
 #include "host/env.h"
 #include "host/host.h"
@@ -27,8 +27,8 @@ struct RankFacts {
   /// Which node this rank belongs to for the comparisons: NCCL_HOSTID when
   /// set (how one host fakes several nodes), else the host name.
   std::string host_id;
-  std::string gpu_uuid;     // "GPU-8c1e..."; filled by the GPU layer
-  std::string pci_bus_id;   // "0000:1b:00.0"; filled by the GPU layer
+  std::string gpu_uuid;    // "GPU-8c1e..."; filled by the GPU layer
+  std::string pci_bus_id;  // "0000:1b:00.0"; filled by the GPU layer
   std::string driver_version;
   std::string cuda_version;
   std::string nccl_version;
@@ -52,7 +52,14 @@ std::map<std::string, std::string> network_env(const host::Env& env);
 /// for the caller (they need the device).
 RankFacts collect_host_facts(const host::Host& host, int rank, int local_rank);
 
-enum class MismatchKind { nccl_version, cuda_version, driver_version, duplicate_gpu, network_env, hca_set };
+enum class MismatchKind {
+  nccl_version,
+  cuda_version,
+  driver_version,
+  duplicate_gpu,
+  network_env,
+  hca_set
+};
 const char* to_string(MismatchKind kind);
 
 struct Mismatch {
@@ -67,7 +74,7 @@ std::vector<Mismatch> compare_facts(const std::vector<RankFacts>& facts);
 
 /// Publishes this rank's facts under "facts/<rank>" and returns everyone's,
 /// in rank order.
-Result<std::vector<RankFacts>> exchange_facts(Store& store, const RankFacts& mine,
-                                              int world_size, Deadline deadline);
+Result<std::vector<RankFacts>> exchange_facts(Store& store, const RankFacts& mine, int world_size,
+                                              Deadline deadline);
 
 }  // namespace epkit::runtime

@@ -1,9 +1,9 @@
 #include "runtime/hostlist.h"
 
+#include <fmt/format.h>
+
 #include <cctype>
 #include <charconv>
-
-#include <fmt/format.h>
 
 namespace epkit::runtime {
 namespace {

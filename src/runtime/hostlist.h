@@ -3,11 +3,11 @@
 // error, never a huge allocation.
 #pragma once
 
+#include <epkit/result.h>
+
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <epkit/result.h>
 
 namespace epkit::runtime {
 

@@ -1,9 +1,9 @@
 #include "runtime/launch.h"
 
-#include <charconv>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <charconv>
 
 #include "runtime/hostlist.h"
 #include "runtime/socket.h"
@@ -50,8 +50,8 @@ class Vars {
   }
 
   Error missing(std::string_view name, std::string_view why) const {
-    return make_error(ErrorCode::invalid, fmt::format("{}: {} is not set ({})",
-                                                      to_string(m_launcher), name, why));
+    return make_error(ErrorCode::invalid,
+                      fmt::format("{}: {} is not set ({})", to_string(m_launcher), name, why));
   }
 
   Error invalid(std::string message) const {
@@ -79,9 +79,8 @@ class Vars {
 
 Result<void> check_consistent(const LaunchInfo& info) {
   auto bad = [&](std::string message) -> Result<void> {
-    return make_error(ErrorCode::invalid,
-                      fmt::format("{}: {} (from {})", to_string(info.launcher), message,
-                                  fmt::join(info.sources, " ")));
+    return make_error(ErrorCode::invalid, fmt::format("{}: {} (from {})", to_string(info.launcher),
+                                                      message, fmt::join(info.sources, " ")));
   };
   if (info.rank >= info.world_size) {
     return bad(fmt::format("rank {} is not below world size {}", info.rank, info.world_size));
@@ -95,8 +94,7 @@ Result<void> check_consistent(const LaunchInfo& info) {
                            info.world_size));
   }
   if (info.node_rank >= info.nnodes) {
-    return bad(fmt::format("node rank {} is not below node count {}", info.node_rank,
-                           info.nnodes));
+    return bad(fmt::format("node rank {} is not below node count {}", info.node_rank, info.nnodes));
   }
   if (info.nnodes > info.world_size) {
     return bad(fmt::format("{} nodes for {} ranks", info.nnodes, info.world_size));
@@ -113,8 +111,9 @@ Result<void> read_master(Vars& vars, LaunchInfo& info, bool single_node,
   } else if (fallback_host) {
     info.master_addr = *fallback_host;
   } else if (!single_node) {
-    return vars.missing("MASTER_ADDR", "ranks span several nodes and this launcher has no "
-                                       "rendezvous address; set it or pass --master");
+    return vars.missing("MASTER_ADDR",
+                        "ranks span several nodes and this launcher has no "
+                        "rendezvous address; set it or pass --master");
   }
   auto port = vars.optional_int("MASTER_PORT", 1, 65535);
   if (!port) return port.error();
@@ -140,17 +139,15 @@ Result<LaunchInfo> from_torchrun(const host::Env& env, Launcher launcher) {
   info.local_rank = *local_rank;
   info.local_world_size = *local_world;
   // GROUP_RANK is torchrun's node rank; epkit's spawner passes EPKIT_NODE_RANK.
-  auto node_rank = vars.optional_int(launcher == Launcher::epkit_spawn ? "EPKIT_NODE_RANK"
-                                                                       : "GROUP_RANK",
-                                     0, k_max_world);
+  auto node_rank = vars.optional_int(
+      launcher == Launcher::epkit_spawn ? "EPKIT_NODE_RANK" : "GROUP_RANK", 0, k_max_world);
   if (!node_rank) return node_rank.error();
   info.node_rank = node_rank->value_or(info.rank / info.local_world_size);
-  auto nnodes = vars.optional_int(launcher == Launcher::epkit_spawn ? "EPKIT_NNODES"
-                                                                    : "GROUP_WORLD_SIZE",
-                                  1, k_max_world);
+  auto nnodes = vars.optional_int(
+      launcher == Launcher::epkit_spawn ? "EPKIT_NNODES" : "GROUP_WORLD_SIZE", 1, k_max_world);
   if (!nnodes) return nnodes.error();
-  info.nnodes = nnodes->value_or((info.world_size + info.local_world_size - 1) /
-                                 info.local_world_size);
+  info.nnodes =
+      nnodes->value_or((info.world_size + info.local_world_size - 1) / info.local_world_size);
   auto master = read_master(vars, info, info.local_world_size == info.world_size);
   if (!master) return master.error();
   return info;
@@ -194,7 +191,8 @@ Result<LaunchInfo> from_slurm(const host::Env& env) {
   Vars vars(env, Launcher::slurm, info);
   auto rank = vars.required_int("SLURM_PROCID", 0, k_max_world, "srun sets it for each task");
   if (!rank) return rank.error();
-  auto local_rank = vars.required_int("SLURM_LOCALID", 0, k_max_world, "srun sets it with SLURM_PROCID");
+  auto local_rank =
+      vars.required_int("SLURM_LOCALID", 0, k_max_world, "srun sets it with SLURM_PROCID");
   if (!local_rank) return local_rank.error();
   // A step's own counts win over the allocation's.
   std::optional<std::string> world_name;
@@ -223,8 +221,8 @@ Result<LaunchInfo> from_slurm(const host::Env& env) {
   }
   info.node_rank = node_rank->value_or(0);
   if (info.node_rank >= info.nnodes) {
-    return vars.invalid(fmt::format("SLURM_NODEID={} but the node list has {} hosts",
-                                    info.node_rank, info.nnodes));
+    return vars.invalid(
+        fmt::format("SLURM_NODEID={} but the node list has {} hosts", info.node_rank, info.nnodes));
   }
   // Tasks on this node: the per-node list indexed by node id, else an even split.
   if (auto per_node = vars.first_text({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
@@ -258,8 +256,8 @@ Result<LaunchInfo> from_kubernetes(const host::Env& env, const LaunchOptions& op
   Vars vars(env, Launcher::kubernetes, info);
   auto index = vars.required_int("JOB_COMPLETION_INDEX", 0, k_max_world, "an Indexed Job sets it");
   if (!index) return index.error();
-  auto nnodes = vars.required_int("NNODES", 1, k_max_world,
-                                  "set it to the Job's completions (parallelism)");
+  auto nnodes =
+      vars.required_int("NNODES", 1, k_max_world, "set it to the Job's completions (parallelism)");
   if (!nnodes) return nnodes.error();
   auto gpus = vars.optional_int("GPUS_PER_NODE", 1, 1024);
   if (!gpus) return gpus.error();
@@ -277,8 +275,8 @@ Result<LaunchInfo> from_kubernetes(const host::Env& env, const LaunchOptions& op
     return vars.missing("GPUS_PER_NODE", "no GPU count was given and none was found");
   }
   if (info.node_rank >= info.nnodes) {
-    return vars.invalid(fmt::format("JOB_COMPLETION_INDEX={} is not below NNODES={}",
-                                    info.node_rank, info.nnodes));
+    return vars.invalid(
+        fmt::format("JOB_COMPLETION_INDEX={} is not below NNODES={}", info.node_rank, info.nnodes));
   }
   info.world_size = info.nnodes * info.local_world_size;
   info.rank = info.node_rank * info.local_world_size;
@@ -325,14 +323,22 @@ Result<LaunchInfo> from_environment(const host::Env& env, const LaunchOptions& o
 
 const char* to_string(Launcher launcher) {
   switch (launcher) {
-    case Launcher::none: return "none";
-    case Launcher::epkit_spawn: return "epkit";
-    case Launcher::torchrun: return "torchrun";
-    case Launcher::openmpi: return "openmpi";
-    case Launcher::pmi: return "pmi";
-    case Launcher::slurm: return "slurm";
-    case Launcher::kubernetes: return "kubernetes";
-    case Launcher::explicit_nodes: return "explicit";
+    case Launcher::none:
+      return "none";
+    case Launcher::epkit_spawn:
+      return "epkit";
+    case Launcher::torchrun:
+      return "torchrun";
+    case Launcher::openmpi:
+      return "openmpi";
+    case Launcher::pmi:
+      return "pmi";
+    case Launcher::slurm:
+      return "slurm";
+    case Launcher::kubernetes:
+      return "kubernetes";
+    case Launcher::explicit_nodes:
+      return "explicit";
   }
   return "none";
 }
@@ -387,7 +393,8 @@ Result<LaunchInfo> discover(const host::Env& env, const LaunchOptions& options) 
     return make_error(ErrorCode::invalid, "options: " + std::move(message));
   };
   if (options.nproc_per_node && (*options.nproc_per_node < 1 || *options.nproc_per_node > 1024)) {
-    return flag_error(fmt::format("--nproc-per-node {} is outside 1..1024", *options.nproc_per_node));
+    return flag_error(
+        fmt::format("--nproc-per-node {} is outside 1..1024", *options.nproc_per_node));
   }
   if (options.nnodes && (*options.nnodes < 1 || *options.nnodes > k_max_world)) {
     return flag_error(fmt::format("--nnodes {} is outside 1..{}", *options.nnodes, k_max_world));
@@ -406,8 +413,8 @@ Result<LaunchInfo> discover(const host::Env& env, const LaunchOptions& options) 
     info.sources.push_back(fmt::format("--nnodes={}", info.nnodes));
     info.sources.push_back(fmt::format("--node-rank={}", info.node_rank));
     if (info.node_rank >= info.nnodes) {
-      return flag_error(fmt::format("--node-rank {} is not below --nnodes {}", info.node_rank,
-                                    info.nnodes));
+      return flag_error(
+          fmt::format("--node-rank {} is not below --nnodes {}", info.node_rank, info.nnodes));
     }
     if (options.master) {
       auto endpoint = parse_endpoint(*options.master, k_default_master_port);
@@ -436,9 +443,8 @@ Result<LaunchInfo> discover(const host::Env& env, const LaunchOptions& options) 
       info.local_rank = 0;
       info.world_size = info.nnodes * nproc;
       info.rank = info.node_rank * nproc;
-      info.sources.push_back(fmt::format("{}={}", options.nproc_per_node ? "--nproc-per-node"
-                                                                         : "visible GPUs",
-                                         nproc));
+      info.sources.push_back(fmt::format(
+          "{}={}", options.nproc_per_node ? "--nproc-per-node" : "visible GPUs", nproc));
     }
     if (info.launcher == Launcher::none && !env.get_nonempty("MASTER_ADDR")) {
       if (auto port = env.get_nonempty("MASTER_PORT")) {
@@ -461,12 +467,12 @@ Result<LaunchInfo> discover(const host::Env& env, const LaunchOptions& options) 
     info.local_rank = 0;
     info.world_size = info.nnodes * info.local_world_size;
     info.rank = info.node_rank * info.local_world_size;
-    info.sources.push_back(fmt::format("--nproc-per-node={} (launcher rank = node rank)",
-                                       info.local_world_size));
+    info.sources.push_back(
+        fmt::format("--nproc-per-node={} (launcher rank = node rank)", info.local_world_size));
   }
   if (info.spawn && info.world_size > k_max_world) {
-    return flag_error(fmt::format("{} nodes x {} ranks is too many", info.nnodes,
-                                  info.local_world_size));
+    return flag_error(
+        fmt::format("{} nodes x {} ranks is too many", info.nnodes, info.local_world_size));
   }
   if (auto ok = check_consistent(info); !ok) return ok.error();
   return info;

@@ -8,14 +8,14 @@
 // wrong rank can be traced to its source.
 #pragma once
 
+#include <epkit/result.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <epkit/result.h>
 
 #include "host/env.h"
 

@@ -1,6 +1,7 @@
 #include "runtime/socket.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -12,12 +13,12 @@
 #include <cstring>
 #include <memory>
 
-#include <fmt/format.h>
-
 namespace epkit::runtime {
 namespace {
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 struct AddrInfoDeleter {
   void operator()(addrinfo* info) const { freeaddrinfo(info); }
@@ -33,8 +34,8 @@ Result<AddrInfoPtr> resolve(const std::string& host, std::uint16_t port, bool pa
   std::string service = std::to_string(port);
   int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
   if (rc != 0) {
-    return make_error(ErrorCode::not_found, fmt::format("cannot resolve '{}': {}", host,
-                                                        gai_strerror(rc)));
+    return make_error(ErrorCode::not_found,
+                      fmt::format("cannot resolve '{}': {}", host, gai_strerror(rc)));
   }
   return AddrInfoPtr(found);
 }

@@ -3,11 +3,11 @@
 // deadline it is given.
 #pragma once
 
+#include <epkit/result.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
-
-#include <epkit/result.h>
 
 #include "runtime/deadline.h"
 

@@ -1,6 +1,8 @@
 #include "runtime/spawner.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -11,9 +13,6 @@
 #include <charconv>
 #include <cstring>
 #include <thread>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "runtime/socket.h"
 
@@ -212,9 +211,9 @@ Result<SpawnReport> spawn_local_ranks(const SpawnOptions& options, const host::E
       for (auto& other : running) {
         if (other.exit.pid > 0 && !other.reaped) ::waitpid(other.exit.pid, nullptr, 0);
       }
-      return make_error(code == ENOENT ? ErrorCode::not_found : ErrorCode::permission,
-                        fmt::format("spawn: cannot run {}: {}", options.argv.front(),
-                                    std::strerror(code)));
+      return make_error(
+          code == ENOENT ? ErrorCode::not_found : ErrorCode::permission,
+          fmt::format("spawn: cannot run {}: {}", options.argv.front(), std::strerror(code)));
     }
   }
   lifeline->read.reset();  // only the children hold it now

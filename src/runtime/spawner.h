@@ -9,14 +9,13 @@
 // child can watch (watch_lifeline) for the cases the signal misses.
 #pragma once
 
+#include <epkit/result.h>
 #include <sys/types.h>
 
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <epkit/result.h>
 
 #include "host/env.h"
 #include "runtime/deadline.h"
@@ -44,8 +43,8 @@ struct ChildExit {
   int local_rank = 0;
   int rank = 0;
   pid_t pid = -1;
-  int exit_code = 0;    // when exited normally
-  int signal = 0;       // when killed by a signal
+  int exit_code = 0;           // when exited normally
+  int signal = 0;              // when killed by a signal
   bool stopped_by_us = false;  // terminated because another rank failed or time ran out
   bool failed() const { return signal != 0 || exit_code != 0; }
 };

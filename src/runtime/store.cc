@@ -1,5 +1,7 @@
 #include "runtime/store.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,9 +15,6 @@
 #include <set>
 #include <thread>
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
 #include "runtime/store_protocol.h"
 
 namespace epkit::runtime {
@@ -27,7 +26,9 @@ namespace {
 // Replies queued for one connection before the server stops reading from it.
 constexpr std::size_t k_max_pending_out = 4 * wire::k_max_frame;
 
-std::string seconds_text(Millis ms) { return fmt::format("{:.1f} s", ms.count() / 1000.0); }
+std::string seconds_text(Millis ms) {
+  return fmt::format("{:.1f} s", ms.count() / 1000.0);
+}
 
 std::string reply_frame(const Result<std::string>& result) {
   wire::Writer writer;
@@ -56,8 +57,11 @@ std::uint32_t server_timeout_ms(Deadline deadline) {
 class StoreServer::Impl {
  public:
   Impl(ServerOptions options, Fd listener, Pipe wake, std::uint16_t port)
-      : m_options(std::move(options)), m_listener(std::move(listener)), m_wake(std::move(wake)),
-        m_port(port), m_ranks(static_cast<std::size_t>(m_options.world_size)) {}
+      : m_options(std::move(options)),
+        m_listener(std::move(listener)),
+        m_wake(std::move(wake)),
+        m_port(port),
+        m_ranks(static_cast<std::size_t>(m_options.world_size)) {}
 
   ~Impl() {
     m_stop = true;
@@ -101,8 +105,7 @@ class StoreServer::Impl {
 
   std::string rank_name(int rank) const {
     const auto& info = m_ranks[static_cast<std::size_t>(rank)];
-    return info.host.empty() ? fmt::format("rank {}", rank)
-                             : fmt::format("{}:{}", info.host, rank);
+    return info.host.empty() ? fmt::format("rank {}", rank) : fmt::format("{}:{}", info.host, rank);
   }
 
   // "rank 2 (never connected), host-b:3 (left)"; ranks in `skip` are omitted.
@@ -111,10 +114,10 @@ class StoreServer::Impl {
     for (int rank = 0; rank < m_options.world_size; ++rank) {
       if (skip.count(rank)) continue;
       const auto& info = m_ranks[static_cast<std::size_t>(rank)];
-      const char* state = info.state == RankState::never       ? "never connected"
-                          : info.state == RankState::left      ? "already left"
-                          : info.state == RankState::failed    ? "lost"
-                                                               : "connected";
+      const char* state = info.state == RankState::never    ? "never connected"
+                          : info.state == RankState::left   ? "already left"
+                          : info.state == RankState::failed ? "lost"
+                                                            : "connected";
       parts.push_back(fmt::format("{} ({})", rank_name(rank), state));
     }
     return fmt::format("{}", fmt::join(parts, ", "));
@@ -136,8 +139,8 @@ class StoreServer::Impl {
     send(conn, make_error(ErrorCode::invalid, message));
     conn.closing = true;
     if (conn.rank >= 0) {
-      fail_rank(conn.rank, fmt::format("{} sent a malformed request: {}", rank_name(conn.rank),
-                                       message));
+      fail_rank(conn.rank,
+                fmt::format("{} sent a malformed request: {}", rank_name(conn.rank), message));
     }
   }
 
@@ -175,8 +178,8 @@ class StoreServer::Impl {
       conn.closing = true;
     };
     if (*protocol != wire::k_protocol_version) {
-      return refuse(fmt::format("store protocol {} from {}:{}, rank 0 speaks {}", *protocol,
-                                *host, *rank, wire::k_protocol_version));
+      return refuse(fmt::format("store protocol {} from {}:{}, rank 0 speaks {}", *protocol, *host,
+                                *rank, wire::k_protocol_version));
     }
     if (*world != static_cast<std::uint32_t>(m_options.world_size)) {
       return refuse(fmt::format("{}:{} believes the world has {} ranks, rank 0 says {}", *host,
@@ -195,8 +198,8 @@ class StoreServer::Impl {
     }
     auto& info = m_ranks[*rank];
     if (info.state == RankState::connected) {
-      return refuse(fmt::format("rank {} joined twice: from {} and from {}", *rank, info.host,
-                                *host));
+      return refuse(
+          fmt::format("rank {} joined twice: from {} and from {}", *rank, info.host, *host));
     }
     if (info.state != RankState::never) {
       return refuse(fmt::format("{}:{} rejoined after it {}", *host, *rank,
@@ -226,7 +229,8 @@ class StoreServer::Impl {
       case Op::set: {
         auto key = reader.str(wire::k_max_key);
         auto value = reader.str();
-        if (!key || !value) return protocol_error(conn, (key ? value.error() : key.error()).message);
+        if (!key || !value)
+          return protocol_error(conn, (key ? value.error() : key.error()).message);
         if (m_failure) return send(conn, make_error(ErrorCode::unavailable, *m_failure));
         std::size_t old = m_kv.count(*key) ? key->size() + m_kv[*key].size() : 0;
         if (m_bytes - old + key->size() + value->size() > m_options.max_bytes) {
@@ -256,15 +260,16 @@ class StoreServer::Impl {
         }
         value += *delta;
         std::string text = std::to_string(value);
-        m_bytes = m_bytes - (m_kv.count(*key) ? key->size() + m_kv[*key].size() : 0) +
-                  key->size() + text.size();
+        m_bytes = m_bytes - (m_kv.count(*key) ? key->size() + m_kv[*key].size() : 0) + key->size() +
+                  text.size();
         m_kv[*key] = text;
         send(conn, text);
         return wake_waiters();
       }
       case Op::get:
       case Op::wait:
-      case Op::barrier: return handle_wait(conn, static_cast<Op>(*op), reader);
+      case Op::barrier:
+        return handle_wait(conn, static_cast<Op>(*op), reader);
       case Op::bye:
         conn.bye = true;
         m_ranks[static_cast<std::size_t>(conn.rank)].state = RankState::left;
@@ -352,9 +357,9 @@ class StoreServer::Impl {
       if (it->kind == WaitKind::barrier) {
         // Ranks that entered and then gave up are not the ones to blame.
         auto& barrier = m_barriers[it->keys.front()];
-        message = fmt::format("barrier '{}' timed out after {}: still waiting for {}",
-                              it->keys.front(), seconds_text(it->timeout),
-                              missing_ranks(barrier.seen));
+        message =
+            fmt::format("barrier '{}' timed out after {}: still waiting for {}", it->keys.front(),
+                        seconds_text(it->timeout), missing_ranks(barrier.seen));
         barrier.waiting.erase(it->conn->rank);
         if (barrier.waiting.empty()) m_barriers.erase(it->keys.front());
       } else {
@@ -386,8 +391,8 @@ class StoreServer::Impl {
   void close_conn(ConnIt it, std::string_view why) {
     drop_waiters_of(&*it);
     if (it->rank >= 0 && !it->bye) {
-      fail_rank(it->rank, fmt::format("{} disconnected ({}) before it finished",
-                                      rank_name(it->rank), why));
+      fail_rank(it->rank,
+                fmt::format("{} disconnected ({}) before it finished", rank_name(it->rank), why));
     }
     m_conns.erase(it);
   }
@@ -561,7 +566,9 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerOptions& opt
 
 StoreServer::StoreServer(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
 StoreServer::~StoreServer() = default;
-std::uint16_t StoreServer::port() const { return m_impl->port(); }
+std::uint16_t StoreServer::port() const {
+  return m_impl->port();
+}
 
 // ---------------------------------------------------------------- client
 
@@ -606,11 +613,11 @@ Result<Store> Store::connect(const ClientOptions& options, Deadline deadline) {
     if (deadline.expired()) break;
   }
   auto waited = std::chrono::duration_cast<Millis>(Clock::now() - started);
-  return make_error(ErrorCode::timeout,
-                    fmt::format("rank {} could not reach the store of rank 0 at {} within {} "
-                                "({} attempts; last: {}); is rank 0 running and the port open?",
-                                options.rank, endpoint, seconds_text(waited), attempts,
-                                last.message));
+  return make_error(
+      ErrorCode::timeout,
+      fmt::format("rank {} could not reach the store of rank 0 at {} within {} "
+                  "({} attempts; last: {}); is rank 0 running and the port open?",
+                  options.rank, endpoint, seconds_text(waited), attempts, last.message));
 }
 
 Store::~Store() = default;
@@ -624,15 +631,15 @@ Result<std::string> Store::request(const std::string& frame, Deadline deadline, 
     return error;
   };
   if (auto sent = send_all(m_fd.get(), frame, deadline); !sent) {
-    return broken(make_error(sent.error().code == ErrorCode::timeout ? ErrorCode::timeout
-                                                                     : ErrorCode::unavailable,
-                             fmt::format("lost the store at {} (rank 0): {}", m_endpoint,
-                                         sent.error().message)));
+    return broken(make_error(
+        sent.error().code == ErrorCode::timeout ? ErrorCode::timeout : ErrorCode::unavailable,
+        fmt::format("lost the store at {} (rank 0): {}", m_endpoint, sent.error().message)));
   }
   auto header = recv_exact(m_fd.get(), 4, deadline);
-  Result<std::uint32_t> len = header ? wire::frame_length(*header) : Result<std::uint32_t>(header.error());
-  Result<std::string> payload = len ? recv_exact(m_fd.get(), *len, deadline)
-                                    : Result<std::string>(len.error());
+  Result<std::uint32_t> len =
+      header ? wire::frame_length(*header) : Result<std::uint32_t>(header.error());
+  Result<std::string> payload =
+      len ? recv_exact(m_fd.get(), *len, deadline) : Result<std::string>(len.error());
   if (!payload) {
     const auto& error = payload.error();
     if (error.code == ErrorCode::timeout) {
@@ -640,11 +647,11 @@ Result<std::string> Store::request(const std::string& frame, Deadline deadline, 
                                fmt::format("no answer from the store at {} before the deadline{}",
                                            m_endpoint, waits ? "" : " (rank 0 stuck?)")));
     }
-    return broken(make_error(error.code == ErrorCode::invalid ? ErrorCode::invalid
-                                                              : ErrorCode::unavailable,
-                             fmt::format("lost the store at {} (rank 0 exited or its node is "
-                                         "unreachable): {}",
-                                         m_endpoint, error.message)));
+    return broken(
+        make_error(error.code == ErrorCode::invalid ? ErrorCode::invalid : ErrorCode::unavailable,
+                   fmt::format("lost the store at {} (rank 0 exited or its node is "
+                               "unreachable): {}",
+                               m_endpoint, error.message)));
   }
   wire::Reader reader(*payload);
   auto status = reader.u8();

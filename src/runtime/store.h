@@ -8,14 +8,14 @@
 // error naming host:rank; a timeout names the ranks that never arrived.
 #pragma once
 
+#include <epkit/result.h>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <epkit/result.h>
 
 #include "runtime/deadline.h"
 #include "runtime/launch.h"
@@ -24,7 +24,7 @@
 namespace epkit::runtime {
 
 struct ServerOptions {
-  std::string bind_addr;  // "" = every interface
+  std::string bind_addr;   // "" = every interface
   std::uint16_t port = 0;  // 0 = ephemeral (tests)
   int world_size = 1;
   /// The handshake must match these exactly (see ClientOptions).
@@ -105,7 +105,9 @@ class Store {
   friend Result<struct StoreSession> open_store(const LaunchInfo&, const std::string&,
                                                 const std::string&, Deadline);
   Store(Fd fd, int rank, std::string endpoint)
-      : m_fd(std::move(fd)), m_rank(rank), m_endpoint(std::move(endpoint)),
+      : m_fd(std::move(fd)),
+        m_rank(rank),
+        m_endpoint(std::move(endpoint)),
         m_mutex(std::make_unique<std::mutex>()) {}
   Result<std::string> request(const std::string& frame, Deadline deadline, bool waits);
 

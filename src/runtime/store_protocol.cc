@@ -17,13 +17,15 @@ Writer& Writer::u8(std::uint8_t value) {
 }
 
 Writer& Writer::u32(std::uint32_t value) {
-  for (int shift = 24; shift >= 0; shift -= 8) m_payload.push_back(static_cast<char>(value >> shift));
+  for (int shift = 24; shift >= 0; shift -= 8)
+    m_payload.push_back(static_cast<char>(value >> shift));
   return *this;
 }
 
 Writer& Writer::i64(std::int64_t value) {
   auto bits = static_cast<std::uint64_t>(value);
-  for (int shift = 56; shift >= 0; shift -= 8) m_payload.push_back(static_cast<char>(bits >> shift));
+  for (int shift = 56; shift >= 0; shift -= 8)
+    m_payload.push_back(static_cast<char>(bits >> shift));
   return *this;
 }
 
@@ -67,9 +69,9 @@ Result<std::string> Reader::str(std::size_t max_len) {
   if (!len) return len.error();
   if (*len > m_rest.size()) return truncated("string");
   if (*len > max_len) {
-    return make_error(ErrorCode::invalid,
-                      fmt::format("malformed store message: string of {} bytes exceeds {}", *len,
-                                  max_len));
+    return make_error(
+        ErrorCode::invalid,
+        fmt::format("malformed store message: string of {} bytes exceeds {}", *len, max_len));
   }
   std::string value(m_rest.substr(0, *len));
   m_rest.remove_prefix(*len);

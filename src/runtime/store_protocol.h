@@ -7,11 +7,11 @@
 // an error, never a large allocation.
 #pragma once
 
+#include <epkit/result.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
-
-#include <epkit/result.h>
 
 namespace epkit::runtime::wire {
 

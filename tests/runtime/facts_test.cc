@@ -1,11 +1,10 @@
 #include "runtime/facts.h"
 
-#include <thread>
-
 #include <gtest/gtest.h>
 
-#include "runtime/store.h"
+#include <thread>
 
+#include "runtime/store.h"
 #include "support/temp_tree.h"
 
 namespace epkit::runtime {
@@ -53,7 +52,8 @@ TEST(Facts, DifferingNcclVersionBlamesTheMinority) {
   ASSERT_EQ(mismatches.size(), 1u);
   EXPECT_EQ(mismatches[0].kind, MismatchKind::nccl_version);
   EXPECT_EQ(mismatches[0].ranks, std::vector<int>{3});
-  EXPECT_NE(mismatches[0].summary.find("2.19.3 on b:3"), std::string::npos) << mismatches[0].summary;
+  EXPECT_NE(mismatches[0].summary.find("2.19.3 on b:3"), std::string::npos)
+      << mismatches[0].summary;
   EXPECT_NE(mismatches[0].summary.find("2.21.5 on a:0,1; b:2"), std::string::npos)
       << mismatches[0].summary;
 }
@@ -64,7 +64,8 @@ TEST(Facts, OneGpuUsedTwiceOnAHost) {
   auto mismatch = find_kind(compare_facts(facts), MismatchKind::duplicate_gpu);
   ASSERT_TRUE(mismatch.has_value());
   EXPECT_EQ(mismatch->ranks, (std::vector<int>{0, 1}));
-  EXPECT_NE(mismatch->summary.find("a:0,1 share GPU GPU-a0"), std::string::npos) << mismatch->summary;
+  EXPECT_NE(mismatch->summary.find("a:0,1 share GPU GPU-a0"), std::string::npos)
+      << mismatch->summary;
   // The same UUID on two hosts is not one GPU (fake hosts or copied ids).
   facts = cluster();
   facts[2].gpu_uuid = "GPU-a0";
@@ -137,15 +138,15 @@ TEST(Facts, CollectsHostFactsThroughTheSysroot) {
              "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build\n");
   tree.write("/sys/class/infiniband/mlx5_1/ports/1/state", "4: ACTIVE\n");
   tree.write("/sys/class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n");
-  host::Env env({{"NCCL_DEBUG", "INFO"}, {"NVSHMEM_BOOTSTRAP", "MPI"}, {"NCCL_EMPTY", ""},
-                 {"PATH", "/bin"}});
+  host::Env env(
+      {{"NCCL_DEBUG", "INFO"}, {"NVSHMEM_BOOTSTRAP", "MPI"}, {"NCCL_EMPTY", ""}, {"PATH", "/bin"}});
   host::Host node(host::Sysroot(tree.root()), env);
   auto facts = collect_host_facts(node, 3, 1);
   EXPECT_EQ(facts.host, "node-7");
   EXPECT_EQ(facts.driver_version, "550.54.15");
   EXPECT_EQ(facts.hcas, (std::vector<std::string>{"mlx5_0", "mlx5_1"}));
-  EXPECT_EQ(facts.network_env, (std::map<std::string, std::string>{
-                                   {"NCCL_DEBUG", "INFO"}, {"NVSHMEM_BOOTSTRAP", "MPI"}}));
+  EXPECT_EQ(facts.network_env, (std::map<std::string, std::string>{{"NCCL_DEBUG", "INFO"},
+                                                                   {"NVSHMEM_BOOTSTRAP", "MPI"}}));
   EXPECT_EQ(facts.rank, 3);
   EXPECT_EQ(facts.host_id, "node-7");
 

@@ -5,7 +5,9 @@
 namespace epkit::runtime {
 namespace {
 
-host::Env env_of(std::map<std::string, std::string> vars) { return host::Env(std::move(vars)); }
+host::Env env_of(std::map<std::string, std::string> vars) {
+  return host::Env(std::move(vars));
+}
 
 bool has_source(const LaunchInfo& info, const std::string& entry) {
   return std::find(info.sources.begin(), info.sources.end(), entry) != info.sources.end();
@@ -40,9 +42,13 @@ TEST(Launch, NoLauncherIsOneProcessOrASpawningAgent) {
 }
 
 TEST(Launch, Torchrun) {
-  auto info = discover(env_of({{"RANK", "5"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "8"},
-                               {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "n0"},
-                               {"MASTER_PORT", "29400"}, {"GROUP_RANK", "1"}}));
+  auto info = discover(env_of({{"RANK", "5"},
+                               {"LOCAL_RANK", "1"},
+                               {"WORLD_SIZE", "8"},
+                               {"LOCAL_WORLD_SIZE", "4"},
+                               {"MASTER_ADDR", "n0"},
+                               {"MASTER_PORT", "29400"},
+                               {"GROUP_RANK", "1"}}));
   ASSERT_TRUE(info.ok()) << info.error().message;
   EXPECT_EQ(info->launcher, Launcher::torchrun);
   EXPECT_EQ(info->rank, 5);
@@ -58,8 +64,8 @@ TEST(Launch, Torchrun) {
 }
 
 TEST(Launch, TorchrunMalformed) {
-  std::map<std::string, std::string> good{{"RANK", "1"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "2"},
-                                          {"LOCAL_WORLD_SIZE", "2"}};
+  std::map<std::string, std::string> good{
+      {"RANK", "1"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "2"}};
   ASSERT_TRUE(discover(env_of(good)).ok());
   auto with = [&](const char* name, const char* value) {
     auto vars = good;
@@ -83,8 +89,10 @@ TEST(Launch, TorchrunMalformed) {
 }
 
 TEST(Launch, OpenMpi) {
-  host::Env env = env_of({{"OMPI_COMM_WORLD_RANK", "6"}, {"OMPI_COMM_WORLD_SIZE", "8"},
-                          {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+  host::Env env = env_of({{"OMPI_COMM_WORLD_RANK", "6"},
+                          {"OMPI_COMM_WORLD_SIZE", "8"},
+                          {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                          {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
                           {"MASTER_ADDR", "10.0.0.1"}});
   auto info = discover(env);
   ASSERT_TRUE(info.ok()) << info.error().message;
@@ -108,8 +116,8 @@ TEST(Launch, OpenMpi) {
 }
 
 TEST(Launch, PmiAndPmix) {
-  auto info = discover(env_of({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "1"},
-                               {"MPI_LOCALNRANKS", "2"}}));
+  auto info = discover(env_of(
+      {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}}));
   ASSERT_TRUE(info.ok()) << info.error().message;
   EXPECT_EQ(info->launcher, Launcher::pmi);
   EXPECT_EQ(info->rank, 1);
@@ -120,9 +128,13 @@ TEST(Launch, PmiAndPmix) {
 }
 
 TEST(Launch, Slurm) {
-  host::Env env = env_of({{"SLURM_PROCID", "9"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS", "16"},
-                          {"SLURM_NODEID", "1"}, {"SLURM_JOB_NODELIST", "gpu[07-08]"},
-                          {"SLURM_TASKS_PER_NODE", "8(x2)"}, {"SLURM_JOB_ID", "12345"}});
+  host::Env env = env_of({{"SLURM_PROCID", "9"},
+                          {"SLURM_LOCALID", "1"},
+                          {"SLURM_NTASKS", "16"},
+                          {"SLURM_NODEID", "1"},
+                          {"SLURM_JOB_NODELIST", "gpu[07-08]"},
+                          {"SLURM_TASKS_PER_NODE", "8(x2)"},
+                          {"SLURM_JOB_ID", "12345"}});
   auto info = discover(env);
   ASSERT_TRUE(info.ok()) << info.error().message;
   EXPECT_EQ(info->launcher, Launcher::slurm);
@@ -159,9 +171,12 @@ TEST(Launch, Slurm) {
 }
 
 TEST(Launch, SlurmStepCountsWin) {
-  auto info = discover(env_of({{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"},
-                               {"SLURM_NTASKS", "64"}, {"SLURM_STEP_NUM_TASKS", "2"},
-                               {"SLURM_NODELIST", "a,b"}, {"SLURM_STEP_NODELIST", "a"},
+  auto info = discover(env_of({{"SLURM_PROCID", "0"},
+                               {"SLURM_LOCALID", "0"},
+                               {"SLURM_NTASKS", "64"},
+                               {"SLURM_STEP_NUM_TASKS", "2"},
+                               {"SLURM_NODELIST", "a,b"},
+                               {"SLURM_STEP_NODELIST", "a"},
                                {"SLURM_NODEID", "0"}}));
   ASSERT_TRUE(info.ok()) << info.error().message;
   EXPECT_EQ(info->world_size, 2);
@@ -170,7 +185,9 @@ TEST(Launch, SlurmStepCountsWin) {
 }
 
 TEST(Launch, KubernetesIndexedJob) {
-  host::Env env = env_of({{"JOB_COMPLETION_INDEX", "2"}, {"NNODES", "4"}, {"GPUS_PER_NODE", "8"},
+  host::Env env = env_of({{"JOB_COMPLETION_INDEX", "2"},
+                          {"NNODES", "4"},
+                          {"GPUS_PER_NODE", "8"},
                           {"MASTER_ADDR", "job-0.svc"}});
   auto info = discover(env);
   ASSERT_TRUE(info.ok()) << info.error().message;
@@ -240,8 +257,10 @@ TEST(Launch, PerNodeLauncherWithNprocPerNode) {
   // srun --ntasks-per-node=1 epkit ... --nproc-per-node 4: task rank = node rank.
   LaunchOptions options;
   options.nproc_per_node = 4;
-  auto info = discover(env_of({{"SLURM_PROCID", "1"}, {"SLURM_LOCALID", "0"},
-                               {"SLURM_NTASKS", "2"}, {"SLURM_NODEID", "1"},
+  auto info = discover(env_of({{"SLURM_PROCID", "1"},
+                               {"SLURM_LOCALID", "0"},
+                               {"SLURM_NTASKS", "2"},
+                               {"SLURM_NODEID", "1"},
                                {"SLURM_NODELIST", "n[1-2]"}}),
                        options);
   ASSERT_TRUE(info.ok()) << info.error().message;

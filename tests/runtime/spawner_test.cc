@@ -1,6 +1,7 @@
 #include "runtime/spawner.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -10,8 +11,6 @@
 #include <cstdlib>
 #include <sstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "runtime/socket.h"
 
@@ -61,9 +60,13 @@ SpawnOptions shell(const std::string& script, int nproc, int out_fd, int err_fd)
   return options;
 }
 
-host::Env env_of(std::map<std::string, std::string> vars) { return host::Env(std::move(vars)); }
+host::Env env_of(std::map<std::string, std::string> vars) {
+  return host::Env(std::move(vars));
+}
 
-host::Env base_env() { return env_of({{"PATH", "/usr/bin:/bin"}}); }
+host::Env base_env() {
+  return env_of({{"PATH", "/usr/bin:/bin"}});
+}
 
 bool contains(const std::vector<std::string>& lines, const std::string& line) {
   return std::find(lines.begin(), lines.end(), line) != lines.end();
@@ -95,10 +98,10 @@ TEST(Spawner, PrefixesEveryLineWithHostAndRank) {
 TEST(Spawner, FirstFailingRankIsNamedAndTheOthersAreStopped) {
   Sink out, err;
   auto start = Clock::now();
-  auto report = spawn_local_ranks(
-      shell("if [ $LOCAL_RANK = 1 ]; then sleep 0.2; exit 3; fi; exec sleep 30", 3, out.fd(),
-            err.fd()),
-      base_env(), Deadline::after(20s));
+  auto report =
+      spawn_local_ranks(shell("if [ $LOCAL_RANK = 1 ]; then sleep 0.2; exit 3; fi; exec sleep 30",
+                              3, out.fd(), err.fd()),
+                        base_env(), Deadline::after(20s));
   ASSERT_TRUE(report.ok()) << report.error().message;
   EXPECT_LT(seconds_since(start), 3.0);
   ASSERT_TRUE(report->first_failed_rank.has_value());
@@ -155,7 +158,8 @@ TEST(Spawner, RanksDieWithTheAgent) {
   std::vector<pid_t> ranks;
   auto wait_until = Deadline::after(5s);
   while (ranks.size() < 2 && !wait_until.expired()) {
-    for (const auto& line : pids.lines()) ranks.push_back(std::atoi(line.substr(line.find(' ') + 1).c_str()));
+    for (const auto& line : pids.lines())
+      ranks.push_back(std::atoi(line.substr(line.find(' ') + 1).c_str()));
     std::this_thread::sleep_for(20ms);
   }
   ASSERT_EQ(ranks.size(), 2u);

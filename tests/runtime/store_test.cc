@@ -1,5 +1,6 @@
 #include "runtime/store.h"
 
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -11,8 +12,6 @@
 #include <functional>
 #include <random>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "runtime/facts.h"
 #include "runtime/store_protocol.h"
@@ -151,7 +150,8 @@ std::string exchange(std::uint16_t port, int rank, int world) {
   if (!store) return describe(store.error());
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back("facts/" + std::to_string(r));
-  if (auto e = check(store->set(keys[rank], std::to_string(rank * rank), deadline)); !e.empty()) return e;
+  if (auto e = check(store->set(keys[rank], std::to_string(rank * rank), deadline)); !e.empty())
+    return e;
   if (auto e = check(store->wait(keys, deadline)); !e.empty()) return e;
   for (int r = 0; r < world; ++r) {
     auto value = store->get(keys[r], deadline);
@@ -170,9 +170,8 @@ TEST(Store, SeveralProcessesExchangeKeysCountAndMeet) {
   constexpr int world = 4;
   std::vector<std::unique_ptr<ForkedRank>> ranks;
   for (int r = 1; r < world; ++r) {
-    ranks.push_back(std::make_unique<ForkedRank>([r](std::uint16_t port) {
-      return exchange(port, r, world);
-    }));
+    ranks.push_back(
+        std::make_unique<ForkedRank>([r](std::uint16_t port) { return exchange(port, r, world); }));
   }
   auto server = start_server(world);
   for (auto& rank : ranks) rank->give_port(server->port());
@@ -389,10 +388,12 @@ TEST(Store, GarbageGetsAClearErrorAndTheStoreKeepsServing) {
                 .find("expected an epkit store hello"),
             std::string::npos);
   // A hello whose string length runs past the frame.
-  EXPECT_NE(raw_exchange(port, wire::Writer(wire::Op::hello).u32(wire::k_magic).u32(1).u32(0).u32(2)
-                                   .u32(1000).frame())
-                .find("expected an epkit store hello"),
-            std::string::npos);
+  EXPECT_NE(
+      raw_exchange(
+          port,
+          wire::Writer(wire::Op::hello).u32(wire::k_magic).u32(1).u32(0).u32(2).u32(1000).frame())
+          .find("expected an epkit store hello"),
+      std::string::npos);
   // A frame announced but never completed: the handshake timeout drops it.
   EXPECT_EQ(raw_exchange(port, std::string("\0\0\x10\0abc", 7)),
             "no hello within the handshake timeout");
@@ -428,8 +429,15 @@ TEST(Store, ARankSendingGarbageAfterItsHelloIsNamed) {
   std::uint16_t port = server->port();
   auto store = Store::connect(client_options(port, 0, 2), Deadline::after(5s));
   ASSERT_TRUE(store.ok());
-  auto hello = wire::Writer(wire::Op::hello).u32(wire::k_magic).u32(wire::k_protocol_version)
-                   .u32(1).u32(2).str("bad-host").str(EPKIT_VERSION).str("nccl 2.21.5").frame();
+  auto hello = wire::Writer(wire::Op::hello)
+                   .u32(wire::k_magic)
+                   .u32(wire::k_protocol_version)
+                   .u32(1)
+                   .u32(2)
+                   .str("bad-host")
+                   .str(EPKIT_VERSION)
+                   .str("nccl 2.21.5")
+                   .frame();
   auto garbage = wire::Writer().u8(99).frame();
   std::thread rogue([&] {
     std::this_thread::sleep_for(100ms);
@@ -471,8 +479,8 @@ TEST(Store, BoundsKeysAndValues) {
 // different NCCL_HOSTID per node; each finds its rank, meets through rank 0's
 // store and sees two nodes in the facts.
 std::string fake_node(std::uint16_t port, int node) {
-  host::Env env(std::map<std::string, std::string>{
-      {"NCCL_HOSTID", node == 0 ? "fake-a" : "fake-b"}, {"NCCL_IB_HCA", "mlx5_0"}});
+  host::Env env(std::map<std::string, std::string>{{"NCCL_HOSTID", node == 0 ? "fake-a" : "fake-b"},
+                                                   {"NCCL_IB_HCA", "mlx5_0"}});
   LaunchOptions options;
   options.nnodes = 2;
   options.node_rank = node;
