@@ -25,19 +25,73 @@ struct AddrInfoDeleter {
 };
 using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
-Result<AddrInfoPtr> resolve(const std::string& host, std::uint16_t port, bool passive) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = passive ? AI_PASSIVE : 0;
+Result<AddrInfoPtr> resolve_now(const std::string& host, const std::string& service,
+                                const addrinfo& hints) {
   addrinfo* found = nullptr;
-  std::string service = std::to_string(port);
   int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
   if (rc != 0) {
     return make_error(ErrorCode::not_found,
                       fmt::format("cannot resolve '{}': {}", host, gai_strerror(rc)));
   }
   return AddrInfoPtr(found);
+}
+
+// A name lookup may wait on a DNS server for many seconds; getaddrinfo_a
+// lets the wait end at the deadline. Numeric addresses and the wildcard need
+// no lookup and take the plain path.
+Result<AddrInfoPtr> resolve(const std::string& host, std::uint16_t port, bool passive,
+                            Deadline deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  std::string service = std::to_string(port);
+  if (host.empty()) return resolve_now(host, service, hints);
+  addrinfo numeric = hints;
+  numeric.ai_flags |= AI_NUMERICHOST;
+  if (auto direct = resolve_now(host, service, numeric)) return direct;
+
+  // Owned by the resolver thread until it completes or is cancelled.
+  struct Request {
+    std::string host;
+    std::string service;
+    addrinfo hints;
+    gaicb cb;
+  };
+  auto* request = new Request{host, service, hints, {}};
+  request->cb.ar_name = request->host.c_str();
+  request->cb.ar_service = request->service.c_str();
+  request->cb.ar_request = &request->hints;
+  gaicb* list[1] = {&request->cb};
+  if (int rc = getaddrinfo_a(GAI_NOWAIT, list, 1, nullptr); rc != 0) {
+    delete request;
+    return make_error(ErrorCode::not_found,
+                      fmt::format("cannot resolve '{}': {}", host, gai_strerror(rc)));
+  }
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.remaining());
+    timespec wait{static_cast<time_t>(left.count() / 1'000'000'000),
+                  static_cast<long>(left.count() % 1'000'000'000)};
+    int rc = gai_suspend(list, 1, &wait);
+    if (rc == EAI_INTR) continue;
+    break;
+  }
+  int status = gai_error(&request->cb);
+  if (status == EAI_INPROGRESS) {
+    // A lookup that cannot be cancelled still writes into the request: it is
+    // left to the resolver (a small leak, only on this path).
+    if (gai_cancel(&request->cb) == EAI_CANCELED) delete request;
+    return make_error(ErrorCode::timeout,
+                      fmt::format("resolving '{}' did not finish before the deadline", host));
+  }
+  if (status != 0) {
+    delete request;
+    return make_error(ErrorCode::not_found,
+                      fmt::format("cannot resolve '{}': {}", host, gai_strerror(status)));
+  }
+  AddrInfoPtr result(request->cb.ar_result);
+  delete request;
+  return result;
 }
 
 // Waits for `events` on fd until the deadline; EINTR restarts with the time left.
@@ -75,7 +129,7 @@ Result<void> set_nonblocking(int fd) {
 }
 
 Result<Fd> listen_tcp(const std::string& addr, std::uint16_t port, int backlog) {
-  auto infos = resolve(addr, port, true);
+  auto infos = resolve(addr, port, true, Deadline::after(Millis(10000)));
   if (!infos) return infos.error();
   std::string last_error = "no address";
   // Prefer IPv6 wildcard (dual stack) when binding every interface; otherwise
@@ -120,7 +174,7 @@ Result<std::uint16_t> local_port(int fd) {
 }
 
 Result<Fd> connect_tcp(const std::string& host, std::uint16_t port, Deadline deadline) {
-  auto infos = resolve(host, port, false);
+  auto infos = resolve(host, port, false, deadline);
   if (!infos) return infos.error();
   Error last{ErrorCode::unavailable, "no address"};
   for (addrinfo* info = infos->get(); info != nullptr; info = info->ai_next) {

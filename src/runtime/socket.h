@@ -54,8 +54,9 @@ Result<Fd> listen_tcp(const std::string& addr, std::uint16_t port, int backlog =
 /// The local port a listening socket got.
 Result<std::uint16_t> local_port(int fd);
 
-/// One connection attempt to host:port, bounded by the deadline. The error
-/// says whether the name did not resolve, the peer refused, or time ran out.
+/// One connection attempt to host:port, bounded by the deadline (the name
+/// lookup included). The error says whether the name did not resolve, the
+/// peer refused, or time ran out.
 Result<Fd> connect_tcp(const std::string& host, std::uint16_t port, Deadline deadline);
 
 /// Turns on TCP keepalive with short probes, so that a peer whose host

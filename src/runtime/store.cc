@@ -604,8 +604,9 @@ Result<Store> Store::connect(const ClientOptions& options, Deadline deadline) {
       }
       last = reply.error();
     } else {
+      // Retried whatever the cause: in Kubernetes the master's DNS name
+      // appears only once its pod is up.
       last = fd.error();
-      if (last.code == ErrorCode::not_found) return last;  // the name will not start resolving
     }
     if (deadline.remaining() <= Millis(0)) break;
     std::this_thread::sleep_for(std::min(backoff, deadline.remaining()));

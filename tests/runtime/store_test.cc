@@ -313,6 +313,18 @@ TEST(Store, ConnectGivesUpAtTheDeadlineNamingTheAddress) {
       << store.error().message;
   EXPECT_NE(store.error().message.find("rank 3"), std::string::npos);
 
+  // A name that does not resolve (yet): retried until the deadline, never
+  // longer, whatever the DNS server does.
+  auto options = client_options(port, 1, 2);
+  options.host = "epkit-no-such-host.invalid";
+  start = Clock::now();
+  store = Store::connect(options, Deadline::after(500ms));
+  EXPECT_LT(seconds_since(start), 1.0);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.error().code, ErrorCode::timeout);
+  EXPECT_NE(store.error().message.find("epkit-no-such-host.invalid"), std::string::npos)
+      << store.error().message;
+
   // A peer that accepts but never answers (stuck rank 0) cannot hold the
   // handshake past the deadline either.
   auto mute = listen_tcp("127.0.0.1", 0);
