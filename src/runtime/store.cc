@@ -46,7 +46,9 @@ std::string reply_frame(const Result<std::string>& result) {
 // rather than a bare timeout of its own.
 std::uint32_t server_timeout_ms(Deadline deadline) {
   auto left = deadline.remaining().count();
-  auto grace = std::min<std::int64_t>(left / 10, 250);
+  // A tenth of the budget, at least a little (half of a short one), at most 250 ms.
+  auto grace = std::min<std::int64_t>(
+      250, std::max<std::int64_t>(left / 10, std::min<std::int64_t>(left / 2, 50)));
   return static_cast<std::uint32_t>(std::clamp<std::int64_t>(left - grace, 0, 0x7fffffff));
 }
 
@@ -626,6 +628,10 @@ Store::~Store() = default;
 Result<std::string> Store::request(const std::string& frame, Deadline deadline, bool waits) {
   std::lock_guard lock(*m_mutex);
   if (m_broken) return *m_broken;
+  if (deadline.expired()) {
+    // Nothing sent, so the connection stays usable.
+    return make_error(ErrorCode::timeout, "store call made with its deadline already passed");
+  }
   auto broken = [&](Error error) -> Result<std::string> {
     m_broken = error;
     m_fd.reset();

@@ -462,6 +462,24 @@ TEST(Store, ARankSendingGarbageAfterItsHelloIsNamed) {
       << barrier.error().message;
 }
 
+TEST(Store, ShortAndPassedDeadlinesLeaveTheConnectionUsable) {
+  auto server = start_server(1);
+  auto store = Store::connect(client_options(server->port(), 0, 1), Deadline::after(2s));
+  ASSERT_TRUE(store.ok()) << describe(store.error());
+  auto passed = store->get("k", Deadline::after(0ms));
+  ASSERT_FALSE(passed.ok());
+  EXPECT_EQ(passed.error().code, ErrorCode::timeout);
+  for (auto budget : {100ms, 300ms}) {
+    auto start = Clock::now();
+    auto missing = store->get("k", Deadline::after(budget));
+    EXPECT_LE(seconds_since(start), budget.count() / 1000.0 + 0.05);
+    ASSERT_FALSE(missing.ok());
+    EXPECT_EQ(missing.error().code, ErrorCode::timeout) << missing.error().message;
+  }
+  EXPECT_TRUE(store->set("k", "v", Deadline::after(1s)).ok());
+  EXPECT_EQ(store->get("k", Deadline::after(1s)).value_or(std::string()), "v");
+}
+
 TEST(Store, BoundsKeysAndValues) {
   ServerOptions options;
   options.bind_addr = "127.0.0.1";
