@@ -52,6 +52,21 @@ std::uint32_t server_timeout_ms(Deadline deadline) {
   return static_cast<std::uint32_t>(std::clamp<std::int64_t>(left - grace, 0, 0x7fffffff));
 }
 
+// Checked before sending: the server would take an oversized request for a
+// broken client and fail the whole group.
+Result<void> check_request(const std::string& key, std::size_t value_size = 0) {
+  if (key.size() > wire::k_max_key) {
+    return make_error(ErrorCode::invalid,
+                      fmt::format("store key of {} bytes exceeds {}", key.size(), wire::k_max_key));
+  }
+  if (value_size > wire::k_max_frame - wire::k_max_key - 16) {
+    return make_error(ErrorCode::invalid,
+                      fmt::format("store value of {} bytes exceeds {}", value_size,
+                                  wire::k_max_frame - wire::k_max_key - 16));
+  }
+  return {};
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- server
@@ -676,17 +691,23 @@ Result<std::string> Store::request(const std::string& frame, Deadline deadline, 
 }
 
 Result<void> Store::set(const std::string& key, std::string_view value, Deadline deadline) {
+  EPKIT_TRY(check_request(key, value.size()));
   auto reply = request(wire::Writer(Op::set).str(key).str(value).frame(), deadline, false);
   if (!reply) return reply.error();
   return {};
 }
 
 Result<std::string> Store::get(const std::string& key, Deadline deadline) {
+  EPKIT_TRY(check_request(key));
   return request(wire::Writer(Op::get).str(key).u32(server_timeout_ms(deadline)).frame(), deadline,
                  true);
 }
 
 Result<void> Store::wait(const std::vector<std::string>& keys, Deadline deadline) {
+  if (keys.size() > 512) {
+    return make_error(ErrorCode::invalid, fmt::format("wait on {} keys; at most 512", keys.size()));
+  }
+  for (const auto& key : keys) EPKIT_TRY(check_request(key));
   wire::Writer writer(Op::wait);
   writer.u32(static_cast<std::uint32_t>(keys.size()));
   for (const auto& key : keys) writer.str(key);
@@ -697,6 +718,7 @@ Result<void> Store::wait(const std::vector<std::string>& keys, Deadline deadline
 }
 
 Result<std::int64_t> Store::add(const std::string& key, std::int64_t delta, Deadline deadline) {
+  EPKIT_TRY(check_request(key));
   auto reply = request(wire::Writer(Op::add).str(key).i64(delta).frame(), deadline, false);
   if (!reply) return reply.error();
   try {
@@ -707,6 +729,7 @@ Result<std::int64_t> Store::add(const std::string& key, std::int64_t delta, Dead
 }
 
 Result<void> Store::barrier(const std::string& name, Deadline deadline) {
+  EPKIT_TRY(check_request(name));
   auto reply = request(wire::Writer(Op::barrier).str(name).u32(server_timeout_ms(deadline)).frame(),
                        deadline, true);
   if (!reply) return reply.error();

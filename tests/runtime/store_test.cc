@@ -500,9 +500,13 @@ TEST(Store, BoundsKeysAndValues) {
   auto not_counter = store->add("a", 1, Deadline::after(1s));
   ASSERT_FALSE(not_counter.ok());
   EXPECT_NE(not_counter.error().message.find("not a counter"), std::string::npos);
-  // Too large for one frame: the client is refused by its own store.
+  // Too large for one frame or key: refused before sending, and the
+  // connection stays usable.
   auto huge = store->set("h", std::string(wire::k_max_frame, 'x'), Deadline::after(2s));
-  EXPECT_FALSE(huge.ok());
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.error().message.find("exceeds"), std::string::npos);
+  EXPECT_FALSE(store->get(std::string(2000, 'k'), Deadline::after(1s)).ok());
+  EXPECT_TRUE(store->set("c", "1", Deadline::after(1s)).ok());
 }
 
 // docs/runtime.md: two nodes faked on one host with --nnodes/--node-rank and a
