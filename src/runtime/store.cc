@@ -137,10 +137,17 @@ class StoreServer::Impl {
                                                             : "connected";
       parts.push_back(fmt::format("{} ({})", rank_name(rank), state));
     }
+    // A message names a few; thousands of ranks would not fit in a reply.
+    constexpr std::size_t k_named = 16;
+    if (parts.size() > k_named) {
+      std::size_t more = parts.size() - k_named;
+      parts.resize(k_named);
+      parts.push_back(fmt::format("and {} more", more));
+    }
     return fmt::format("{}", fmt::join(parts, ", "));
   }
 
-  std::set<int> unconnected() const {
+  std::set<int> connected_ranks() const {
     std::set<int> connected;
     for (int rank = 0; rank < m_options.world_size; ++rank) {
       if (m_ranks[static_cast<std::size_t>(rank)].state == RankState::connected) {
@@ -384,11 +391,11 @@ class StoreServer::Impl {
         for (const auto& key : it->keys) {
           if (!m_kv.count(key)) absent.push_back("'" + key + "'");
         }
-        auto gone = unconnected();
+        auto connected = connected_ranks();
         message = fmt::format("key {} not set within {}", fmt::join(absent, ", "),
                               seconds_text(it->timeout));
-        if (static_cast<int>(gone.size()) < m_options.world_size) {
-          message += fmt::format("; not connected: {}", missing_ranks(gone));
+        if (static_cast<int>(connected.size()) < m_options.world_size) {
+          message += fmt::format("; not connected: {}", missing_ranks(connected));
         }
       }
       send(*it->conn, make_error(ErrorCode::timeout, message));

@@ -462,6 +462,19 @@ TEST(Store, ARankSendingGarbageAfterItsHelloIsNamed) {
       << barrier.error().message;
 }
 
+TEST(Store, ATimeoutInALargeWorldNamesAFewRanks) {
+  auto server = start_server(5000);
+  auto store = Store::connect(client_options(server->port(), 7, 5000), Deadline::after(2s));
+  ASSERT_TRUE(store.ok()) << describe(store.error());
+  auto barrier = store->barrier("all", Deadline::after(200ms));
+  ASSERT_FALSE(barrier.ok());
+  EXPECT_EQ(barrier.error().code, ErrorCode::timeout);
+  EXPECT_NE(barrier.error().message.find("rank 0 (never connected)"), std::string::npos);
+  EXPECT_EQ(barrier.error().message.find("host7:7"), std::string::npos);
+  EXPECT_NE(barrier.error().message.find("and 4983 more"), std::string::npos)
+      << barrier.error().message;
+}
+
 TEST(Store, ShortAndPassedDeadlinesLeaveTheConnectionUsable) {
   auto server = start_server(1);
   auto store = Store::connect(client_options(server->port(), 0, 1), Deadline::after(2s));
