@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -106,18 +107,22 @@ std::string SpawnReport::summary(const std::string& host_label) const {
   for (const auto& child : children) {
     if (child.stopped_by_us) {
       stopped.push_back(child.rank);
-    } else if (child.failed()) {
-      parts.push_back(child.signal != 0
-                          ? fmt::format("rank {} ({}:{}) killed by signal {} ({})", child.rank,
-                                        host_label, child.rank, child.signal,
-                                        strsignal(child.signal))
-                          : fmt::format("rank {} ({}:{}) exited with code {}", child.rank,
-                                        host_label, child.rank, child.exit_code));
+      continue;
+    }
+    if (!child.failed()) continue;
+    std::string text =
+        child.signal != 0
+            ? fmt::format("rank {} ({}:{}) killed by signal {} ({})", child.rank, host_label,
+                          child.rank, child.signal, strsignal(child.signal))
+            : fmt::format("rank {} ({}:{}) exited with code {}", child.rank, host_label, child.rank,
+                          child.exit_code);
+    if (first_failed_rank == child.rank) {
+      parts.insert(parts.begin(), std::move(text));
+    } else {
+      parts.push_back(std::move(text));
     }
   }
-  if (first_failed_rank && parts.size() > 1) {
-    parts.front() = fmt::format("first failure: {}", parts.front());
-  }
+  if (first_failed_rank && parts.size() > 1) parts.front() = "first failure: " + parts.front();
   if (timed_out) parts.insert(parts.begin(), "time ran out");
   if (!stopped.empty()) parts.push_back(fmt::format("stopped ranks {}", fmt::join(stopped, ", ")));
   if (parts.empty()) return fmt::format("all {} ranks succeeded", children.size());
@@ -219,7 +224,14 @@ Result<SpawnReport> spawn_local_ranks(const SpawnOptions& options, const host::E
   lifeline->read.reset();  // only the children hold it now
 
   SpawnReport report;
+  // After a failure the others get stop_delay to notice and report it
+  // themselves (they learn it from the store), then SIGTERM, then SIGKILL.
+  std::optional<Clock::time_point> stop_at;
   std::optional<Clock::time_point> stopping_since;
+  auto request_stop = [&](Millis delay) {
+    auto when = Clock::now() + delay;
+    if (!stop_at || when < *stop_at) stop_at = when;
+  };
   auto begin_stop = [&] {
     if (stopping_since) return;
     stopping_since = Clock::now();
@@ -256,6 +268,10 @@ Result<SpawnReport> spawn_local_ranks(const SpawnOptions& options, const host::E
     }
 
     bool all_reaped = true;
+    // Ranks that failed on their own since the last look. Exits this close
+    // together cannot be ordered, so one that blames a lost peer
+    // (k_exit_peer_lost) is not taken for the cause when another failed too.
+    std::vector<const ChildExit*> failed_now;
     for (auto& r : running) {
       if (r.reaped) continue;
       int status = 0;
@@ -268,16 +284,21 @@ Result<SpawnReport> spawn_local_ranks(const SpawnOptions& options, const host::E
       if (WIFEXITED(status)) r.exit.exit_code = WEXITSTATUS(status);
       if (WIFSIGNALED(status)) r.exit.signal = WTERMSIG(status);
       if (!r.exit.failed()) r.exit.stopped_by_us = false;  // finished on its own
-      if (r.exit.failed() && !r.exit.stopped_by_us && !report.first_failed_rank) {
-        report.first_failed_rank = r.exit.rank;
-        begin_stop();
-      }
+      if (r.exit.failed() && !r.exit.stopped_by_us) failed_now.push_back(&r.exit);
+    }
+    if (!failed_now.empty() && !report.first_failed_rank) {
+      auto cause = std::find_if(failed_now.begin(), failed_now.end(), [](const ChildExit* c) {
+        return c->signal != 0 || c->exit_code != k_exit_peer_lost;
+      });
+      report.first_failed_rank = (cause != failed_now.end() ? *cause : failed_now.front())->rank;
+      request_stop(options.stop_delay);
     }
     if (all_reaped && !all_reaped_at) all_reaped_at = Clock::now();
     if (!all_reaped && deadline.expired() && !stopping_since) {
       report.timed_out = true;
-      begin_stop();
+      request_stop(Millis(0));
     }
+    if (!all_reaped && stop_at && Clock::now() >= *stop_at) begin_stop();
     if (stopping_since && Clock::now() - *stopping_since > options.kill_grace) stop_all(SIGKILL);
   }
   for (auto& r : running) {

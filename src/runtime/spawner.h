@@ -23,6 +23,11 @@
 
 namespace epkit::runtime {
 
+/// The exit code a rank should use when it stops because another rank was
+/// lost (the store reported a disconnect): when several ranks exit at about
+/// the same time, the spawner then blames the one that failed first-hand.
+inline constexpr int k_exit_peer_lost = 75;
+
 struct SpawnOptions {
   /// Program and arguments; a program without '/' is searched in PATH.
   std::vector<std::string> argv;
@@ -35,7 +40,10 @@ struct SpawnOptions {
   /// Where prefixed lines go.
   int out_fd = 1;
   int err_fd = 2;
-  /// After a failure or the deadline, SIGTERM, then SIGKILL after this.
+  /// After a rank fails, the others get this long to notice and exit on
+  /// their own (reporting what they saw) before they are stopped.
+  Millis stop_delay{1000};
+  /// Then SIGTERM, and SIGKILL after this.
   Millis kill_grace{2000};
 };
 

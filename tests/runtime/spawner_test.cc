@@ -56,6 +56,7 @@ SpawnOptions shell(const std::string& script, int nproc, int out_fd, int err_fd)
   options.host_label = "node-b";
   options.out_fd = out_fd;
   options.err_fd = err_fd;
+  options.stop_delay = 200ms;
   options.kill_grace = 1000ms;
   return options;
 }
