@@ -22,6 +22,8 @@ namespace {
 
 // A partial line longer than this is passed on without waiting for its end.
 constexpr std::size_t k_max_line = 64 * 1024;
+// How long a k_exit_peer_lost exit waits for the lost peer's own exit.
+constexpr Millis k_blame_wait{300};
 
 void write_all(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
@@ -241,6 +243,9 @@ Result<SpawnReport> spawn_local_ranks(const SpawnOptions& options, const host::E
     stop_all(SIGTERM);
   };
   std::optional<Clock::time_point> all_reaped_at;
+  std::vector<int> first_hand;  // failed on their own, in the order seen
+  std::vector<int> peer_lost;   // exited with k_exit_peer_lost
+  std::optional<Clock::time_point> peer_lost_since;
   for (;;) {
     std::vector<pollfd> fds;
     std::vector<Stream*> streams;
@@ -268,10 +273,6 @@ Result<SpawnReport> spawn_local_ranks(const SpawnOptions& options, const host::E
     }
 
     bool all_reaped = true;
-    // Ranks that failed on their own since the last look. Exits this close
-    // together cannot be ordered, so one that blames a lost peer
-    // (k_exit_peer_lost) is not taken for the cause when another failed too.
-    std::vector<const ChildExit*> failed_now;
     for (auto& r : running) {
       if (r.reaped) continue;
       int status = 0;
@@ -284,14 +285,26 @@ Result<SpawnReport> spawn_local_ranks(const SpawnOptions& options, const host::E
       if (WIFEXITED(status)) r.exit.exit_code = WEXITSTATUS(status);
       if (WIFSIGNALED(status)) r.exit.signal = WTERMSIG(status);
       if (!r.exit.failed()) r.exit.stopped_by_us = false;  // finished on its own
-      if (r.exit.failed() && !r.exit.stopped_by_us) failed_now.push_back(&r.exit);
+      if (!r.exit.failed() || r.exit.stopped_by_us) continue;
+      if (r.exit.signal == 0 && r.exit.exit_code == k_exit_peer_lost) {
+        peer_lost.push_back(r.exit.rank);
+      } else {
+        first_hand.push_back(r.exit.rank);
+      }
     }
-    if (!failed_now.empty() && !report.first_failed_rank) {
-      auto cause = std::find_if(failed_now.begin(), failed_now.end(), [](const ChildExit* c) {
-        return c->signal != 0 || c->exit_code != k_exit_peer_lost;
-      });
-      report.first_failed_rank = (cause != failed_now.end() ? *cause : failed_now.front())->rank;
-      request_stop(options.stop_delay);
+    // A rank that only reports a lost peer may exit before the lost peer's
+    // own exit is visible (its sockets close before it becomes a zombie):
+    // wait a little for a first-hand failure before blaming the reporter.
+    if (!report.first_failed_rank) {
+      if (!first_hand.empty()) {
+        report.first_failed_rank = first_hand.front();
+      } else if (!peer_lost.empty()) {
+        if (!peer_lost_since) peer_lost_since = Clock::now();
+        if (all_reaped || Clock::now() - *peer_lost_since >= k_blame_wait) {
+          report.first_failed_rank = peer_lost.front();
+        }
+      }
+      if (report.first_failed_rank) request_stop(options.stop_delay);
     }
     if (all_reaped && !all_reaped_at) all_reaped_at = Clock::now();
     if (!all_reaped && deadline.expired() && !stopping_since) {
