@@ -1,0 +1,784 @@
+#include "runtime/store.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <list>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "runtime/store_protocol.h"
+
+namespace epkit::runtime {
+
+using wire::Op;
+
+namespace {
+
+// Replies queued for one connection before the server stops reading from it.
+constexpr std::size_t k_max_pending_out = 4 * wire::k_max_frame;
+
+std::string seconds_text(Millis ms) {
+  return fmt::format("{:.1f} s", ms.count() / 1000.0);
+}
+
+std::string reply_frame(const Result<std::string>& result) {
+  wire::Writer writer;
+  if (result) {
+    writer.u8(wire::k_status_ok).str(*result);
+  } else {
+    writer.u8(static_cast<std::uint8_t>(1 + static_cast<int>(result.error().code)))
+        .str(result.error().message);
+  }
+  return writer.frame();
+}
+
+// The server gives up on a waiting request a little before the client does,
+// so the client receives the server's explanation (which ranks are missing)
+// rather than a bare timeout of its own.
+std::uint32_t server_timeout_ms(Deadline deadline) {
+  auto left = deadline.remaining().count();
+  // A tenth of the budget, at least a little (half of a short one), at most 250 ms.
+  auto grace = std::min<std::int64_t>(
+      250, std::max<std::int64_t>(left / 10, std::min<std::int64_t>(left / 2, 50)));
+  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(left - grace, 0, 0x7fffffff));
+}
+
+// Checked before sending: the server would take an oversized request for a
+// broken client and fail the whole group.
+Result<void> check_request(const std::string& key, std::size_t value_size = 0) {
+  if (key.size() > wire::k_max_key) {
+    return make_error(ErrorCode::invalid,
+                      fmt::format("store key of {} bytes exceeds {}", key.size(), wire::k_max_key));
+  }
+  if (value_size > wire::k_max_frame - wire::k_max_key - 16) {
+    return make_error(ErrorCode::invalid,
+                      fmt::format("store value of {} bytes exceeds {}", value_size,
+                                  wire::k_max_frame - wire::k_max_key - 16));
+  }
+  return {};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- server
+
+class StoreServer::Impl {
+ public:
+  Impl(ServerOptions options, Fd listener, Pipe wake, std::uint16_t port)
+      : m_options(std::move(options)),
+        m_listener(std::move(listener)),
+        m_wake(std::move(wake)),
+        m_port(port),
+        m_ranks(static_cast<std::size_t>(m_options.world_size)) {}
+
+  ~Impl() {
+    m_stop = true;
+    char byte = 0;
+    [[maybe_unused]] auto n = ::write(m_wake.write.get(), &byte, 1);
+    if (m_thread.joinable()) m_thread.join();
+  }
+
+  void run_in_background() {
+    m_thread = std::thread([this] { loop(); });
+  }
+
+  std::uint16_t port() const { return m_port; }
+
+ private:
+  struct Conn {
+    Fd fd;
+    std::string in;
+    std::string out;
+    int rank = -1;  // -1 until the hello
+    bool bye = false;
+    bool closing = false;  // close once `out` is flushed
+    Clock::time_point accepted;
+  };
+  using ConnIt = std::list<Conn>::iterator;
+
+  enum class RankState { never, connected, left, failed };
+  struct RankInfo {
+    RankState state = RankState::never;
+    std::string host;
+  };
+
+  enum class WaitKind { get, wait, barrier };
+  struct Waiter {
+    Conn* conn;
+    WaitKind kind;
+    std::vector<std::string> keys;  // get: one key; barrier: the name
+    Deadline deadline;
+    Millis timeout;
+  };
+
+  std::string rank_name(int rank) const {
+    const auto& info = m_ranks[static_cast<std::size_t>(rank)];
+    return info.host.empty() ? fmt::format("rank {}", rank) : fmt::format("{}:{}", info.host, rank);
+  }
+
+  // "rank 2 (never connected), host-b:3 (left)"; ranks in `skip` are omitted.
+  std::string missing_ranks(const std::set<int>& skip) const {
+    std::vector<std::string> parts;
+    for (int rank = 0; rank < m_options.world_size; ++rank) {
+      if (skip.count(rank)) continue;
+      const auto& info = m_ranks[static_cast<std::size_t>(rank)];
+      const char* state = info.state == RankState::never    ? "never connected"
+                          : info.state == RankState::left   ? "already left"
+                          : info.state == RankState::failed ? "lost"
+                                                            : "connected";
+      parts.push_back(fmt::format("{} ({})", rank_name(rank), state));
+    }
+    // A message names a few; thousands of ranks would not fit in a reply.
+    constexpr std::size_t k_named = 16;
+    if (parts.size() > k_named) {
+      std::size_t more = parts.size() - k_named;
+      parts.resize(k_named);
+      parts.push_back(fmt::format("and {} more", more));
+    }
+    return fmt::format("{}", fmt::join(parts, ", "));
+  }
+
+  std::set<int> connected_ranks() const {
+    std::set<int> connected;
+    for (int rank = 0; rank < m_options.world_size; ++rank) {
+      if (m_ranks[static_cast<std::size_t>(rank)].state == RankState::connected) {
+        connected.insert(rank);
+      }
+    }
+    return connected;
+  }
+
+  void send(Conn& conn, const Result<std::string>& result) { conn.out += reply_frame(result); }
+
+  void protocol_error(Conn& conn, std::string message) {
+    send(conn, make_error(ErrorCode::invalid, message));
+    conn.closing = true;
+    if (conn.rank >= 0) {
+      fail_rank(conn.rank,
+                fmt::format("{} sent a malformed request: {}", rank_name(conn.rank), message));
+    }
+  }
+
+  // A rank is gone without a goodbye: everyone waiting learns who.
+  void fail_rank(int rank, std::string reason) {
+    auto& info = m_ranks[static_cast<std::size_t>(rank)];
+    if (info.state != RankState::connected) return;
+    info.state = RankState::failed;
+    if (!m_failure) m_failure = reason;
+    auto waiters = std::move(m_waiters);
+    m_waiters.clear();
+    for (auto& waiter : waiters) {
+      if (waiter.conn->rank == rank) continue;
+      send(*waiter.conn, make_error(ErrorCode::unavailable, *m_failure));
+    }
+    m_barriers.clear();
+  }
+
+  // ------------------------------------------------------------ requests
+
+  void handle_hello(Conn& conn, wire::Reader& reader) {
+    auto magic = reader.u32();
+    auto protocol = reader.u32();
+    auto rank = reader.u32();
+    auto world = reader.u32();
+    auto host = reader.str(256);
+    auto epkit = reader.str(256);
+    auto tag = reader.str(4096);
+    if (!magic || *magic != wire::k_magic || !protocol || !rank || !world || !host || !epkit ||
+        !tag) {
+      return protocol_error(conn, "expected an epkit store hello (not an epkit client?)");
+    }
+    auto refuse = [&](std::string message) {
+      send(conn, make_error(ErrorCode::invalid, std::move(message)));
+      conn.closing = true;
+    };
+    if (*protocol != wire::k_protocol_version) {
+      return refuse(fmt::format("store protocol {} from {}:{}, rank 0 speaks {}", *protocol, *host,
+                                *rank, wire::k_protocol_version));
+    }
+    if (*world != static_cast<std::uint32_t>(m_options.world_size)) {
+      return refuse(fmt::format("{}:{} believes the world has {} ranks, rank 0 says {}", *host,
+                                *rank, *world, m_options.world_size));
+    }
+    if (*rank >= *world) {
+      return refuse(fmt::format("{}: rank {} is not below world size {}", *host, *rank, *world));
+    }
+    if (*epkit != m_options.epkit_version) {
+      return refuse(fmt::format("{}:{} runs epkit {}, rank 0 runs epkit {}", *host, *rank, *epkit,
+                                m_options.epkit_version));
+    }
+    if (*tag != m_options.tag) {
+      return refuse(fmt::format("{}:{} reports '{}', rank 0 reports '{}'", *host, *rank, *tag,
+                                m_options.tag));
+    }
+    auto& info = m_ranks[*rank];
+    if (info.state == RankState::connected) {
+      return refuse(
+          fmt::format("rank {} joined twice: from {} and from {}", *rank, info.host, *host));
+    }
+    if (info.state != RankState::never) {
+      return refuse(fmt::format("{}:{} rejoined after it {}", *host, *rank,
+                                info.state == RankState::left ? "left" : "was lost"));
+    }
+    info.state = RankState::connected;
+    info.host = *host;
+    conn.rank = static_cast<int>(*rank);
+    send(conn, std::string());
+  }
+
+  bool all_present(const std::vector<std::string>& keys) const {
+    return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return m_kv.count(k) > 0; });
+  }
+
+  void handle_request(Conn& conn, std::string_view payload) {
+    wire::Reader reader(payload);
+    auto op = reader.u8();
+    if (!op) return protocol_error(conn, op.error().message);
+    if (conn.rank < 0) {
+      if (static_cast<Op>(*op) != Op::hello) {
+        return protocol_error(conn, "expected an epkit store hello (not an epkit client?)");
+      }
+      return handle_hello(conn, reader);
+    }
+    switch (static_cast<Op>(*op)) {
+      case Op::set: {
+        auto key = reader.str(wire::k_max_key);
+        auto value = reader.str();
+        if (!key || !value)
+          return protocol_error(conn, (key ? value.error() : key.error()).message);
+        if (m_failure) return send(conn, make_error(ErrorCode::unavailable, *m_failure));
+        std::size_t old = m_kv.count(*key) ? key->size() + m_kv[*key].size() : 0;
+        if (m_bytes - old + key->size() + value->size() > m_options.max_bytes) {
+          return send(conn, make_error(ErrorCode::invalid,
+                                       fmt::format("store full: more than {} bytes of keys and "
+                                                   "values",
+                                                   m_options.max_bytes)));
+        }
+        m_bytes = m_bytes - old + key->size() + value->size();
+        m_kv[*key] = std::move(*value);
+        send(conn, std::string());
+        return wake_waiters();
+      }
+      case Op::add: {
+        auto key = reader.str(wire::k_max_key);
+        auto delta = reader.i64();
+        if (!key || !delta) return protocol_error(conn, "malformed add");
+        if (m_failure) return send(conn, make_error(ErrorCode::unavailable, *m_failure));
+        std::int64_t value = 0;
+        if (auto it = m_kv.find(*key); it != m_kv.end()) {
+          try {
+            value = std::stoll(it->second);
+          } catch (const std::exception&) {
+            return send(conn, make_error(ErrorCode::invalid,
+                                         fmt::format("key '{}' is not a counter", *key)));
+          }
+        }
+        value += *delta;
+        std::string text = std::to_string(value);
+        m_bytes = m_bytes - (m_kv.count(*key) ? key->size() + m_kv[*key].size() : 0) + key->size() +
+                  text.size();
+        m_kv[*key] = text;
+        send(conn, text);
+        return wake_waiters();
+      }
+      case Op::get:
+      case Op::wait:
+      case Op::barrier:
+        return handle_wait(conn, static_cast<Op>(*op), reader);
+      case Op::bye:
+        conn.bye = true;
+        m_ranks[static_cast<std::size_t>(conn.rank)].state = RankState::left;
+        send(conn, std::string());
+        conn.closing = true;
+        return;
+      case Op::hello:
+        return protocol_error(conn, "second hello on one connection");
+    }
+    protocol_error(conn, fmt::format("unknown request type {}", *op));
+  }
+
+  void handle_wait(Conn& conn, Op op, wire::Reader& reader) {
+    Waiter waiter{&conn, WaitKind::get, {}, Deadline(Clock::now()), Millis(0)};
+    if (op == Op::wait) {
+      waiter.kind = WaitKind::wait;
+      auto count = reader.u32();
+      if (!count || *count > 4096) return protocol_error(conn, "malformed wait");
+      for (std::uint32_t i = 0; i < *count; ++i) {
+        auto key = reader.str(wire::k_max_key);
+        if (!key) return protocol_error(conn, key.error().message);
+        waiter.keys.push_back(std::move(*key));
+      }
+    } else {
+      waiter.kind = op == Op::get ? WaitKind::get : WaitKind::barrier;
+      auto key = reader.str(wire::k_max_key);
+      if (!key) return protocol_error(conn, key.error().message);
+      waiter.keys.push_back(std::move(*key));
+    }
+    auto timeout = reader.u32();
+    if (!timeout) return protocol_error(conn, timeout.error().message);
+    waiter.timeout = Millis(*timeout);
+    waiter.deadline = Deadline::after(waiter.timeout);
+    if (m_failure) return send(conn, make_error(ErrorCode::unavailable, *m_failure));
+    if (waiter.kind == WaitKind::barrier) {
+      auto& barrier = m_barriers[waiter.keys.front()];
+      barrier.waiting.insert(conn.rank);
+      barrier.seen.insert(conn.rank);
+      if (static_cast<int>(barrier.waiting.size()) == m_options.world_size) {
+        m_barriers.erase(waiter.keys.front());
+        send(conn, std::string());
+        release_barrier(waiter.keys.front());
+        return;
+      }
+      m_waiters.push_back(std::move(waiter));
+      return;
+    }
+    if (all_present(waiter.keys)) return send(conn, reply_value(waiter));
+    m_waiters.push_back(std::move(waiter));
+  }
+
+  std::string reply_value(const Waiter& waiter) const {
+    return waiter.kind == WaitKind::get ? m_kv.at(waiter.keys.front()) : std::string();
+  }
+
+  void release_barrier(const std::string& name) {
+    for (auto it = m_waiters.begin(); it != m_waiters.end();) {
+      if (it->kind == WaitKind::barrier && it->keys.front() == name) {
+        send(*it->conn, std::string());
+        it = m_waiters.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void wake_waiters() {
+    for (auto it = m_waiters.begin(); it != m_waiters.end();) {
+      if (it->kind != WaitKind::barrier && all_present(it->keys)) {
+        send(*it->conn, reply_value(*it));
+        it = m_waiters.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void expire_waiters() {
+    for (auto it = m_waiters.begin(); it != m_waiters.end();) {
+      if (!it->deadline.expired()) {
+        ++it;
+        continue;
+      }
+      std::string message;
+      if (it->kind == WaitKind::barrier) {
+        // Ranks that entered and then gave up are not the ones to blame.
+        auto& barrier = m_barriers[it->keys.front()];
+        message =
+            fmt::format("barrier '{}' timed out after {}: still waiting for {}", it->keys.front(),
+                        seconds_text(it->timeout), missing_ranks(barrier.seen));
+        barrier.waiting.erase(it->conn->rank);
+        if (barrier.waiting.empty()) m_barriers.erase(it->keys.front());
+      } else {
+        std::vector<std::string> absent;
+        for (const auto& key : it->keys) {
+          if (!m_kv.count(key)) absent.push_back("'" + key + "'");
+        }
+        auto connected = connected_ranks();
+        message = fmt::format("key {} not set within {}", fmt::join(absent, ", "),
+                              seconds_text(it->timeout));
+        if (static_cast<int>(connected.size()) < m_options.world_size) {
+          message += fmt::format("; not connected: {}", missing_ranks(connected));
+        }
+      }
+      send(*it->conn, make_error(ErrorCode::timeout, message));
+      it = m_waiters.erase(it);
+    }
+  }
+
+  // ------------------------------------------------------------ I/O
+
+  void drop_waiters_of(const Conn* conn) {
+    m_waiters.erase(std::remove_if(m_waiters.begin(), m_waiters.end(),
+                                   [&](const Waiter& w) { return w.conn == conn; }),
+                    m_waiters.end());
+    for (auto& [name, barrier] : m_barriers) barrier.waiting.erase(conn->rank);
+  }
+
+  void close_conn(ConnIt it, std::string_view why) {
+    drop_waiters_of(&*it);
+    if (it->rank >= 0 && !it->bye) {
+      fail_rank(it->rank,
+                fmt::format("{} disconnected ({}) before it finished", rank_name(it->rank), why));
+    }
+    m_conns.erase(it);
+  }
+
+  void read_from(ConnIt it) {
+    Conn& conn = *it;
+    char buffer[65536];
+    for (;;) {
+      // A client that sends without reading its replies is not read further
+      // until they drain (poll stops asking for POLLIN meanwhile).
+      if (conn.out.size() > k_max_pending_out) return;
+      ssize_t n = ::recv(conn.fd.get(), buffer, sizeof buffer, 0);
+      if (n > 0) {
+        conn.in.append(buffer, static_cast<std::size_t>(n));
+        parse_frames(conn);
+        if (conn.closing) return;
+        continue;
+      }
+      if (n == 0) return close_conn(it, "connection closed");
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      return close_conn(it, std::strerror(errno));
+    }
+  }
+
+  void parse_frames(Conn& conn) {
+    while (!conn.closing && conn.in.size() >= 4) {
+      auto len = wire::frame_length(std::string_view(conn.in).substr(0, 4));
+      if (!len) return protocol_error(conn, len.error().message);
+      if (conn.in.size() < 4 + *len) return;
+      std::string payload = conn.in.substr(4, *len);
+      conn.in.erase(0, 4 + *len);
+      handle_request(conn, payload);
+    }
+  }
+
+  // Returns false when the connection was closed.
+  bool flush(ConnIt it) {
+    Conn& conn = *it;
+    while (!conn.out.empty()) {
+      ssize_t n = ::send(conn.fd.get(), conn.out.data(), conn.out.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        conn.out.erase(0, static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      close_conn(it, std::strerror(errno));
+      return false;
+    }
+    if (conn.closing) {
+      // The reply is out; a protocol or handshake failure needs no more.
+      if (conn.rank >= 0 && !conn.bye) conn.bye = true;  // already reported if it was a rank
+      close_conn(it, "closed by the store");
+      return false;
+    }
+    return true;
+  }
+
+  void accept_all() {
+    for (;;) {
+      int fd = ::accept4(m_listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) return;  // EAGAIN or a transient error: poll again
+      Fd owned(fd);
+      // Bound the connections: every rank plus a few strays (port scanners).
+      if (m_conns.size() >= static_cast<std::size_t>(m_options.world_size) + 64) continue;
+      enable_keepalive(fd, m_options.keepalive_idle_s);
+      m_conns.push_back(Conn{std::move(owned), {}, {}, -1, false, false, Clock::now()});
+    }
+  }
+
+  int poll_timeout_ms() const {
+    Deadline next = Deadline::after(Millis(1000));
+    for (const auto& waiter : m_waiters) next = next.min(waiter.deadline);
+    for (const auto& conn : m_conns) {
+      if (conn.rank < 0) next = next.min(Deadline(conn.accepted + m_options.handshake_timeout));
+    }
+    return next.poll_ms();
+  }
+
+  void loop() {
+    std::vector<pollfd> fds;
+    std::vector<ConnIt> order;
+    while (!m_stop) {
+      fds.clear();
+      order.clear();
+      fds.push_back({m_wake.read.get(), POLLIN, 0});
+      fds.push_back({m_listener.get(), POLLIN, 0});
+      for (auto it = m_conns.begin(); it != m_conns.end(); ++it) {
+        short events = it->out.size() > k_max_pending_out ? 0 : POLLIN;
+        if (!it->out.empty()) events |= POLLOUT;
+        fds.push_back({it->fd.get(), events, 0});
+        order.push_back(it);
+      }
+      int rc = ::poll(fds.data(), fds.size(), poll_timeout_ms());
+      if (rc < 0 && errno != EINTR) break;
+      if (m_stop) break;
+      if (rc > 0 && (fds[1].revents & POLLIN)) accept_all();
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        short revents = fds[i + 2].revents;
+        if (revents == 0) continue;
+        ConnIt it = order[i];
+        if (revents & (POLLIN | POLLERR | POLLHUP)) {
+          auto before = m_conns.size();
+          read_from(it);
+          if (m_conns.size() < before) {
+            // `it` may be gone; the other iterators in `order` stay valid
+            // (std::list), except that one.
+            order[i] = m_conns.end();
+            continue;
+          }
+        }
+      }
+      expire_waiters();
+      expire_handshakes();
+      for (auto it = m_conns.begin(); it != m_conns.end();) {
+        auto next = std::next(it);
+        flush(it);
+        it = next;
+      }
+    }
+  }
+
+  void expire_handshakes() {
+    auto now = Clock::now();
+    for (auto it = m_conns.begin(); it != m_conns.end();) {
+      auto next = std::next(it);
+      if (it->rank < 0 && !it->closing && now - it->accepted > m_options.handshake_timeout) {
+        send(*it, make_error(ErrorCode::timeout, "no hello within the handshake timeout"));
+        it->closing = true;
+      }
+      it = next;
+    }
+  }
+
+  ServerOptions m_options;
+  Fd m_listener;
+  Pipe m_wake;
+  std::uint16_t m_port;
+  std::thread m_thread;
+  std::atomic<bool> m_stop{false};
+
+  std::list<Conn> m_conns;
+  std::vector<RankInfo> m_ranks;
+  std::vector<Waiter> m_waiters;
+  struct Barrier {
+    std::set<int> waiting;  // ranks blocked in it now
+    std::set<int> seen;     // ranks that entered it since it last completed
+  };
+  std::map<std::string, Barrier> m_barriers;
+  std::map<std::string, std::string> m_kv;
+  std::size_t m_bytes = 0;
+  std::optional<std::string> m_failure;
+};
+
+Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerOptions& options) {
+  if (options.world_size < 1) {
+    return make_error(ErrorCode::invalid, fmt::format("store: world size {}", options.world_size));
+  }
+  auto listener = listen_tcp(options.bind_addr, options.port);
+  if (!listener) return listener.error();
+  if (auto nb = set_nonblocking(listener->get()); !nb) return nb.error();
+  auto port = local_port(listener->get());
+  if (!port) return port.error();
+  auto wake = make_pipe();
+  if (!wake) return wake.error();
+  auto impl = std::make_unique<Impl>(options, std::move(*listener), std::move(*wake), *port);
+  impl->run_in_background();
+  return std::unique_ptr<StoreServer>(new StoreServer(std::move(impl)));
+}
+
+StoreServer::StoreServer(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+StoreServer::~StoreServer() = default;
+std::uint16_t StoreServer::port() const {
+  return m_impl->port();
+}
+
+// ---------------------------------------------------------------- client
+
+Result<Store> Store::connect(const ClientOptions& options, Deadline deadline) {
+  std::string endpoint = format_endpoint(options.host, options.port);
+  Millis backoff = options.first_backoff;
+  Error last{ErrorCode::unavailable, "no attempt"};
+  int attempts = 0;
+  auto started = Clock::now();
+  for (;;) {
+    ++attempts;
+    // One attempt may not use all the time: a SYN lost to a firewall would
+    // otherwise eat the whole deadline in one go.
+    auto fd = connect_tcp(options.host, options.port, deadline.min(Deadline::after(Millis(2000))));
+    if (fd) {
+      enable_keepalive(fd->get(), options.keepalive_idle_s);
+      Store store(std::move(*fd), options.rank, endpoint);
+      auto hello = wire::Writer(Op::hello)
+                       .u32(wire::k_magic)
+                       .u32(wire::k_protocol_version)
+                       .u32(static_cast<std::uint32_t>(options.rank))
+                       .u32(static_cast<std::uint32_t>(options.world_size))
+                       .str(options.my_host)
+                       .str(options.epkit_version)
+                       .str(options.tag)
+                       .frame();
+      auto reply = store.request(hello, deadline, false);
+      if (reply) return store;
+      if (reply.error().code == ErrorCode::invalid) {
+        return make_error(ErrorCode::invalid,
+                          fmt::format("store at {} refused rank {}: {}", endpoint, options.rank,
+                                      reply.error().message));
+      }
+      last = reply.error();
+    } else {
+      // Retried whatever the cause: in Kubernetes the master's DNS name
+      // appears only once its pod is up.
+      last = fd.error();
+    }
+    if (deadline.remaining() <= Millis(0)) break;
+    std::this_thread::sleep_for(std::min(backoff, deadline.remaining()));
+    backoff = std::min(backoff * 2, options.max_backoff);
+    if (deadline.expired()) break;
+  }
+  auto waited = std::chrono::duration_cast<Millis>(Clock::now() - started);
+  return make_error(
+      ErrorCode::timeout,
+      fmt::format("rank {} could not reach the store of rank 0 at {} within {} "
+                  "({} attempts; last: {}); is rank 0 running and the port open?",
+                  options.rank, endpoint, seconds_text(waited), attempts, last.message));
+}
+
+Store::~Store() = default;
+
+Result<std::string> Store::request(const std::string& frame, Deadline deadline, bool waits) {
+  std::lock_guard lock(*m_mutex);
+  if (m_broken) return *m_broken;
+  if (deadline.expired()) {
+    // Nothing sent, so the connection stays usable.
+    return make_error(ErrorCode::timeout, "store call made with its deadline already passed");
+  }
+  auto broken = [&](Error error) -> Result<std::string> {
+    m_broken = error;
+    m_fd.reset();
+    return error;
+  };
+  if (auto sent = send_all(m_fd.get(), frame, deadline); !sent) {
+    return broken(make_error(
+        sent.error().code == ErrorCode::timeout ? ErrorCode::timeout : ErrorCode::unavailable,
+        fmt::format("lost the store at {} (rank 0): {}", m_endpoint, sent.error().message)));
+  }
+  auto header = recv_exact(m_fd.get(), 4, deadline);
+  Result<std::uint32_t> len =
+      header ? wire::frame_length(*header) : Result<std::uint32_t>(header.error());
+  Result<std::string> payload =
+      len ? recv_exact(m_fd.get(), *len, deadline) : Result<std::string>(len.error());
+  if (!payload) {
+    const auto& error = payload.error();
+    if (error.code == ErrorCode::timeout) {
+      return broken(make_error(ErrorCode::timeout,
+                               fmt::format("no answer from the store at {} before the deadline{}",
+                                           m_endpoint, waits ? "" : " (rank 0 stuck?)")));
+    }
+    return broken(
+        make_error(error.code == ErrorCode::invalid ? ErrorCode::invalid : ErrorCode::unavailable,
+                   fmt::format("lost the store at {} (rank 0 exited or its node is "
+                               "unreachable): {}",
+                               m_endpoint, error.message)));
+  }
+  wire::Reader reader(*payload);
+  auto status = reader.u8();
+  auto body = reader.str();
+  if (!status || !body || !reader.done() || *status > 1 + static_cast<int>(ErrorCode::internal)) {
+    return broken(make_error(ErrorCode::invalid,
+                             fmt::format("malformed reply from the store at {}", m_endpoint)));
+  }
+  if (*status == wire::k_status_ok) return std::move(*body);
+  Error error{static_cast<ErrorCode>(*status - 1), std::move(*body)};
+  // A failed rank poisons the group; a timed-out wait leaves the stream in
+  // step and the caller may decide.
+  if (error.code == ErrorCode::unavailable) m_broken = error;
+  return error;
+}
+
+Result<void> Store::set(const std::string& key, std::string_view value, Deadline deadline) {
+  EPKIT_TRY(check_request(key, value.size()));
+  auto reply = request(wire::Writer(Op::set).str(key).str(value).frame(), deadline, false);
+  if (!reply) return reply.error();
+  return {};
+}
+
+Result<std::string> Store::get(const std::string& key, Deadline deadline) {
+  EPKIT_TRY(check_request(key));
+  return request(wire::Writer(Op::get).str(key).u32(server_timeout_ms(deadline)).frame(), deadline,
+                 true);
+}
+
+Result<void> Store::wait(const std::vector<std::string>& keys, Deadline deadline) {
+  if (keys.size() > 512) {
+    return make_error(ErrorCode::invalid, fmt::format("wait on {} keys; at most 512", keys.size()));
+  }
+  for (const auto& key : keys) EPKIT_TRY(check_request(key));
+  wire::Writer writer(Op::wait);
+  writer.u32(static_cast<std::uint32_t>(keys.size()));
+  for (const auto& key : keys) writer.str(key);
+  writer.u32(server_timeout_ms(deadline));
+  auto reply = request(writer.frame(), deadline, true);
+  if (!reply) return reply.error();
+  return {};
+}
+
+Result<std::int64_t> Store::add(const std::string& key, std::int64_t delta, Deadline deadline) {
+  EPKIT_TRY(check_request(key));
+  auto reply = request(wire::Writer(Op::add).str(key).i64(delta).frame(), deadline, false);
+  if (!reply) return reply.error();
+  try {
+    return static_cast<std::int64_t>(std::stoll(*reply));
+  } catch (const std::exception&) {
+    return make_error(ErrorCode::invalid, fmt::format("store answered '{}' to add", *reply));
+  }
+}
+
+Result<void> Store::barrier(const std::string& name, Deadline deadline) {
+  EPKIT_TRY(check_request(name));
+  auto reply = request(wire::Writer(Op::barrier).str(name).u32(server_timeout_ms(deadline)).frame(),
+                       deadline, true);
+  if (!reply) return reply.error();
+  return {};
+}
+
+void Store::close() {
+  if (!m_mutex || !m_fd.valid()) return;
+  [[maybe_unused]] auto reply =
+      request(wire::Writer(Op::bye).frame(), Deadline::after(Millis(1000)), false);
+  std::lock_guard lock(*m_mutex);
+  m_fd.reset();
+  if (!m_broken) m_broken = make_error(ErrorCode::unavailable, "store connection closed");
+}
+
+Result<StoreSession> open_store(const LaunchInfo& info, const std::string& my_host,
+                                const std::string& tag, Deadline deadline) {
+  StoreSession session{nullptr, Store(Fd(), info.rank, "")};
+  ClientOptions client;
+  client.host = info.master_addr;
+  client.port = info.master_port;
+  client.rank = info.rank;
+  client.world_size = info.world_size;
+  client.my_host = my_host;
+  client.tag = tag;
+  if (info.rank == 0) {
+    ServerOptions server;
+    server.port = info.master_port;
+    server.world_size = info.world_size;
+    server.tag = tag;
+    auto started = StoreServer::start(server);
+    if (!started) {
+      return make_error(started.error().code,
+                        fmt::format("rank 0 cannot serve the store: {}", started.error().message));
+    }
+    session.server = std::move(*started);
+    client.port = session.server->port();
+  }
+  auto store = Store::connect(client, deadline);
+  if (!store) return store.error();
+  session.store = std::move(*store);
+  return session;
+}
+
+}  // namespace epkit::runtime
