@@ -14,9 +14,9 @@ mkdir -p "$out"
 nvidia-smi topo -m >"$out/nvidia-smi-topo.txt" 2>&1
 "$bin" topo >"$out/topo.txt" 2>&1; echo "exit $?" >>"$out/topo.txt"
 "$bin" topo --json >"$out/topo.json" 2>"$out/topo-json.err"
-start=$(date +%s.%N)
+start=$EPOCHREALTIME
 "$bin" doctor >"$out/doctor.txt" 2>&1; rc=$?
-end=$(date +%s.%N)
-echo "exit $rc, wall $(echo "$end - $start" | bc) s" >>"$out/doctor.txt"
+end=$EPOCHREALTIME
+awk -v a="$start" -v b="$end" -v rc="$rc" 'BEGIN { printf "exit %d, wall %.3f s\n", rc, b - a }' >>"$out/doctor.txt"
 "$bin" doctor --json >"$out/doctor.json" 2>"$out/doctor-json.err"
 cat "$out/machine.txt" "$out/nvidia-smi-topo.txt" "$out/topo.txt" "$out/doctor.txt"
