@@ -48,52 +48,40 @@ void add_nvlink_findings(Outcome& out, const topo::Snapshot& snap) {
   }
 }
 
-// Peer access as NVML reports it (nvidia-smi topo -p2p r/w): NVML is already
-// initialised by the probe, while cuInit costs about a second on a node of
-// large GPUs, which would break the doctor's one-second budget.
-std::optional<Outcome> p2p_from_nvml(const Context& ctx) {
-  const auto& snap = ctx.topo;
-  if (!ctx.host.libs().nvml) return std::nullopt;
-  auto nvml = ctx.host.libs().nvml();
-  if (!nvml) return std::nullopt;
-  const auto& api = **nvml;
-  if (api.device_get_handle_by_pci_bus_id == nullptr || api.device_get_p2p_status == nullptr) {
-    return std::nullopt;
-  }
-  std::vector<host::dl::NvmlDevice> handles;
+// Peer access as the probe read it from NVML (nvidia-smi topo -p2p r/w);
+// nullopt when NVML did not answer, and libcuda is asked instead.
+std::optional<Outcome> p2p_from_snapshot(const topo::Snapshot& snap) {
   for (const auto& g : snap.gpus) {
-    host::dl::NvmlDevice handle{};
-    if (api.device_get_handle_by_pci_bus_id(g.pci.bdf.c_str(), &handle) != 0) return std::nullopt;
-    handles.push_back(handle);
+    if (!g.p2p_read || !g.p2p_write || g.p2p_read->size() != snap.gpus.size() ||
+        g.p2p_write->size() != snap.gpus.size()) {
+      return std::nullopt;
+    }
   }
   std::vector<std::string> denied;
-  for (std::size_t a = 0; a < handles.size(); ++a) {
-    for (std::size_t b = 0; b < handles.size(); ++b) {
-      if (a == b) continue;
-      for (int cap : {host::dl::k_nvml_p2p_read, host::dl::k_nvml_p2p_write}) {
-        host::dl::NvmlP2PStatus status = -1;
-        auto rc = api.device_get_p2p_status(handles[a], handles[b], cap, &status);
-        if (rc != 0) return std::nullopt;  // not supported here: let CUDA answer
+  for (const auto& a : snap.gpus) {
+    for (const auto& b : snap.gpus) {
+      if (a.index == b.index) continue;
+      auto peer = static_cast<std::size_t>(&b - snap.gpus.data());
+      for (auto [what, status] : {std::pair{"read", (*a.p2p_read)[peer]},
+                                  std::pair{"write", (*a.p2p_write)[peer]}}) {
         if (status != host::dl::k_nvml_p2p_status_ok) {
-          denied.push_back(fmt::format("GPU{}->GPU{} {} (status {})", snap.gpus[a].index,
-                                       snap.gpus[b].index,
-                                       cap == host::dl::k_nvml_p2p_read ? "read" : "write",
-                                       status));
+          denied.push_back(
+              fmt::format("GPU{}->GPU{} {} (status {})", a.index, b.index, what, status));
         }
       }
     }
   }
-  std::size_t pairs = handles.size() * (handles.size() - 1);
+  std::size_t n = snap.gpus.size();
   Outcome out;
   if (!denied.empty()) {
     out = fail(fmt::format("peer access denied for {} of {} GPU pair directions", denied.size(),
-                           2 * pairs),
+                           2 * n * (n - 1)),
                "nvmlDeviceGetP2PStatus OK for read and write between every pair",
                "check ACS on PCIe bridges, IOMMU (iommu=pt), and that all GPUs are in this "
                "container (nvidia-smi topo -p2p r)");
     out.add("denied", fmt::format("{}", fmt::join(denied, " ")), "nvmlDeviceGetP2PStatus");
   } else {
-    out = pass(fmt::format("{} GPUs, peer read and write between every pair", handles.size()));
+    out = pass(fmt::format("{} GPUs, peer read and write between every pair", n));
     out.add("peer access", "read and write OK for every pair", "nvmlDeviceGetP2PStatus");
   }
   add_gpu_list(out, snap);
@@ -104,7 +92,7 @@ std::optional<Outcome> p2p_from_nvml(const Context& ctx) {
 Outcome check_p2p(const Context& ctx) {
   const auto& snap = ctx.topo;
   if (snap.gpus.empty()) return skip("no NVIDIA GPU on this node");
-  if (auto from_nvml = p2p_from_nvml(ctx)) return std::move(*from_nvml);
+  if (auto from_nvml = p2p_from_snapshot(snap)) return std::move(*from_nvml);
   auto cuda =
       ctx.host.libs().cuda
           ? ctx.host.libs().cuda()

@@ -266,6 +266,44 @@ std::string c_string(const char* buffer, std::size_t size) {
   return std::string(buffer, strnlen(buffer, size));
 }
 
+// Peer access as nvidia-smi topo -p2p r/w reports it. Asked here, while NVML
+// is open: the check then needs no cuInit, which costs about a second on a
+// node of large GPUs.
+void probe_p2p(const host::dl::NvmlApi& api, Snapshot& snap) {
+  if (api.device_get_p2p_status == nullptr) return;
+  std::vector<host::dl::NvmlDevice> handles;
+  for (const auto& gpu : snap.gpus) {
+    host::dl::NvmlDevice dev = nullptr;
+    if (api.device_get_handle_by_pci_bus_id(gpu.pci.bdf.c_str(), &dev) !=
+        host::dl::k_nvml_success) {
+      return;  // already noted above
+    }
+    handles.push_back(dev);
+  }
+  for (std::size_t a = 0; a < handles.size(); ++a) {
+    std::vector<int> read(handles.size(), 0);
+    std::vector<int> write(handles.size(), 0);
+    for (std::size_t b = 0; b < handles.size(); ++b) {
+      if (a == b) continue;
+      host::dl::NvmlP2PStatus r = 0;
+      host::dl::NvmlP2PStatus w = 0;
+      auto rc = api.device_get_p2p_status(handles[a], handles[b], host::dl::k_nvml_p2p_read, &r);
+      if (rc == host::dl::k_nvml_success) {
+        rc = api.device_get_p2p_status(handles[a], handles[b], host::dl::k_nvml_p2p_write, &w);
+      }
+      if (rc != host::dl::k_nvml_success) {
+        snap.notes.push_back(fmt::format("nvmlDeviceGetP2PStatus: {}", api.describe(rc)));
+        for (auto& g : snap.gpus) g.p2p_read.reset(), g.p2p_write.reset();
+        return;
+      }
+      read[b] = r;
+      write[b] = w;
+    }
+    snap.gpus[a].p2p_read = std::move(read);
+    snap.gpus[a].p2p_write = std::move(write);
+  }
+}
+
 void probe_nvml(const host::Host& host, Snapshot& snap) {
   auto loaded =
       host.libs().nvml
@@ -320,6 +358,7 @@ void probe_nvml(const host::Host& host, Snapshot& snap) {
     }
     gpu.nvlinks = std::move(links);
   }
+  probe_p2p(api, snap);
 }
 
 // "4: ACTIVE" -> {4, "ACTIVE"}.

@@ -46,6 +46,10 @@ struct Gpu {
   std::string uuid;         // "GPU-…"
   std::string name_source;  // "nvml", "/proc/driver/nvidia/gpus/…/information", "pci id"
   std::optional<std::vector<NvLink>> nvlinks;  // absent: NVML not available
+  // NVML's peer-to-peer status to each GPU, by the peer's index (0 = OK, else
+  // nvmlGpuP2PStatus_t: why not); absent: NVML not available or not asked.
+  std::optional<std::vector<int>> p2p_read;
+  std::optional<std::vector<int>> p2p_write;
 
   bool operator==(const Gpu&) const = default;
 };

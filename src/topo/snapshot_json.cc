@@ -126,6 +126,8 @@ json to_json(const Snapshot& s) {
             {{"link", l.link}, {"active", l.active}, {"remote_bdf", l.remote_bdf}});
       }
     }
+    item["p2p_read"] = g.p2p_read ? json(*g.p2p_read) : json(nullptr);
+    item["p2p_write"] = g.p2p_write ? json(*g.p2p_write) : json(nullptr);
     gpus.push_back(std::move(item));
   }
   json nvswitches = json::array();
@@ -184,6 +186,14 @@ Result<Snapshot> from_json(const json& j) {
           get(l, "remote_bdf", link.remote_bdf);
           return link;
         });
+      }
+      for (auto [key, field] : {std::pair{"p2p_read", &gpu.p2p_read},
+                                std::pair{"p2p_write", &gpu.p2p_write}}) {
+        if (auto it = g.find(key); it != g.end() && it->is_array()) {
+          std::vector<int> values;
+          for (const auto& v : *it) values.push_back(v.is_number_integer() ? v.get<int>() : -1);
+          *field = std::move(values);
+        }
       }
       return gpu;
     });

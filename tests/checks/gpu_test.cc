@@ -1,15 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdint>
 #include <cstring>
-#include <iterator>
-#include <strings.h>
 #include <map>
 
 #include "checks/registry.h"
 #include "host/dl/cuda.h"
-#include "host/dl/nvml.h"
 #include "topo/example_host.h"
 #include "topo/model.h"
 #include "topo/probe.h"
@@ -81,77 +77,41 @@ host::Host fake_cuda_host() {
                     libs);
 }
 
-// A fake NVML for the same 8 GPUs: handles carry the GPU's position; the
-// pair g_nvml_denied_a -> g_nvml_denied_b reports status 4 (not supported by
-// topology); g_nvml_p2p_rc is what the P2P query returns.
-int g_nvml_denied_a = -1;
-int g_nvml_denied_b = -1;
-int g_nvml_p2p_rc = 0;
-
-const host::dl::NvmlApi* fake_nvml() {
-  static const host::dl::NvmlApi api = [] {
-    using namespace host::dl;
-    NvmlApi a;
-    a.device_get_handle_by_pci_bus_id = [](const char* bus, NvmlDevice* out) -> NvmlReturn {
-      for (std::size_t i = 0; i < std::size(k_a4_bus); ++i) {
-        if (strcasecmp(bus, k_a4_bus[i]) == 0) {
-          *out = reinterpret_cast<NvmlDevice>(i + 1);
-          return 0;
-        }
-      }
-      return 6;  // NVML_ERROR_NOT_FOUND
-    };
-    a.device_get_p2p_status = [](NvmlDevice x, NvmlDevice y, int, NvmlP2PStatus* st) -> NvmlReturn {
-      auto ix = static_cast<int>(reinterpret_cast<std::uintptr_t>(x)) - 1;
-      auto iy = static_cast<int>(reinterpret_cast<std::uintptr_t>(y)) - 1;
-      *st = (ix == g_nvml_denied_a && iy == g_nvml_denied_b) ? 4 : 0;
-      return g_nvml_p2p_rc;
-    };
-    return a;
-  }();
-  return &api;
-}
-
-host::Host fake_nvml_host() {
-  auto libs = host::Libraries::none("test");
-  libs.nvml = []() -> Result<const host::dl::NvmlApi*> { return fake_nvml(); };
-  libs.cuda = []() -> Result<const host::dl::CudaApi*> { return fake_cuda(); };
-  return host::Host(host::Sysroot(test::source_path("examples/gke-a4")), host::Env({}, "test"),
-                    libs);
-}
-
-TEST(GpuP2p, NvmlAnswersWithoutInitialisingCuda) {
-  g_nvml_denied_a = g_nvml_denied_b = -1;
-  g_nvml_p2p_rc = 0;
-  g_init_rc = 999;  // cuInit would fail: NVML must answer first
-  auto host = fake_nvml_host();
+// The probe stores NVML's P2P status per GPU pair; the check reads it and
+// does not initialise CUDA.
+topo::Snapshot with_p2p(int denied_a, int denied_b) {
   auto snap = topo::probe(test::example_host("gke-a4"));
-  auto o = run_check("gpu.p2p", host, snap);
+  for (auto& g : snap.gpus) {
+    g.p2p_read = std::vector<int>(snap.gpus.size(), 0);
+    g.p2p_write = std::vector<int>(snap.gpus.size(), 0);
+  }
+  if (denied_a >= 0) (*snap.gpus[static_cast<std::size_t>(denied_a)].p2p_read)[static_cast<std::size_t>(denied_b)] = 4;
+  return snap;
+}
+
+TEST(GpuP2p, NvmlStatusAnswersWithoutInitialisingCuda) {
+  g_init_rc = 999;  // cuInit would fail: the probed NVML status must answer first
+  auto host = fake_cuda_host();
+  auto o = run_check("gpu.p2p", host, with_p2p(-1, -1));
   g_init_rc = 0;
   EXPECT_EQ(o.status, Status::pass) << o.summary;
   EXPECT_EQ(evidence(o, "peer access"), "read and write OK for every pair");
 }
 
 TEST(GpuP2p, NvmlDeniedPairFails) {
-  g_nvml_denied_a = 2;
-  g_nvml_denied_b = 5;
-  g_nvml_p2p_rc = 0;
-  auto host = fake_nvml_host();
-  auto snap = topo::probe(test::example_host("gke-a4"));
-  auto o = run_check("gpu.p2p", host, snap);
-  g_nvml_denied_a = g_nvml_denied_b = -1;
+  auto host = fake_cuda_host();
+  auto o = run_check("gpu.p2p", host, with_p2p(2, 5));
   EXPECT_EQ(o.status, Status::fail);
-  EXPECT_NE(evidence(o, "denied").find("GPU2->GPU5 read"), std::string::npos);
+  EXPECT_NE(evidence(o, "denied").find("GPU2->GPU5 read (status 4)"), std::string::npos);
 }
 
-TEST(GpuP2p, NvmlWithoutP2PSupportFallsBackToCuda) {
-  g_nvml_p2p_rc = 3;  // NVML_ERROR_NOT_SUPPORTED
+TEST(GpuP2p, IncompleteNvmlStatusFallsBackToCuda) {
   g_denied_a = 6;
   g_denied_b = 1;
-  auto host = fake_nvml_host();
-  auto snap = topo::probe(test::example_host("gke-a4"));
+  auto host = fake_cuda_host();
+  auto snap = with_p2p(-1, -1);
+  snap.gpus[3].p2p_write.reset();
   auto o = run_check("gpu.p2p", host, snap);
-  g_nvml_p2p_rc = 0;
   g_denied_a = g_denied_b = -1;
   EXPECT_EQ(o.status, Status::fail);
   EXPECT_NE(o.summary.find("1 of 56"), std::string::npos) << o.summary;

@@ -271,6 +271,10 @@ TEST(TopoProbe, NvmlGivesNamesAndNvlinks) {
   EXPECT_EQ((*snap.gpus[0].nvlinks)[1].remote_bdf, "0000:07:00.0");
   EXPECT_FALSE((*snap.gpus[3].nvlinks)[17].active);
   EXPECT_TRUE((*snap.gpus[3].nvlinks)[17].remote_bdf.empty());
+  // Peer access is asked while NVML is open, one status per peer.
+  ASSERT_TRUE(snap.gpus[2].p2p_read.has_value());
+  EXPECT_EQ(snap.gpus[2].p2p_read->size(), 8u);
+  EXPECT_EQ((*snap.gpus[2].p2p_write)[5], 0);
 }
 
 TEST(TopoProbe, NvlinkMatrixThroughVisibleOrHiddenSwitches) {
