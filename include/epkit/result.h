@@ -32,7 +32,7 @@ struct Error {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : m_value(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : m_value(std::move(value)) {}      // NOLINT: implicit by design
   Result(Error error) : m_value(std::move(error)) {}  // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(m_value); }
@@ -80,8 +80,8 @@ inline Error make_error(ErrorCode code, std::string message) {
 
 // Propagate an error to the caller, adding nothing (the message already says
 // where it started).
-#define EPKIT_TRY(expr)                                   \
-  do {                                                    \
-    auto&& epkit_try_result_ = (expr);                    \
+#define EPKIT_TRY(expr)                                       \
+  do {                                                        \
+    auto&& epkit_try_result_ = (expr);                        \
     if (!epkit_try_result_) return epkit_try_result_.error(); \
   } while (0)

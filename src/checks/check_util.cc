@@ -1,10 +1,10 @@
 #include "checks/check_util.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <sstream>
-
-#include <fmt/format.h>
 
 namespace epkit::checks {
 namespace {

@@ -62,8 +62,8 @@ std::optional<Outcome> p2p_from_snapshot(const topo::Snapshot& snap) {
     for (const auto& b : snap.gpus) {
       if (a.index == b.index) continue;
       auto peer = static_cast<std::size_t>(&b - snap.gpus.data());
-      for (auto [what, status] : {std::pair{"read", (*a.p2p_read)[peer]},
-                                  std::pair{"write", (*a.p2p_write)[peer]}}) {
+      for (auto [what, status] :
+           {std::pair{"read", (*a.p2p_read)[peer]}, std::pair{"write", (*a.p2p_write)[peer]}}) {
         if (status != host::dl::k_nvml_p2p_status_ok) {
           denied.push_back(
               fmt::format("GPU{}->GPU{} {} (status {})", a.index, b.index, what, status));
@@ -308,7 +308,8 @@ Outcome check_nic_affinity(const Context& ctx) {
         return none;
       }
     } else {
-      hcas = topo::resolve_hca_filter(topo::parse_device_filter("", topo::ListGrammar::nvshmem), snap);
+      hcas =
+          topo::resolve_hca_filter(topo::parse_device_filter("", topo::ListGrammar::nvshmem), snap);
     }
     Resolved r{{}, "NVSHMEM_ENABLE_NIC_PE_MAPPING=1 (local rank i -> HCA i mod n)", src};
     for (const auto& g : snap.gpus) {

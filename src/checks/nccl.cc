@@ -1,15 +1,14 @@
 // nccl.* checks: NCCL's network choice (NCCL_NET and the net plugin, gIB on
 // GKE) and its interface filters (NCCL_SOCKET_IFNAME, NCCL_IB_HCA).
 #include <arpa/inet.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 
 #include <map>
 #include <memory>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "checks/check.h"
 #include "checks/check_util.h"

@@ -1,9 +1,9 @@
 // nvshmem.* checks: what NVSHMEM's IBGDA transport needs from the driver and
 // the node for the NIC handler the environment asks for.
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "checks/check.h"
 #include "checks/check_util.h"

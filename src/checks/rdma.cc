@@ -887,8 +887,8 @@ Outcome check_gid_index(const Context& ctx) {
     std::vector<std::string> wrong;
     for (const auto& p : ports) {
       if (is_v2_ipv4(*p.port, *index)) continue;
-      wrong.push_back(fmt::format("{} port {}: {}", p.nic->name, p.port->port,
-                                  describe_gid(*p.port, *index)));
+      wrong.push_back(
+          fmt::format("{} port {}: {}", p.nic->name, p.port->port, describe_gid(*p.port, *index)));
     }
     if (!wrong.empty()) {
       v.note(Status::fail,
@@ -912,8 +912,8 @@ Outcome check_gid_index(const Context& ctx) {
       std::vector<std::string> wrong;
       for (const auto& p : ports) {
         if (is_v2_ipv4(*p.port, 0)) continue;
-        wrong.push_back(fmt::format("{} port {}: {}", p.nic->name, p.port->port,
-                                    describe_gid(*p.port, 0)));
+        wrong.push_back(
+            fmt::format("{} port {}: {}", p.nic->name, p.port->port, describe_gid(*p.port, 0)));
       }
       if (!wrong.empty()) {
         v.note(Status::warn,

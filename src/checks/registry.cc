@@ -1,19 +1,24 @@
 #include "checks/registry.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <exception>
-
-#include <fmt/format.h>
 
 namespace epkit::checks {
 
 const char* to_string(Status status) {
   switch (status) {
-    case Status::pass: return "PASS";
-    case Status::warn: return "WARN";
-    case Status::fail: return "FAIL";
-    case Status::skip: return "SKIP";
-    case Status::unknown: return "UNKNOWN";
+    case Status::pass:
+      return "PASS";
+    case Status::warn:
+      return "WARN";
+    case Status::fail:
+      return "FAIL";
+    case Status::skip:
+      return "SKIP";
+    case Status::unknown:
+      return "UNKNOWN";
   }
   return "UNKNOWN";
 }
@@ -22,11 +27,16 @@ namespace {
 
 int rank(Status s) {
   switch (s) {
-    case Status::skip: return 0;
-    case Status::pass: return 1;
-    case Status::unknown: return 2;
-    case Status::warn: return 3;
-    case Status::fail: return 4;
+    case Status::skip:
+      return 0;
+    case Status::pass:
+      return 1;
+    case Status::unknown:
+      return 2;
+    case Status::warn:
+      return 3;
+    case Status::fail:
+      return 4;
   }
   return 0;
 }
@@ -42,17 +52,25 @@ Outcome make(Status status, std::string summary, std::string expected, std::stri
 
 }  // namespace
 
-Outcome pass(std::string summary) { return make(Status::pass, std::move(summary), {}, {}); }
+Outcome pass(std::string summary) {
+  return make(Status::pass, std::move(summary), {}, {});
+}
 Outcome warn(std::string summary, std::string expected, std::string fix) {
   return make(Status::warn, std::move(summary), std::move(expected), std::move(fix));
 }
 Outcome fail(std::string summary, std::string expected, std::string fix) {
   return make(Status::fail, std::move(summary), std::move(expected), std::move(fix));
 }
-Outcome skip(std::string summary) { return make(Status::skip, std::move(summary), {}, {}); }
-Outcome unknown(std::string summary) { return make(Status::unknown, std::move(summary), {}, {}); }
+Outcome skip(std::string summary) {
+  return make(Status::skip, std::move(summary), {}, {});
+}
+Outcome unknown(std::string summary) {
+  return make(Status::unknown, std::move(summary), {}, {});
+}
 
-Status worse(Status a, Status b) { return rank(a) >= rank(b) ? a : b; }
+Status worse(Status a, Status b) {
+  return rank(a) >= rank(b) ? a : b;
+}
 
 const std::vector<Check>& registry() {
   static const std::vector<Check> all = [] {
@@ -73,7 +91,9 @@ const Check* find_check(std::string_view id) {
   return nullptr;
 }
 
-std::string_view group_of(std::string_view id) { return id.substr(0, id.find('.')); }
+std::string_view group_of(std::string_view id) {
+  return id.substr(0, id.find('.'));
+}
 
 Report run(const Context& ctx, const std::vector<std::string>& only) {
   Report report;
@@ -90,8 +110,8 @@ Report run(const Context& ctx, const std::vector<std::string>& only) {
     } catch (const std::exception& e) {
       item.outcome = unknown(fmt::format("check raised an error: {}", e.what()));
     }
-    item.millis = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                      .count();
+    item.millis =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     report.worst = worse(report.worst, item.outcome.status);
     report.runs.push_back(std::move(item));
   }
@@ -102,11 +122,15 @@ Report run(const Context& ctx, const std::vector<std::string>& only) {
 
 int exit_code(const Report& report) {
   switch (report.worst) {
-    case Status::fail: return 2;
-    case Status::warn: return 1;
-    case Status::unknown: return 3;
+    case Status::fail:
+      return 2;
+    case Status::warn:
+      return 1;
+    case Status::unknown:
+      return 3;
     case Status::pass:
-    case Status::skip: return 0;
+    case Status::skip:
+      return 0;
   }
   return 3;
 }

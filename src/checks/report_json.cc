@@ -33,7 +33,8 @@ nlohmann::json to_json(const Report& report, const Context& ctx) {
     });
   }
   nlohmann::json counts = {{"pass", 0}, {"warn", 0}, {"fail", 0}, {"skip", 0}, {"unknown", 0}};
-  for (const auto& run : report.runs) counts[lower(run.outcome.status)] = counts[lower(run.outcome.status)].get<int>() + 1;
+  for (const auto& run : report.runs)
+    counts[lower(run.outcome.status)] = counts[lower(run.outcome.status)].get<int>() + 1;
   return {
       {"schema", "epkit.doctor/1"},
       {"epkit_version", EPKIT_VERSION},

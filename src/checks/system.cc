@@ -1,13 +1,12 @@
 // container.* and kernel.* checks: the limits a container gives the process
 // (/dev/shm, locked memory, CAP_IPC_LOCK) and the kernel modules GPU and RDMA
 // work needs.
+#include <fmt/format.h>
 #include <sys/statvfs.h>
 
 #include <cstdint>
 #include <optional>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "checks/check.h"
 #include "checks/check_util.h"

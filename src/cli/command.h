@@ -2,13 +2,12 @@
 // make_<name>_command(). CMake lists the folders in epkit_commands.inc.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include <CLI/CLI.hpp>
 
 #include "host/host.h"
 

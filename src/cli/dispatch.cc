@@ -1,9 +1,9 @@
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "cli/command.h"
 #include "util/text.h"
@@ -40,8 +40,7 @@ void add_env_file_option(CLI::App& app, CommonOptions& opts) {
 Result<host::Host> make_host(const CommonOptions& opts) {
   std::error_code ec;
   if (opts.sysroot != "/" && !std::filesystem::is_directory(opts.sysroot, ec)) {
-    return make_error(ErrorCode::invalid,
-                      fmt::format("--sysroot {}: not a folder", opts.sysroot));
+    return make_error(ErrorCode::invalid, fmt::format("--sysroot {}: not a folder", opts.sysroot));
   }
   host::Env env = host::Env::from_process();
   if (!opts.env_file.empty()) {
@@ -54,8 +53,9 @@ Result<host::Host> make_host(const CommonOptions& opts) {
 
 int run_cli(int argc, const char* const* argv, Io& io) {
   auto commands = all_commands();
-  CLI::App app{"epkit: expert-parallel communication for GPU clusters, and the tools to make it work",
-               "epkit"};
+  CLI::App app{
+      "epkit: expert-parallel communication for GPU clusters, and the tools to make it work",
+      "epkit"};
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", fmt::format("epkit {}", EPKIT_VERSION));
   bool list = false;

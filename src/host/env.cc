@@ -1,10 +1,10 @@
 #include "host/env.h"
 
+#include <fmt/format.h>
+
 #include <cctype>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 extern char** environ;  // NOLINT: POSIX
 
@@ -59,8 +59,8 @@ Result<Env> Env::parse(std::string_view text, std::string origin) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.find('\0') != std::string_view::npos) {
-      return make_error(ErrorCode::invalid,
-                        fmt::format("{}:{}: NUL byte: not a KEY=VALUE file", env.m_origin, line_no));
+      return make_error(ErrorCode::invalid, fmt::format("{}:{}: NUL byte: not a KEY=VALUE file",
+                                                        env.m_origin, line_no));
     }
     std::string_view trimmed = line;
     while (!trimmed.empty() && std::isspace(static_cast<unsigned char>(trimmed.front()))) {
@@ -75,9 +75,8 @@ Result<Env> Env::parse(std::string_view text, std::string origin) {
       continue;
     }
     if (last.empty()) {
-      return make_error(ErrorCode::invalid,
-                        fmt::format("{}:{}: expected KEY=VALUE, got '{}'", env.m_origin, line_no,
-                                    line.substr(0, 80)));
+      return make_error(ErrorCode::invalid, fmt::format("{}:{}: expected KEY=VALUE, got '{}'",
+                                                        env.m_origin, line_no, line.substr(0, 80)));
     }
     env.m_vars[last] += '\n';
     env.m_vars[last] += std::string(line);

@@ -5,13 +5,13 @@
 // checked from anywhere.
 #pragma once
 
+#include <epkit/result.h>
+
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <epkit/result.h>
 
 namespace epkit::host {
 

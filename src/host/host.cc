@@ -21,8 +21,9 @@ Host::Host(Sysroot fs, Env env, Libraries libs)
 
 Host::Host(Sysroot fs, Env env)
     : Host(fs, std::move(env),
-           fs.is_live() ? Libraries::real()
-                        : Libraries::none("not probed: libraries describe this machine, not --sysroot " +
-                                          fs.root())) {}
+           fs.is_live()
+               ? Libraries::real()
+               : Libraries::none("not probed: libraries describe this machine, not --sysroot " +
+                                 fs.root())) {}
 
 }  // namespace epkit::host

@@ -1,5 +1,6 @@
 #include "host/sysroot.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/format.h>
 
 namespace epkit::host {
 namespace {
@@ -159,7 +158,8 @@ Result<FileInfo> Sysroot::stat(std::string_view path) const {
   auto resolved = resolve(path);
   if (!resolved) return resolved.error();
   struct stat st {};
-  if (::stat(host_path(*resolved).c_str(), &st) != 0) return errno_error(errno, "cannot stat", path);
+  if (::stat(host_path(*resolved).c_str(), &st) != 0)
+    return errno_error(errno, "cannot stat", path);
   return to_info(st);
 }
 

@@ -6,12 +6,12 @@
 // tree behaves like the node it was taken from. The live node is root "/".
 #pragma once
 
+#include <epkit/result.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <epkit/result.h>
 
 namespace epkit::host {
 

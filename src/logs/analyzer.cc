@@ -1,9 +1,9 @@
 #include "logs/analyzer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
-
-#include <fmt/format.h>
 
 #include "logs/text.h"
 
@@ -14,7 +14,7 @@ static_assert(static_cast<std::size_t>(Rule::other_warn) + 1 == 22,
               "Analyzer::m_findings holds one slot per rule");
 
 constexpr std::size_t k_max_finding_ranks = 16;  // labels listed per finding
-constexpr std::size_t k_max_list = 64;  // devices, interfaces, HCAs per rank
+constexpr std::size_t k_max_list = 64;           // devices, interfaces, HCAs per rank
 constexpr int k_max_comm_ranks = 1 << 16;
 constexpr std::size_t k_max_comm_slots = 1 << 22;
 constexpr std::size_t k_max_pending = 256;  // Init START lines kept per communicator
@@ -97,9 +97,10 @@ bool is_benign(std::string_view m) {
 // shared memory ... failed" are not about space.
 bool is_shm_failure(std::string_view m) {
   return contains(m, "failed to extend") || contains(m, "failed to create shared memory") ||
-         contains(m, "Error while creating shared memory") || contains(m, "Error while attaching to shared memory") ||
-         (contains(m, "Could not map") && contains(m, "/dev/shm")) || contains(m, "posix_fallocate failed") ||
-         contains(m, "nable to allocate shared memory") ||
+         contains(m, "Error while creating shared memory") ||
+         contains(m, "Error while attaching to shared memory") ||
+         (contains(m, "Could not map") && contains(m, "/dev/shm")) ||
+         contains(m, "posix_fallocate failed") || contains(m, "nable to allocate shared memory") ||
          (contains(m, "/dev/shm") && contains(m, "No space left on device"));
 }
 
@@ -117,9 +118,12 @@ std::string join(const std::vector<std::string>& v, std::string_view sep) {
 int Report::exit_code() const {
   if (findings.empty()) return 0;
   switch (worst) {
-    case Severity::info: return 0;
-    case Severity::warn: return 1;
-    case Severity::error: return 2;
+    case Severity::info:
+      return 0;
+    case Severity::warn:
+      return 1;
+    case Severity::error:
+      return 2;
   }
   return 2;
 }
@@ -138,7 +142,8 @@ Result<Analyzer> Analyzer::create(const Options& options) {
       a.m_slice = std::make_unique<std::regex>(options.slice_regex, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
       return make_error(ErrorCode::invalid,
-                        fmt::format("--slice '{}': not a regular expression ({})", options.slice_regex, e.what()));
+                        fmt::format("--slice '{}': not a regular expression ({})",
+                                    options.slice_regex, e.what()));
     }
     a.m_report.sliced = true;
     a.m_report.slices.push_back({});
@@ -154,7 +159,9 @@ void Analyzer::begin_file(const std::string& name) {
   m_last_key.clear();
 }
 
-Evidence Analyzer::evidence(Location at) const { return {m_file, at.line_no, printable(at.line)}; }
+Evidence Analyzer::evidence(Location at) const {
+  return {m_file, at.line_no, printable(at.line)};
+}
 
 int Analyzer::new_rank(std::string label) {
   if (m_report.ranks.size() >= k_max_ranks) return -1;
@@ -176,8 +183,10 @@ int Analyzer::rank_of(const LineInfo& info) {
       } else {
         // A launcher-only record ("rank 3" from lines before NCCL printed
         // anything) becomes this process's record.
-        auto launcher = info.launcher_rank >= 0 ? m_launcher_index.find(info.launcher_rank) : m_launcher_index.end();
-        if (launcher != m_launcher_index.end() && m_report.ranks[static_cast<std::size_t>(launcher->second)].host.empty()) {
+        auto launcher = info.launcher_rank >= 0 ? m_launcher_index.find(info.launcher_rank)
+                                                : m_launcher_index.end();
+        if (launcher != m_launcher_index.end() &&
+            m_report.ranks[static_cast<std::size_t>(launcher->second)].host.empty()) {
           idx = launcher->second;
           m_report.ranks[static_cast<std::size_t>(idx)].label = printable(info.rank_key, 128);
         } else {
@@ -388,8 +397,8 @@ void Analyzer::on_net_using(std::string_view m, Location at, int rank) {
   }
 }
 
-void Analyzer::check_interfaces(const std::vector<Interface>& ifs, std::string_view what, Location at,
-                                int rank) {
+void Analyzer::check_interfaces(const std::vector<Interface>& ifs, std::string_view what,
+                                Location at, int rank) {
   for (const auto& i : ifs) {
     if (is_bad_interface(i)) {
       add(Rule::bad_interface, at, rank,
@@ -429,7 +438,8 @@ void Analyzer::on_init(std::string_view m, Location at, int rank) {
       *nccl_rank < 0 || *nccl_rank >= *nranks) {
     return;
   }
-  auto [it, inserted] = m_comm_index.try_emplace(std::string(comm_id), m_report.communicators.size());
+  auto [it, inserted] =
+      m_comm_index.try_emplace(std::string(comm_id), m_report.communicators.size());
   if (inserted) {
     // Per-rank slots of all communicators together are capped, so a log of
     // many large (or forged) communicators cannot grow memory without bound.
@@ -494,7 +504,8 @@ bool Analyzer::on_problem(std::string_view m, Location at, int rank) {
     }
   } else if (is_shm_failure(m)) {
     add(Rule::shm, at, rank);
-  } else if ((contains(m, "ibv_reg_mr") || contains(m, "ibv_create_cq") || contains(m, "ibv_reg_dmabuf_mr")) &&
+  } else if ((contains(m, "ibv_reg_mr") || contains(m, "ibv_create_cq") ||
+              contains(m, "ibv_reg_dmabuf_mr")) &&
              contains(m, "Cannot allocate memory")) {
     add(Rule::memlock, at, rank);
   } else {
@@ -505,15 +516,18 @@ bool Analyzer::on_problem(std::string_view m, Location at, int rank) {
 
 void Analyzer::on_other(const LineInfo& info, Location at, int rank) {
   std::string_view m = info.message;
-  if (m_slice && m_report.slices.size() < k_max_slices && std::regex_search(m.begin(), m.end(), *m_slice)) {
+  if (m_slice && m_report.slices.size() < k_max_slices &&
+      std::regex_search(m.begin(), m.end(), *m_slice)) {
     ++m_slice_in_file;
-    if (m_slice_in_file >= m_report.slices.size()) m_report.slices.push_back({printable(m, 120), {}});
+    if (m_slice_in_file >= m_report.slices.size())
+      m_report.slices.push_back({printable(m, 120), {}});
     return;
   }
   if (contains(m, "couldn't load driver") || contains(m, "no userspace device-specific driver") ||
       (contains(m, "IBVERBS_PRIVATE_") && contains(m, "not found"))) {
     add(Rule::provider_abi, at, rank);
-  } else if (contains(m, "cudaHostRegister with IoMemory failed") || contains(m, "GPU cannot map UAR")) {
+  } else if (contains(m, "cudaHostRegister with IoMemory failed") ||
+             contains(m, "GPU cannot map UAR")) {
     add(Rule::ibgda_mapping, at, rank);
   } else if (contains(m, "DeepEP timeout") || contains(m, "DeepEP error: timeout")) {
     add(Rule::deepep_timeout, at, rank);
@@ -543,8 +557,8 @@ void Analyzer::cross_rank_rules() {
     }
     return groups;
   };
-  auto report_split = [&](Rule rule, const std::map<std::string, Group>& groups, std::string_view what,
-                          auto evidence_of) {
+  auto report_split = [&](Rule rule, const std::map<std::string, Group>& groups,
+                          std::string_view what, auto evidence_of) {
     if (groups.size() < 2) return;
     // The largest group is "normal"; evidence comes from the others.
     const std::string* majority = nullptr;
@@ -553,8 +567,8 @@ void Analyzer::cross_rank_rules() {
       if (g.members.size() > best) best = g.members.size(), majority = &v;
     }
     for (const auto& [v, g] : groups) {
-      std::string detail = fmt::format("{}{}{}: {} rank{}", what, what.empty() ? "" : " ", v, g.members.size(),
-                                       g.members.size() == 1 ? "" : "s");
+      std::string detail = fmt::format("{}{}{}: {} rank{}", what, what.empty() ? "" : " ", v,
+                                       g.members.size(), g.members.size() == 1 ? "" : "s");
       if (&v != majority) {
         detail += fmt::format(" ({}{})", ranks[static_cast<std::size_t>(g.members[0])].label,
                               g.members.size() > 1 ? ", ..." : "");
@@ -573,11 +587,12 @@ void Analyzer::cross_rank_rules() {
   };
   report_split(Rule::version_mismatch, group_by([](const RankFacts& r) { return r.nccl_version; }),
                "NCCL", [](const RankFacts& r) -> const Evidence& { return r.version_at; });
-  report_split(Rule::net_mismatch, group_by([](const RankFacts& r) { return r.network; }), "network",
-               [](const RankFacts& r) -> const Evidence& { return r.network_at; });
+  report_split(Rule::net_mismatch, group_by([](const RankFacts& r) { return r.network; }),
+               "network", [](const RankFacts& r) -> const Evidence& { return r.network_at; });
   report_split(Rule::net_mismatch, group_by([](const RankFacts& r) {
-                 return r.net_name.empty() ? std::string()
-                                           : fmt::format("NET/{} devices {}", r.net_name, r.net_devices.size());
+                 return r.net_name.empty()
+                            ? std::string()
+                            : fmt::format("NET/{} devices {}", r.net_name, r.net_devices.size());
                }),
                "", [](const RankFacts& r) -> const Evidence& { return r.devices_at; });
 
@@ -587,7 +602,8 @@ void Analyzer::cross_rank_rules() {
     // logged nothing are most often files left out of the input.
     bool seen_stuck = false;
     for (int r = 0; r < c.nranks; ++r) {
-      if (!c.complete[static_cast<std::size_t>(r)] && c.owner[static_cast<std::size_t>(r)] >= 0) seen_stuck = true;
+      if (!c.complete[static_cast<std::size_t>(r)] && c.owner[static_cast<std::size_t>(r)] >= 0)
+        seen_stuck = true;
     }
     Rule rule = seen_stuck ? Rule::init_incomplete : Rule::init_unseen;
     Finding& f = m_findings[static_cast<std::size_t>(rule)];
@@ -603,8 +619,9 @@ void Analyzer::cross_rank_rules() {
       ++listed;
       int owner = c.owner[static_cast<std::size_t>(r)];
       if (!missing.empty()) missing += ", ";
-      missing += owner >= 0 ? fmt::format("{} ({})", r, ranks[static_cast<std::size_t>(owner)].label)
-                            : fmt::format("{} (no log line)", r);
+      missing += owner >= 0
+                     ? fmt::format("{} ({})", r, ranks[static_cast<std::size_t>(owner)].label)
+                     : fmt::format("{} (no log line)", r);
       if (owner >= 0) {
         m_finding_ranks[static_cast<std::size_t>(rule)].add(owner);
       }
@@ -616,8 +633,9 @@ void Analyzer::cross_rank_rules() {
     }
     if (total > listed) missing += fmt::format(", and {} more", total - listed);
     if (f.details.size() < k_max_details) {
-      f.details.push_back(fmt::format("commId {}: {} of {} ranks reached Init COMPLETE; missing rank{} {}",
-                                      c.comm_id, c.complete_count, c.nranks, total == 1 ? "" : "s", missing));
+      f.details.push_back(
+          fmt::format("commId {}: {} of {} ranks reached Init COMPLETE; missing rank{} {}",
+                      c.comm_id, c.complete_count, c.nranks, total == 1 ? "" : "s", missing));
     }
     if (!any_pending && f.evidence.size() < k_max_evidence) f.evidence.push_back(c.first_at);
   }
@@ -653,10 +671,12 @@ Report Analyzer::finish() {
     }
     m_report.findings.push_back(std::move(f));
   }
-  std::stable_sort(m_report.findings.begin(), m_report.findings.end(),
-                   [](const Finding& a, const Finding& b) { return a.spec->severity > b.spec->severity; });
+  std::stable_sort(
+      m_report.findings.begin(), m_report.findings.end(),
+      [](const Finding& a, const Finding& b) { return a.spec->severity > b.spec->severity; });
   m_report.worst = Severity::info;
-  for (const auto& f : m_report.findings) m_report.worst = std::max(m_report.worst, f.spec->severity);
+  for (const auto& f : m_report.findings)
+    m_report.worst = std::max(m_report.worst, f.spec->severity);
   return std::move(m_report);
 }
 

@@ -21,7 +21,7 @@
 namespace epkit::logs {
 
 inline constexpr std::size_t k_max_ranks = 1 << 16;
-inline constexpr std::size_t k_max_names = 32;     // collective / transport kinds per rank
+inline constexpr std::size_t k_max_names = 32;  // collective / transport kinds per rank
 inline constexpr std::size_t k_max_slices = 4096;
 
 struct Count {
@@ -35,24 +35,24 @@ struct Interface {
 };
 
 struct RankFacts {
-  std::string label;          // "host:pid", or "rank N" from a launcher prefix only
+  std::string label;  // "host:pid", or "rank N" from a launcher prefix only
   std::string host;
   std::int64_t pid = -1;
   int cuda_dev = -1;
   int launcher_rank = -1;
   std::string nccl_version;
-  std::string network;        // "Using network <X>"
-  std::string net_name;       // the X of the last "NET/X : Using" line
+  std::string network;                   // "Using network <X>"
+  std::string net_name;                  // the X of the last "NET/X : Using" line
   std::vector<std::string> net_devices;  // "mlx5_0:1/RoCE", or interface names for sockets
   std::vector<Interface> oob;
   std::vector<Interface> bootstrap;
-  std::vector<std::string> gdr_enabled;        // HCA names
-  std::vector<std::string> gdr_disabled;       // HCA names (no peer memory / DMA-BUF)
-  std::uint64_t gdr_distance_disabled = 0;     // GPU/NIC pairs disabled by policy
-  std::vector<Count> transports;               // channel transports, e.g. "NET/IB/GDRDMA"
-  std::vector<Count> collectives;              // COLL lines per type
+  std::vector<std::string> gdr_enabled;     // HCA names
+  std::vector<std::string> gdr_disabled;    // HCA names (no peer memory / DMA-BUF)
+  std::uint64_t gdr_distance_disabled = 0;  // GPU/NIC pairs disabled by policy
+  std::vector<Count> transports;            // channel transports, e.g. "NET/IB/GDRDMA"
+  std::vector<Count> collectives;           // COLL lines per type
   std::uint64_t lines = 0;
-  Evidence version_at;        // where nccl_version / network / devices were read
+  Evidence version_at;  // where nccl_version / network / devices were read
   Evidence network_at;
   Evidence devices_at;
 };
@@ -60,7 +60,7 @@ struct RankFacts {
 struct Communicator {
   std::string comm_id;
   int nranks = 0;
-  std::vector<int> owner;          // NCCL rank -> index in Report::ranks, -1 if never seen
+  std::vector<int> owner;  // NCCL rank -> index in Report::ranks, -1 if never seen
   std::vector<bool> complete;
   int complete_count = 0;
   std::unordered_map<int, Evidence> pending;  // Init START lines of ranks not yet complete
@@ -126,7 +126,8 @@ class Analyzer {
   void on_net_using(std::string_view message, Location at, int rank);
   void on_gdr(std::string_view message, Location at, int rank);
   void on_init(std::string_view message, Location at, int rank);
-  void check_interfaces(const std::vector<Interface>& ifs, std::string_view what, Location at, int rank);
+  void check_interfaces(const std::vector<Interface>& ifs, std::string_view what, Location at,
+                        int rank);
   void count_collective(RankFacts* facts, std::string_view name);
   void cross_rank_rules();
 

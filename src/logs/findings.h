@@ -64,10 +64,10 @@ inline constexpr std::size_t k_max_details = 8;
 
 struct Finding {
   const RuleSpec* spec = nullptr;
-  std::uint64_t count = 0;              // matching lines (or cross-rank cases)
-  std::vector<Evidence> evidence;       // the first k_max_evidence
-  std::vector<std::string> details;     // specifics: interface names, missing ranks
-  std::vector<std::string> ranks;       // labels of the ranks involved (capped)
+  std::uint64_t count = 0;           // matching lines (or cross-rank cases)
+  std::vector<Evidence> evidence;    // the first k_max_evidence
+  std::vector<std::string> details;  // specifics: interface names, missing ranks
+  std::vector<std::string> ranks;    // labels of the ranks involved (capped)
   std::uint64_t rank_count = 0;
 };
 

@@ -5,7 +5,9 @@
 namespace epkit::logs {
 namespace {
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 // Strips one launcher prefix from `s`; returns false when there is none.
 bool strip_launcher_prefix(std::string_view& s, int& rank) {
@@ -13,12 +15,16 @@ bool strip_launcher_prefix(std::string_view& s, int& rank) {
   if (s[0] == '[') {
     std::string_view inner = s.substr(1, 24);
     std::size_t close = inner.find(']');
-    if (close == std::string_view::npos || close + 2 > s.size() || s[close + 2] != ':') return false;
+    if (close == std::string_view::npos || close + 2 > s.size() || s[close + 2] != ':')
+      return false;
     inner = inner.substr(0, close);
     std::string_view digits;
-    if (inner.starts_with("rank")) digits = inner.substr(4);
-    else if (inner.starts_with("default")) digits = inner.substr(7);
-    else return false;
+    if (inner.starts_with("rank"))
+      digits = inner.substr(4);
+    else if (inner.starts_with("default"))
+      digits = inner.substr(7);
+    else
+      return false;
     auto n = parse_uint(digits);
     if (!n || digits.size() > 7 || std::to_string(*n).size() != digits.size()) return false;
     rank = static_cast<int>(*n);

@@ -17,13 +17,13 @@ namespace epkit::logs {
 enum class Level { none, info, warn, trace, other };
 
 struct LineInfo {
-  int launcher_rank = -1;        // from [rankN]:, [defaultN]: or "N: "; -1 if none
-  std::string_view rank_key;     // "host:pid" of the NCCL prefix; empty if none
+  int launcher_rank = -1;     // from [rankN]:, [defaultN]: or "N: "; -1 if none
+  std::string_view rank_key;  // "host:pid" of the NCCL prefix; empty if none
   std::string_view host;
   std::int64_t pid = -1;
-  int cuda_dev = -1;             // the [N] after host:pid:tid
-  Level level = Level::none;     // none: not an NCCL line
-  std::string_view message;      // after "NCCL <LEVEL> ", or the rest of the line
+  int cuda_dev = -1;          // the [N] after host:pid:tid
+  Level level = Level::none;  // none: not an NCCL line
+  std::string_view message;   // after "NCCL <LEVEL> ", or the rest of the line
 };
 
 LineInfo parse_line(std::string_view line);

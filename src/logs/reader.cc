@@ -1,6 +1,7 @@
 #include "logs/reader.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <glob.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -9,8 +10,6 @@
 #include <cerrno>
 #include <filesystem>
 #include <system_error>
-
-#include <fmt/format.h>
 
 namespace epkit::logs {
 namespace fs = std::filesystem;
@@ -44,7 +43,9 @@ Result<void> add_path(const std::string& path, std::vector<std::string>& out) {
   return {};
 }
 
-bool is_glob(const std::string& arg) { return arg.find_first_of("*?[") != std::string::npos; }
+bool is_glob(const std::string& arg) {
+  return arg.find_first_of("*?[") != std::string::npos;
+}
 
 }  // namespace
 
@@ -74,7 +75,9 @@ Result<std::vector<std::string>> expand_inputs(const std::vector<std::string>& a
   return out;
 }
 
-void LineReader::GzCloser::operator()(void* file) const { gzclose(static_cast<gzFile>(file)); }
+void LineReader::GzCloser::operator()(void* file) const {
+  gzclose(static_cast<gzFile>(file));
+}
 
 Result<LineReader> LineReader::open(const std::string& path) {
   LineReader reader;
@@ -100,7 +103,8 @@ Result<LineReader> LineReader::open(const std::string& path) {
     gz = gzdopen(fd, "rb");
     if (gz == nullptr) close(fd);
   }
-  if (gz == nullptr) return make_error(ErrorCode::internal, fmt::format("{}: cannot open", reader.m_name));
+  if (gz == nullptr)
+    return make_error(ErrorCode::internal, fmt::format("{}: cannot open", reader.m_name));
   // A large internal buffer: fewer read() calls; gzread copies plain files
   // straight into our block when the request is larger than this.
   gzbuffer(gz, 1 << 20);
@@ -128,11 +132,12 @@ Result<std::size_t> LineReader::read_block(char* buf, std::size_t cap) {
   const char* message = gzerror(gz, &errnum);
   if (n < 0 || (errnum != Z_OK && errnum != Z_STREAM_END)) {
     if (errnum == Z_ERRNO) {
-      return make_error(ErrorCode::permission,
-                        fmt::format("{}: read error: {}", m_name, std::generic_category().message(errno)));
+      return make_error(ErrorCode::permission, fmt::format("{}: read error: {}", m_name,
+                                                           std::generic_category().message(errno)));
     }
-    return make_error(ErrorCode::invalid, fmt::format("{}: corrupt or truncated gzip data ({})", m_name,
-                                                      message != nullptr ? message : "zlib error"));
+    return make_error(ErrorCode::invalid,
+                      fmt::format("{}: corrupt or truncated gzip data ({})", m_name,
+                                  message != nullptr ? message : "zlib error"));
   }
   return static_cast<std::size_t>(n);
 }

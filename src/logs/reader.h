@@ -5,8 +5,8 @@
 // are string_views into the block: nothing is allocated per line.
 #pragma once
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -64,7 +64,7 @@ Result<void> LineReader::for_each_line(F&& f) {
   std::size_t block = 4 * 1024 * 1024;
   if (!m_gz && m_memory.size() + 1 < block) block = std::max(m_memory.size() + 1, 2 * k_max_line);
   std::unique_ptr<char[]> buf(new char[block]);
-  std::size_t have = 0;  // bytes of an unfinished line at buf[0]
+  std::size_t have = 0;   // bytes of an unfinished line at buf[0]
   bool skipping = false;  // inside a line longer than k_max_line, already reported
   std::uint64_t line_no = 0;
   auto emit = [&](const char* p, std::size_t n) {
@@ -84,7 +84,8 @@ Result<void> LineReader::for_each_line(F&& f) {
     const char* p = buf.get();
     const char* end = p + have + n;
     while (p < end) {
-      const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
+      const char* nl =
+          static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
       if (nl == nullptr) break;
       if (skipping) {
         skipping = false;

@@ -44,9 +44,10 @@ nlohmann::json to_json(const Report& report) {
         {"net_devices", r.net_devices},
         {"oob", interfaces_json(r.oob)},
         {"bootstrap", interfaces_json(r.bootstrap)},
-        {"gdr", {{"enabled_hcas", r.gdr_enabled},
-                 {"disabled_hcas", r.gdr_disabled},
-                 {"disabled_by_distance", r.gdr_distance_disabled}}},
+        {"gdr",
+         {{"enabled_hcas", r.gdr_enabled},
+          {"disabled_hcas", r.gdr_disabled},
+          {"disabled_by_distance", r.gdr_distance_disabled}}},
         {"transports", counts_json(r.transports)},
         {"collectives", counts_json(r.collectives)},
         {"lines", r.lines},
@@ -55,12 +56,14 @@ nlohmann::json to_json(const Report& report) {
   nlohmann::json comms = nlohmann::json::array();
   for (const auto& c : report.communicators) {
     std::vector<int> complete, missing;
-    for (int i = 0; i < c.nranks; ++i) (c.complete[static_cast<std::size_t>(i)] ? complete : missing).push_back(i);
+    for (int i = 0; i < c.nranks; ++i)
+      (c.complete[static_cast<std::size_t>(i)] ? complete : missing).push_back(i);
     nlohmann::json missing_json = nlohmann::json::array();
     for (int i : missing) {
       int owner = c.owner[static_cast<std::size_t>(i)];
       missing_json.push_back(
-          {{"rank", i}, {"label", owner >= 0 ? report.ranks[static_cast<std::size_t>(owner)].label : ""}});
+          {{"rank", i},
+           {"label", owner >= 0 ? report.ranks[static_cast<std::size_t>(owner)].label : ""}});
     }
     comms.push_back({{"comm_id", c.comm_id},
                      {"nranks", c.nranks},
@@ -82,8 +85,9 @@ nlohmann::json to_json(const Report& report) {
         {"evidence", std::move(ev)},
         {"cause", std::string(f.spec->cause)},
         {"fix", std::string(f.spec->fix)},
-        {"doctor_check", f.spec->doctor_check.empty() ? nlohmann::json(nullptr)
-                                                      : nlohmann::json(std::string(f.spec->doctor_check))},
+        {"doctor_check", f.spec->doctor_check.empty()
+                             ? nlohmann::json(nullptr)
+                             : nlohmann::json(std::string(f.spec->doctor_check))},
     });
   }
   nlohmann::json out = {

@@ -1,8 +1,8 @@
 #include "topo/device_filter.h"
 
-#include <cctype>
-
 #include <fmt/format.h>
+
+#include <cctype>
 
 namespace epkit::topo {
 namespace {

@@ -502,7 +502,8 @@ bool cpulist_contains(std::string_view list, long cpu) {
   for (const auto& range : split(list, ',')) {
     auto dash = range.find('-');
     auto lo = parse_number(std::string_view(range).substr(0, dash), 10);
-    auto hi = dash == std::string::npos ? lo : parse_number(std::string_view(range).substr(dash + 1), 10);
+    auto hi =
+        dash == std::string::npos ? lo : parse_number(std::string_view(range).substr(dash + 1), 10);
     if (lo && hi && *lo <= cpu && cpu <= *hi) return true;
   }
   return false;
@@ -516,7 +517,8 @@ void numa_from_cpus(const Reader& r, Snapshot& snap) {
   if (!nodes) return;
   auto fill = [&](PciDevice& dev) {
     if (dev.numa_node >= 0 || dev.local_cpulist.empty()) return;
-    auto first = parse_number(dev.local_cpulist.substr(0, dev.local_cpulist.find_first_of(",-")), 10);
+    auto first =
+        parse_number(dev.local_cpulist.substr(0, dev.local_cpulist.find_first_of(",-")), 10);
     if (!first) return;
     for (const auto& name : *nodes) {
       if (!name.starts_with("node")) continue;

@@ -187,8 +187,8 @@ Result<Snapshot> from_json(const json& j) {
           return link;
         });
       }
-      for (auto [key, field] : {std::pair{"p2p_read", &gpu.p2p_read},
-                                std::pair{"p2p_write", &gpu.p2p_write}}) {
+      for (auto [key, field] :
+           {std::pair{"p2p_read", &gpu.p2p_read}, std::pair{"p2p_write", &gpu.p2p_write}}) {
         if (auto it = g.find(key); it != g.end() && it->is_array()) {
           std::vector<int> values;
           for (const auto& v : *it) values.push_back(v.is_number_integer() ? v.get<int>() : -1);

@@ -2,13 +2,13 @@
 // by id against a TempTree.
 #pragma once
 
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "checks/registry.h"
 #include "support/temp_tree.h"

@@ -1,11 +1,10 @@
-#include <set>
-
 #include <gtest/gtest.h>
 
-#include "util/text.h"
+#include <set>
 
 #include "checks/check_fixture.h"
 #include "checks/known_vars.h"
+#include "util/text.h"
 
 namespace epkit::checks {
 namespace {

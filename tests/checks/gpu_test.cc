@@ -85,7 +85,9 @@ topo::Snapshot with_p2p(int denied_a, int denied_b) {
     g.p2p_read = std::vector<int>(snap.gpus.size(), 0);
     g.p2p_write = std::vector<int>(snap.gpus.size(), 0);
   }
-  if (denied_a >= 0) (*snap.gpus[static_cast<std::size_t>(denied_a)].p2p_read)[static_cast<std::size_t>(denied_b)] = 4;
+  if (denied_a >= 0)
+    (*snap.gpus[static_cast<std::size_t>(denied_a)].p2p_read)[static_cast<std::size_t>(denied_b)] =
+        4;
   return snap;
 }
 
@@ -262,8 +264,9 @@ TEST(GpuNicAffinity, SharingIsFineWhenOnlyFarNicsAreIdle) {
 }
 
 TEST(GpuNicAffinity, GpuMissingFromMappingWarns) {
-  auto o = affinity("gke-a4", {{"DEEP_EP_DEVICE_TO_HCA_MAPPING",
-                                "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1"}});
+  auto o =
+      affinity("gke-a4", {{"DEEP_EP_DEVICE_TO_HCA_MAPPING",
+                           "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1"}});
   EXPECT_EQ(o.status, Status::warn);
   EXPECT_NE(o.summary.find("GPU6,GPU7 not in the mapping"), std::string::npos);
 }

@@ -1,9 +1,9 @@
 #include "checks/registry.h"
 
+#include <gtest/gtest.h>
+
 #include <set>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace epkit::checks {
 namespace {

@@ -1,9 +1,9 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "support/temp_tree.h"
@@ -83,8 +83,8 @@ TEST(Cli, DoctorOnANodeWithoutGpusSaysSoAndPasses) {
 TEST(Cli, DoctorJsonIsValidAndCarriesTheExitCode) {
   test::TempTree tree;
   tree.write("/tmp/empty.env", "PATH=/usr/bin\n");
-  auto r = run({"doctor", "--json", "--sysroot", tree.root(), "--env-file",
-                tree.path("/tmp/empty.env")});
+  auto r = run(
+      {"doctor", "--json", "--sysroot", tree.root(), "--env-file", tree.path("/tmp/empty.env")});
   auto doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["schema"], "epkit.doctor/1");
   EXPECT_EQ(doc["exit_code"].get<int>(), r.code);

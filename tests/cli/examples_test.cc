@@ -1,12 +1,12 @@
 // The bundled example nodes and env files tell the seeds' story; these tests
 // keep what the README shows true.
+#include <gtest/gtest.h>
+
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "support/temp_tree.h"
@@ -22,7 +22,7 @@ struct Doctor {
 Doctor doctor(const std::string& node, const std::string& env_file) {
   std::string sysroot = test::source_path(node);
   std::string env = test::source_path(env_file);
-  std::vector<const char*> argv = {"epkit",   "doctor",       "--json",   "--sysroot",
+  std::vector<const char*> argv = {"epkit",         "doctor",     "--json",   "--sysroot",
                                    sysroot.c_str(), "--env-file", env.c_str()};
   std::ostringstream out;
   std::ostringstream err;
@@ -60,8 +60,8 @@ TEST(Examples, DgxH100IsHealthyWithAnEmptyEnvironment) {
   tree.write("/empty.env", "");
   std::string env = tree.path("/empty.env");
   std::string sysroot = test::source_path("examples/dgx-h100");
-  std::vector<const char*> argv = {"epkit", "doctor", "--sysroot", sysroot.c_str(),
-                                   "--env-file", env.c_str()};
+  std::vector<const char*> argv = {"epkit",         "doctor",     "--sysroot",
+                                   sysroot.c_str(), "--env-file", env.c_str()};
   std::ostringstream out;
   std::ostringstream err;
   Io io{out, err, false};

@@ -39,7 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto info = epkit::logs::parse_line(line);
     // Every view the parser returns lies inside the line.
     for (std::string_view part : {info.rank_key, info.host, info.message}) {
-      check(part.empty() || (part.data() >= line.data() && part.data() + part.size() <= line.data() + line.size()));
+      check(part.empty() ||
+            (part.data() >= line.data() && part.data() + part.size() <= line.data() + line.size()));
     }
     check_printable(line);
     a.feed(line, n);

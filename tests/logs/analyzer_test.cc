@@ -1,10 +1,10 @@
 #include "logs/analyzer.h"
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <set>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "logs/reader.h"
 #include "support/temp_tree.h"
@@ -18,7 +18,8 @@ Report analyze_text(std::string_view text, Options options = {}) {
   analyzer->begin_file("test.log");
   auto reader = LineReader::from_memory(text);
   Analyzer& a = *analyzer;
-  EXPECT_TRUE(reader.for_each_line([&a](std::string_view line, std::uint64_t n) { a.feed(line, n); }).ok());
+  EXPECT_TRUE(
+      reader.for_each_line([&a](std::string_view line, std::uint64_t n) { a.feed(line, n); }).ok());
   return analyzer->finish();
 }
 
@@ -37,7 +38,8 @@ std::set<std::string> ids(const Report& r) {
 // fixtures/logs/findings/<id>[@variant].log: each gives exactly its finding.
 TEST(LogsFindings, EachFixtureGivesExactlyItsFinding) {
   std::set<std::string> covered;
-  for (const auto& entry : std::filesystem::directory_iterator(test::source_path("fixtures/logs/findings"))) {
+  for (const auto& entry :
+       std::filesystem::directory_iterator(test::source_path("fixtures/logs/findings"))) {
     std::string name = entry.path().filename().string();
     std::string id = name.substr(0, name.find_first_of("@"));
     if (id.ends_with(".log")) id.resize(id.size() - 4);
@@ -58,11 +60,12 @@ TEST(LogsFindings, EachFixtureGivesExactlyItsFinding) {
 TEST(LogsFindings, IssueIdsExist) {
   std::set<std::string> table;
   for (const auto& spec : rule_table()) table.insert(std::string(spec.id));
-  for (const char* id : {"nccl.socket-fallback", "nccl.bad-interface", "nccl.bond-in-hca", "nccl.gdr-disabled",
-                         "nccl.acs", "nccl.roce-unreachable", "nccl.shm", "nccl.memlock", "nccl.net-plugin",
-                         "nccl.version-mismatch", "nccl.net-mismatch", "nccl.init-incomplete",
-                         "nccl.gib-nonblocking", "rdma.provider-abi", "nvshmem.ibgda-mapping", "deepep.timeout",
-                         "torch.watchdog-timeout"}) {
+  for (const char* id :
+       {"nccl.socket-fallback", "nccl.bad-interface", "nccl.bond-in-hca", "nccl.gdr-disabled",
+        "nccl.acs", "nccl.roce-unreachable", "nccl.shm", "nccl.memlock", "nccl.net-plugin",
+        "nccl.version-mismatch", "nccl.net-mismatch", "nccl.init-incomplete",
+        "nccl.gib-nonblocking", "rdma.provider-abi", "nvshmem.ibgda-mapping", "deepep.timeout",
+        "torch.watchdog-timeout"}) {
     EXPECT_TRUE(table.count(id)) << id;
   }
 }
@@ -109,7 +112,8 @@ TEST(LogsCleanLog, EightRanksNoFinding) {
 
 TEST(LogsSeeds, GkeA4DeepEpIncident) {
   Report r = analyze_path("fixtures/logs/seed/gke-a4-deepep.log");
-  EXPECT_EQ(ids(r), (std::set<std::string>{"rdma.provider-abi", "nccl.net-plugin", "nccl.gib-nonblocking"}));
+  EXPECT_EQ(ids(r), (std::set<std::string>{"rdma.provider-abi", "nccl.net-plugin",
+                                           "nccl.gib-nonblocking"}));
   EXPECT_EQ(r.exit_code(), 2);
   const Finding* plugin = r.find("nccl.net-plugin");
   ASSERT_NE(plugin, nullptr);
@@ -130,7 +134,9 @@ TEST(LogsSeeds, MlEngineeringNetLines) {
 
 constexpr std::string_view k_a = "node1:11:12 [0] NCCL ";
 
-std::string line(std::string_view rest) { return std::string(k_a) + std::string(rest) + "\n"; }
+std::string line(std::string_view rest) {
+  return std::string(k_a) + std::string(rest) + "\n";
+}
 
 TEST(LogsRules, SocketFallbackOnlyForSocket) {
   EXPECT_TRUE(ids(analyze_text(line("INFO Using network IB"))).empty());
@@ -139,13 +145,16 @@ TEST(LogsRules, SocketFallbackOnlyForSocket) {
   EXPECT_EQ(ids(one_host), std::set<std::string>{"nccl.socket-fallback"});
   EXPECT_EQ(one_host.find("nccl.socket-fallback")->spec->rule, Rule::socket_single_host);
   EXPECT_EQ(one_host.exit_code(), 0);
-  Report two_hosts = analyze_text(line("INFO Using network Socket") + "node2:5:5 [0] NCCL INFO Using network Socket\n");
+  Report two_hosts = analyze_text(line("INFO Using network Socket") +
+                                  "node2:5:5 [0] NCCL INFO Using network Socket\n");
   EXPECT_EQ(two_hosts.find("nccl.socket-fallback")->spec->rule, Rule::socket_fallback);
   EXPECT_EQ(two_hosts.exit_code(), 1);
 }
 
 TEST(LogsRules, BadInterfaces) {
-  auto bad = [](std::string_view l) { return analyze_text(line(l)).find("nccl.bad-interface") != nullptr; };
+  auto bad = [](std::string_view l) {
+    return analyze_text(line(l)).find("nccl.bad-interface") != nullptr;
+  };
   EXPECT_TRUE(bad("INFO NET/Socket : Using [0]lo:127.0.0.1<0>"));
   EXPECT_TRUE(bad("INFO NET/Socket : Using [0]eth0:10.0.0.1<0> [1]veth12ab:10.1.0.1<0>"));
   EXPECT_TRUE(bad("INFO Bootstrap : Using docker0:172.17.0.1<0>"));
@@ -155,16 +164,20 @@ TEST(LogsRules, BadInterfaces) {
   EXPECT_FALSE(bad("INFO Bootstrap: Using ens8f0:10.2.0.1<0>"));
   EXPECT_FALSE(bad("INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.0.0.1<0>"));
   Report r = analyze_text(line("INFO Bootstrap : Using docker0:172.17.0.1<0>"));
-  EXPECT_EQ(r.find("nccl.bad-interface")->details, std::vector<std::string>{"bootstrap on docker0 172.17.0.1"});
+  EXPECT_EQ(r.find("nccl.bad-interface")->details,
+            std::vector<std::string>{"bootstrap on docker0 172.17.0.1"});
 }
 
 TEST(LogsRules, BondOnlyAmongRails) {
-  EXPECT_EQ(analyze_text(line("INFO NET/IB : Using [0]mlx5_bond_0:1/RoCE [1]mlx5_bond_1:1/RoCE ; OOB bond0:10.0.0.1<0>"))
+  EXPECT_EQ(analyze_text(line("INFO NET/IB : Using [0]mlx5_bond_0:1/RoCE [1]mlx5_bond_1:1/RoCE ; "
+                              "OOB bond0:10.0.0.1<0>"))
                 .find("nccl.bond-in-hca"),
             nullptr);
-  EXPECT_NE(analyze_text(line("INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_bond_0:1/RoCE ; OOB eth0:10.0.0.1<0>"))
-                .find("nccl.bond-in-hca"),
-            nullptr);
+  EXPECT_NE(
+      analyze_text(
+          line("INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_bond_0:1/RoCE ; OOB eth0:10.0.0.1<0>"))
+          .find("nccl.bond-in-hca"),
+      nullptr);
 }
 
 TEST(LogsRules, GdrPeerMemoryAndDistanceToldApart) {
@@ -173,11 +186,13 @@ TEST(LogsRules, GdrPeerMemoryAndDistanceToldApart) {
   EXPECT_EQ(missing.find("nccl.gdr-disabled")->spec->rule, Rule::gdr_no_peer_memory);
   EXPECT_EQ(missing.exit_code(), 1);
   EXPECT_EQ(missing.ranks[0].gdr_disabled, std::vector<std::string>{"mlx5_0"});
-  Report policy = analyze_text(line("TRACE GPU Direct RDMA Disabled for GPU ca000 / HCA 0 (distance 7 > 4)"));
+  Report policy =
+      analyze_text(line("TRACE GPU Direct RDMA Disabled for GPU ca000 / HCA 0 (distance 7 > 4)"));
   ASSERT_NE(policy.find("nccl.gdr-disabled"), nullptr);
   EXPECT_EQ(policy.find("nccl.gdr-disabled")->spec->rule, Rule::gdr_distance);
   EXPECT_EQ(policy.exit_code(), 0);
-  EXPECT_TRUE(ids(analyze_text(line("INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'"))).empty());
+  EXPECT_TRUE(
+      ids(analyze_text(line("INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'"))).empty());
 }
 
 TEST(LogsRules, CompletionErrorsByStatus) {
@@ -185,47 +200,69 @@ TEST(LogsRules, CompletionErrorsByStatus) {
     auto s = ids(analyze_text(line(l)));
     return s.empty() ? std::string() : *s.begin();
   };
-  EXPECT_EQ(one("WARN NET/IB : Got completion from peer 10.0.0.2<1> with error 4, opcode 0, len 0, vendor err 81 (Recv)"),
+  EXPECT_EQ(one("WARN NET/IB : Got completion from peer 10.0.0.2<1> with error 4, opcode 0, len 0, "
+                "vendor err 81 (Recv)"),
             "nccl.acs");
-  EXPECT_EQ(one("WARN NET/IB: Got completion from peer 10.0.0.2<1> with status=IBV_WC_LOC_PROT_ERR(4) opcode=IBV_WC_RECV(128) vendor_err=81 hca mlx5_0"),
+  EXPECT_EQ(one("WARN NET/IB: Got completion from peer 10.0.0.2<1> with "
+                "status=IBV_WC_LOC_PROT_ERR(4) opcode=IBV_WC_RECV(128) vendor_err=81 hca mlx5_0"),
             "nccl.acs");
-  EXPECT_EQ(one("WARN NET/IB : Got completion from peer 10.0.0.2<1> with error 12, opcode 0, len 0, vendor err 129 (Send)"),
+  EXPECT_EQ(one("WARN NET/IB : Got completion from peer 10.0.0.2<1> with error 12, opcode 0, len "
+                "0, vendor err 129 (Send)"),
             "nccl.roce-unreachable");
-  EXPECT_EQ(one("WARN NET/IB: Got completion from peer 10.0.0.2<1> with status=12 opcode=0 len=0 vendor err 129 (Send)"),
+  EXPECT_EQ(one("WARN NET/IB: Got completion from peer 10.0.0.2<1> with status=12 opcode=0 len=0 "
+                "vendor err 129 (Send)"),
             "nccl.roce-unreachable");
   // Status 5 (flush) follows an earlier error: not a cause of its own.
-  EXPECT_EQ(one("WARN NET/IB : Got completion from peer 10.0.0.2<1> with error 5, opcode 0, len 0, vendor err 249 (Recv)"),
+  EXPECT_EQ(one("WARN NET/IB : Got completion from peer 10.0.0.2<1> with error 5, opcode 0, len 0, "
+                "vendor err 249 (Recv)"),
             "nccl.warn");
 }
 
 TEST(LogsRules, ShmMemlockPluginShim) {
-  auto has = [](std::string_view l, const char* id) { return analyze_text(line(l)).find(id) != nullptr; };
+  auto has = [](std::string_view l, const char* id) {
+    return analyze_text(line(l)).find(id) != nullptr;
+  };
   EXPECT_TRUE(has("WARN Error: failed to extend /dev/shm/nccl-abc to 9637892 bytes", "nccl.shm"));
-  EXPECT_TRUE(has("WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888)", "nccl.shm"));
+  EXPECT_TRUE(has("WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888)",
+                  "nccl.shm"));
   EXPECT_FALSE(has("WARN Cuda failure 'out of memory'", "nccl.shm"));
   // Normal operation and retries mention /dev/shm too.
-  EXPECT_TRUE(ids(analyze_text(line("INFO MMAP allocated shareable host buffer /dev/shm/nccl-x size 9637888 ptr 0x1"))).empty());
-  EXPECT_TRUE(ids(analyze_text(line("INFO fallocate: Failed to extend /dev/shm/nccl-x to 4 bytes, error: No space left on device (28) - retrying"))).empty());
-  EXPECT_FALSE(has("WARN unlink shared memory /dev/shm/nccl-x failed, error: No such file or directory (2)", "nccl.shm"));
-  EXPECT_TRUE(has("WARN Call to ibv_reg_mr failed with error Cannot allocate memory", "nccl.memlock"));
-  EXPECT_TRUE(has("WARN Call to ibv_create_cq failed with error Cannot allocate memory", "nccl.memlock"));
+  EXPECT_TRUE(
+      ids(analyze_text(line(
+              "INFO MMAP allocated shareable host buffer /dev/shm/nccl-x size 9637888 ptr 0x1")))
+          .empty());
+  EXPECT_TRUE(ids(analyze_text(line("INFO fallocate: Failed to extend /dev/shm/nccl-x to 4 bytes, "
+                                    "error: No space left on device (28) - retrying")))
+                  .empty());
+  EXPECT_FALSE(
+      has("WARN unlink shared memory /dev/shm/nccl-x failed, error: No such file or directory (2)",
+          "nccl.shm"));
+  EXPECT_TRUE(
+      has("WARN Call to ibv_reg_mr failed with error Cannot allocate memory", "nccl.memlock"));
+  EXPECT_TRUE(
+      has("WARN Call to ibv_create_cq failed with error Cannot allocate memory", "nccl.memlock"));
   EXPECT_FALSE(has("WARN Call to ibv_reg_mr failed with error Bad address", "nccl.memlock"));
   EXPECT_TRUE(has("WARN Failed to initialize any NET plugin", "nccl.net-plugin"));
-  EXPECT_TRUE(has("WARN NCCL/NET (shim) mismatch recommended: TORCH_NCCL_USE_COMM_NONBLOCKING=0 (expected unset)",
-                  "nccl.gib-nonblocking"));
-  EXPECT_FALSE(has("INFO NCCL_NET/gIB : TORCH_NCCL_USE_COMM_NONBLOCKING unset", "nccl.gib-nonblocking"));
+  EXPECT_TRUE(
+      has("WARN NCCL/NET (shim) mismatch recommended: TORCH_NCCL_USE_COMM_NONBLOCKING=0 (expected "
+          "unset)",
+          "nccl.gib-nonblocking"));
+  EXPECT_FALSE(
+      has("INFO NCCL_NET/gIB : TORCH_NCCL_USE_COMM_NONBLOCKING unset", "nccl.gib-nonblocking"));
 }
 
 TEST(LogsRules, BenignLinesAreNotFindings) {
-  std::string text = line("INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.") +
-                     line("INFO NET/IB : dlvsym failed on mlx5dv_reg_dmabuf_mr, version MLX5_1.25") +
-                     line("WARN NET/IB : dlvsym failed on mlx5dv_query_device, version MLX5_1.0") +
-                     line("INFO ENV/Plugin: Could not find: libnccl-env.so.");
+  std::string text =
+      line("INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.") +
+      line("INFO NET/IB : dlvsym failed on mlx5dv_reg_dmabuf_mr, version MLX5_1.25") +
+      line("WARN NET/IB : dlvsym failed on mlx5dv_query_device, version MLX5_1.0") +
+      line("INFO ENV/Plugin: Could not find: libnccl-env.so.");
   EXPECT_TRUE(analyze_text(text).findings.empty());
 }
 
 TEST(LogsRules, VersionAndNetMismatchAcrossRanks) {
-  std::string same = "a:1:1 [0] NCCL INFO NCCL version 2.28.9\nb:2:2 [0] NCCL INFO NCCL version 2.28.9\n";
+  std::string same =
+      "a:1:1 [0] NCCL INFO NCCL version 2.28.9\nb:2:2 [0] NCCL INFO NCCL version 2.28.9\n";
   EXPECT_TRUE(analyze_text(same).findings.empty());
   Report r = analyze_text(same + "c:3:3 [0] NCCL INFO NCCL version 2.21.5\n");
   const Finding* f = r.find("nccl.version-mismatch");
@@ -236,21 +273,26 @@ TEST(LogsRules, VersionAndNetMismatchAcrossRanks) {
 
   std::string nets = "a:1:1 [0] NCCL INFO Using network IB\nb:2:2 [0] NCCL INFO Using network IB\n";
   EXPECT_TRUE(analyze_text(nets).findings.empty());
-  EXPECT_NE(analyze_text(nets + "c:3:3 [0] NCCL INFO Using network gIB\n").find("nccl.net-mismatch"), nullptr);
+  EXPECT_NE(
+      analyze_text(nets + "c:3:3 [0] NCCL INFO Using network gIB\n").find("nccl.net-mismatch"),
+      nullptr);
 }
 
 TEST(LogsRules, InitIncompleteNamesRanksAndHosts) {
   auto init = [](std::string_view prefix, int rank, std::string_view what) {
-    return std::string(prefix) + " NCCL INFO ncclCommInitRankConfig comm 0x1 rank " + std::to_string(rank) +
-           " nranks 3 cudaDev 0 nvmlDev 0 busId 1000 commId 0xfeed - Init " + std::string(what) + "\n";
+    return std::string(prefix) + " NCCL INFO ncclCommInitRankConfig comm 0x1 rank " +
+           std::to_string(rank) + " nranks 3 cudaDev 0 nvmlDev 0 busId 1000 commId 0xfeed - Init " +
+           std::string(what) + "\n";
   };
-  std::string text = init("h1:1:1 [0]", 0, "START") + init("h2:2:2 [0]", 1, "START") + init("h1:1:1 [0]", 0, "COMPLETE");
+  std::string text = init("h1:1:1 [0]", 0, "START") + init("h2:2:2 [0]", 1, "START") +
+                     init("h1:1:1 [0]", 0, "COMPLETE");
   Report r = analyze_text(text);
   const Finding* f = r.find("nccl.init-incomplete");
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(f->details.size(), 1u);
-  EXPECT_EQ(f->details[0],
-            "commId 0xfeed: 1 of 3 ranks reached Init COMPLETE; missing ranks 1 (h2:2), 2 (no log line)");
+  EXPECT_EQ(
+      f->details[0],
+      "commId 0xfeed: 1 of 3 ranks reached Init COMPLETE; missing ranks 1 (h2:2), 2 (no log line)");
   EXPECT_EQ(f->ranks, std::vector<std::string>{"h2:2"});
   ASSERT_FALSE(f->evidence.empty());
   EXPECT_EQ(f->evidence[0].line, 2u);  // rank 1's Init START
@@ -267,11 +309,15 @@ TEST(LogsRules, InitIncompleteNamesRanksAndHosts) {
 
 TEST(LogsRules, WatchdogAndDeepEp) {
   Report r = analyze_text(
-      "[rank3]:[E1121 05:02:11 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout: "
-      "WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 ms\n"
-      "[rank1]:DeepEP timeout for combine receivers, rank 1, responsible_channel = 0, tokens remained: 3\n");
+      "[rank3]:[E1121 05:02:11 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective "
+      "operation timeout: "
+      "WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+      "600012 ms\n"
+      "[rank1]:DeepEP timeout for combine receivers, rank 1, responsible_channel = 0, tokens "
+      "remained: 3\n");
   ASSERT_NE(r.find("torch.watchdog-timeout"), nullptr);
-  EXPECT_EQ(r.find("torch.watchdog-timeout")->details, std::vector<std::string>{"SeqNum=42 OpType=ALLREDUCE"});
+  EXPECT_EQ(r.find("torch.watchdog-timeout")->details,
+            std::vector<std::string>{"SeqNum=42 OpType=ALLREDUCE"});
   EXPECT_EQ(r.find("torch.watchdog-timeout")->ranks, std::vector<std::string>{"rank 3"});
   ASSERT_NE(r.find("deepep.timeout"), nullptr);
   EXPECT_TRUE(analyze_text("[rank1]:DeepEP buffer ready, timeout 100 s\n").findings.empty());
@@ -281,9 +327,12 @@ TEST(LogsFacts, InterleavedTorchrunRanksAreSeparated) {
   std::string text =
       "[rank0]:node1:100:101 [0] NCCL INFO NCCL version 2.28.9\n"
       "[rank1]:node1:200:201 [1] NCCL INFO NCCL version 2.28.9\n"
-      "[rank0]:node1:100:102 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 1 datatype 7\n"
-      "[rank1]:node1:200:202 [1] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 1 datatype 7\n"
-      "[rank1]:node1:200:202 [1] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x1 count 1 datatype 7\n"
+      "[rank0]:node1:100:102 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 1 "
+      "datatype 7\n"
+      "[rank1]:node1:200:202 [1] NCCL INFO AllReduce: opCount 0 sendbuff 0x1 recvbuff 0x1 count 1 "
+      "datatype 7\n"
+      "[rank1]:node1:200:202 [1] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x1 count 1 "
+      "datatype 7\n"
       "[rank1]:plain application output\n";
   Report r = analyze_text(text);
   ASSERT_EQ(r.ranks.size(), 2u);
@@ -315,8 +364,8 @@ TEST(LogsMemory, BoundedByRanksNotLines) {
   std::string text;
   for (int i = 0; i < 50000; ++i) {
     for (int r = 0; r < 4; ++r) {
-      text += "n" + std::to_string(r) + ":1:1 [0] NCCL INFO AllReduce: opCount " + std::to_string(i) +
-              " sendbuff 0x1 recvbuff 0x1 count 1\n";
+      text += "n" + std::to_string(r) + ":1:1 [0] NCCL INFO AllReduce: opCount " +
+              std::to_string(i) + " sendbuff 0x1 recvbuff 0x1 count 1\n";
     }
   }
   text += line("WARN Cuda failure 'x'");
@@ -331,7 +380,8 @@ TEST(LogsMemory, BoundedByRanksNotLines) {
 }
 
 TEST(LogsMemory, InvalidUtf8AndHugeLinesStayPrintable) {
-  std::string text = std::string(k_a) + "WARN Failed to initialize any NET plugin \xFF\xFE " + std::string(10000, 'z') + "\n";
+  std::string text = std::string(k_a) + "WARN Failed to initialize any NET plugin \xFF\xFE " +
+                     std::string(10000, 'z') + "\n";
   Report r = analyze_text(text);
   const Finding* f = r.find("nccl.net-plugin");
   ASSERT_NE(f, nullptr);

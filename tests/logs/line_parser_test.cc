@@ -59,9 +59,9 @@ TEST(LogsLineParser, NotPrefixes) {
 }
 
 TEST(LogsLineParser, MalformedPrefixesGiveNoRank) {
-  for (std::string_view line : {"[0] NCCL INFO x", "host [0] NCCL INFO x", "h:p:t [0] NCCL INFO x",
-                                "h:1:2 [x] NCCL INFO x", ":1:2 [0] NCCL INFO x", "NCCL INFO bare",
-                                "h:1:2 0] NCCL WARN y", ""}) {
+  for (std::string_view line :
+       {"[0] NCCL INFO x", "host [0] NCCL INFO x", "h:p:t [0] NCCL INFO x", "h:1:2 [x] NCCL INFO x",
+        ":1:2 [0] NCCL INFO x", "NCCL INFO bare", "h:1:2 0] NCCL WARN y", ""}) {
     auto info = parse_line(line);
     EXPECT_EQ(info.rank_key, "") << line;
   }

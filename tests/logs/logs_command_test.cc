@@ -1,9 +1,9 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "support/temp_tree.h"
@@ -54,7 +54,9 @@ TEST(LogsCommand, OutliersAreListed) {
 
 TEST(LogsCommand, JsonIsValidForInvalidUtf8) {
   test::TempTree tree;
-  tree.write("bad.log", "h:1:1 [0] NCCL WARN Failed to initialize any NET plugin \xC3\x28 \xFF\r\nno newline \xE2\x82");
+  tree.write("bad.log",
+             "h:1:1 [0] NCCL WARN Failed to initialize any NET plugin \xC3\x28 \xFF\r\nno newline "
+             "\xE2\x82");
   CliRun r = run({"--json", tree.path("bad.log")});
   EXPECT_EQ(r.code, 2);
   auto doc = nlohmann::json::parse(r.out);  // throws on invalid UTF-8
@@ -103,7 +105,8 @@ TEST(LogsCommand, ExampleJobFoldsHostsAndNamesTheHungRank) {
 }
 
 TEST(LogsCommand, GlobAndSliceOptions) {
-  CliRun r = run({"--json", "--slice", "iteration: ", test::source_path("fixtures/logs/clean/*.log")});
+  CliRun r =
+      run({"--json", "--slice", "iteration: ", test::source_path("fixtures/logs/clean/*.log")});
   EXPECT_EQ(r.code, 0) << r.err;
   auto doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["files"].size(), 8u);
@@ -124,11 +127,13 @@ namespace {
 
 TEST(LogsCommand, ReadsStandardInput) {
   std::string cmd = std::string(EPKIT_BINARY) + " logs - < " +
-                    test::source_path("fixtures/logs/findings/nccl.socket-fallback.log") + " > /dev/null";
+                    test::source_path("fixtures/logs/findings/nccl.socket-fallback.log") +
+                    " > /dev/null";
   int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 1);
-  std::string clean = std::string("cat ") + test::source_path("fixtures/logs/clean/nccl.node1.12340.log") + " | " +
+  std::string clean = std::string("cat ") +
+                      test::source_path("fixtures/logs/clean/nccl.node1.12340.log") + " | " +
                       EPKIT_BINARY + " logs - > /dev/null";
   status = std::system(clean.c_str());
   ASSERT_TRUE(WIFEXITED(status));

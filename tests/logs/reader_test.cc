@@ -1,13 +1,11 @@
 #include "logs/reader.h"
 
+#include <gtest/gtest.h>
 #include <zlib.h>
 
 #include <filesystem>
-
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "support/temp_tree.h"
 
@@ -31,7 +29,8 @@ TEST(LogsReader, CrlfAndTruncatedLastLine) {
 }
 
 TEST(LogsReader, LongLinesAreCutNotKept) {
-  std::string data = "short\n" + std::string(k_max_line * 3, 'x') + "\nafter\n" + std::string(k_max_line + 5, 'y');
+  std::string data =
+      "short\n" + std::string(k_max_line * 3, 'x') + "\nafter\n" + std::string(k_max_line + 5, 'y');
   auto lines = lines_of(LineReader::from_memory(data));
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[0], "short");
@@ -46,7 +45,8 @@ TEST(LogsReader, LinesAcrossBlockBoundaries) {
   for (int i = 0; i < 600000; ++i) data += "line " + std::to_string(i) + "\n";
   auto lines = lines_of(LineReader::from_memory(data));
   ASSERT_EQ(lines.size(), 600000u);
-  for (int i = 0; i < 600000; i += 9973) EXPECT_EQ(lines[static_cast<std::size_t>(i)], "line " + std::to_string(i));
+  for (int i = 0; i < 600000; i += 9973)
+    EXPECT_EQ(lines[static_cast<std::size_t>(i)], "line " + std::to_string(i));
 }
 
 TEST(LogsReader, ReadsGzipAndPlainFiles) {
@@ -71,7 +71,8 @@ TEST(LogsReader, TruncatedGzipIsAnErrorNamingTheFile) {
   gzFile gz = gzopen(gz_path.c_str(), "wb");
   ASSERT_NE(gz, nullptr);
   std::string body;
-  for (int i = 0; i < 20000; ++i) body += "node1:1:1 [0] NCCL INFO line " + std::to_string(i * 7919) + "\n";
+  for (int i = 0; i < 20000; ++i)
+    body += "node1:1:1 [0] NCCL INFO line " + std::to_string(i * 7919) + "\n";
   gzwrite(gz, body.data(), static_cast<unsigned>(body.size()));
   gzclose(gz);
   std::filesystem::resize_file(gz_path, std::filesystem::file_size(gz_path) / 2);

@@ -1,6 +1,7 @@
 #include "logs/text.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 namespace epkit::logs {
@@ -9,10 +10,15 @@ namespace {
 TEST(LogsText, PrintableReplacesInvalidUtf8AndControls) {
   EXPECT_EQ(printable("plain"), "plain");
   EXPECT_EQ(printable("caf\xC3\xA9"), "caf\xC3\xA9");
-  EXPECT_EQ(printable("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
-  EXPECT_EQ(printable("\xC3"), "\xEF\xBF\xBD");              // truncated sequence
+  EXPECT_EQ(printable("a\xFF"
+                      "b"),
+            "a\xEF\xBF\xBD"
+            "b");
+  EXPECT_EQ(printable("\xC3"), "\xEF\xBF\xBD");  // truncated sequence
   EXPECT_EQ(printable("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
-  EXPECT_EQ(printable(std::string_view("a\0b\x1b", 4)), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+  EXPECT_EQ(printable(std::string_view("a\0b\x1b", 4)),
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD");
   EXPECT_EQ(printable("a\tb"), "a b");
   // Whatever the bytes, the result is valid JSON text.
   std::string garbage;

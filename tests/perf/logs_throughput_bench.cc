@@ -26,7 +26,8 @@ void BM_LogsAnalyze(benchmark::State& state) {
     analyzer->begin_file("bench.log");
     auto reader = epkit::logs::LineReader::from_memory(data);
     epkit::logs::Analyzer& a = *analyzer;
-    auto done = reader.for_each_line([&a](std::string_view line, std::uint64_t n) { a.feed(line, n); });
+    auto done =
+        reader.for_each_line([&a](std::string_view line, std::uint64_t n) { a.feed(line, n); });
     auto report = analyzer->finish();
     benchmark::DoNotOptimize(report);
     if (!done.ok() || report.ranks.size() != 64 || !report.findings.empty()) {
@@ -34,7 +35,8 @@ void BM_LogsAnalyze(benchmark::State& state) {
       break;
     }
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(data.size()));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                          static_cast<std::int64_t>(data.size()));
 }
 BENCHMARK(BM_LogsAnalyze)->Arg(4)->Arg(64)->Unit(benchmark::kMillisecond);
 

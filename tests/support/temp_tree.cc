@@ -1,10 +1,10 @@
 #include "support/temp_tree.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 namespace fs = std::filesystem;
 
@@ -54,7 +54,9 @@ void TempTree::link(std::string_view node_path, std::string_view target) const {
   fs::create_symlink(std::string(target), p);
 }
 
-void TempTree::mkdir(std::string_view node_path) const { fs::create_directories(path(node_path)); }
+void TempTree::mkdir(std::string_view node_path) const {
+  fs::create_directories(path(node_path));
+}
 
 void TempTree::remove(std::string_view node_path) const {
   std::error_code ec;
@@ -67,13 +69,12 @@ host::Host TempTree::host(host::Env env) const {
 }
 
 std::string build_shared_object(const std::string& out_path, const std::string& c_source,
-                                const std::string& version_script,
-                                const std::string& extra_flags) {
+                                const std::string& version_script, const std::string& extra_flags) {
   fs::create_directories(fs::path(out_path).parent_path());
   std::string src = out_path + ".c";
   std::ofstream(src) << c_source;
-  std::string cmd = std::string(EPKIT_CXX_COMPILER) + " -x c -shared -fPIC -o '" + out_path +
-                    "' '" + src + "'";
+  std::string cmd =
+      std::string(EPKIT_CXX_COMPILER) + " -x c -shared -fPIC -o '" + out_path + "' '" + src + "'";
   if (!version_script.empty()) {
     std::string map = out_path + ".map";
     std::ofstream(map) << version_script;

@@ -36,7 +36,7 @@ TEST(TopoHcaList, NvshmemListsMatchWholeNames) {
   };
   EXPECT_EQ(nvshmem("mlx5_1"), std::vector<std::string>{"mlx5_1:1"});
   EXPECT_EQ(nvshmem("mlx5"), std::vector<std::string>{});  // no prefix matching in NVSHMEM
-  EXPECT_EQ(nvshmem("").size(), 11u);                     // an empty list filters nothing
+  EXPECT_EQ(nvshmem("").size(), 11u);                      // an empty list filters nothing
   EXPECT_EQ(nvshmem("^mlx5_bond_0,mlx5_8,mlx5_9").size(), 8u);
 }
 

@@ -1,11 +1,10 @@
 #include "host/dl/library.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 #include <link.h>
 
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 namespace epkit::host::dl {
 

@@ -4,10 +4,10 @@
 // opened at run time; a failure is a Result quoting dlerror(), never a crash.
 #pragma once
 
+#include <epkit/result.h>
+
 #include <string>
 #include <vector>
-
-#include <epkit/result.h>
 
 namespace epkit::host::dl {
 

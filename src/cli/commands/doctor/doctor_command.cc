@@ -1,7 +1,7 @@
 // epkit doctor: run the passive checks and report, Nagios-style exit code.
-#include <ostream>
-
 #include <fmt/format.h>
+
+#include <ostream>
 
 #include "checks/registry.h"
 #include "checks/report_json.h"
@@ -21,11 +21,16 @@ struct DoctorOptions {
 
 Style status_style(checks::Status s) {
   switch (s) {
-    case checks::Status::pass: return Style::green;
-    case checks::Status::warn: return Style::yellow;
-    case checks::Status::fail: return Style::red;
-    case checks::Status::unknown: return Style::magenta;
-    case checks::Status::skip: return Style::dim;
+    case checks::Status::pass:
+      return Style::green;
+    case checks::Status::warn:
+      return Style::yellow;
+    case checks::Status::fail:
+      return Style::red;
+    case checks::Status::unknown:
+      return Style::magenta;
+    case checks::Status::skip:
+      return Style::dim;
   }
   return Style::plain;
 }
@@ -38,8 +43,8 @@ void print_list(Io& io) {
 
 void print_text(const checks::Report& report, const checks::Context& ctx, bool verbose, Io& io) {
   const auto& topo = ctx.topo;
-  io.out << fmt::format("epkit doctor: {} GPU{}, {} RDMA device{}",
-                        topo.gpus.size(), topo.gpus.size() == 1 ? "" : "s", topo.nics.size(),
+  io.out << fmt::format("epkit doctor: {} GPU{}, {} RDMA device{}", topo.gpus.size(),
+                        topo.gpus.size() == 1 ? "" : "s", topo.nics.size(),
                         topo.nics.size() == 1 ? "" : "s");
   if (!ctx.host.live()) io.out << fmt::format(" (sysroot {})", ctx.host.fs().root());
   io.out << fmt::format("; environment: {}\n", ctx.host.env().origin());
@@ -57,17 +62,18 @@ void print_text(const checks::Report& report, const checks::Context& ctx, bool v
       io.out << "\n" << styled(io.color, Style::bold, std::string(group)) << "\n";
     }
     const auto& o = run.outcome;
-    io.out << fmt::format("  {} {:<20} {}\n",
-                          styled(io.color, status_style(o.status),
-                                 fmt::format("{:<7}", checks::to_string(o.status))),
-                          run.check->id, o.summary);
+    io.out << fmt::format(
+        "  {} {:<20} {}\n",
+        styled(io.color, status_style(o.status), fmt::format("{:<7}", checks::to_string(o.status))),
+        run.check->id, o.summary);
     bool detail = verbose || (o.status != checks::Status::pass && o.status != checks::Status::skip);
     if (!detail) continue;
     const std::string pad(32, ' ');
     for (std::size_t i = 0; i < o.evidence.size(); ++i) {
       const auto& e = o.evidence[i];
       io.out << fmt::format("{:>31} {} = {}", i == 0 ? "evidence" : "", e.key, e.value);
-      if (!e.source.empty()) io.out << styled(io.color, Style::dim, fmt::format("  ({})", e.source));
+      if (!e.source.empty())
+        io.out << styled(io.color, Style::dim, fmt::format("  ({})", e.source));
       io.out << "\n";
     }
     if (!o.expected.empty()) io.out << fmt::format("{:>31} {}\n", "expected", o.expected);

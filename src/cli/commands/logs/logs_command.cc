@@ -1,12 +1,12 @@
 // epkit logs: read NCCL / NVSHMEM / DeepEP / PyTorch logs from many ranks and
 // report per-rank facts, communicators and findings. Exit code by the worst
 // finding: 0 none or info, 1 warn, 2 error; 64 bad flags or unreadable input.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <ostream>
-
-#include <fmt/format.h>
 
 #include "cli/command.h"
 #include "cli/text_style.h"
@@ -38,15 +38,19 @@ std::string interface_names(const std::vector<logs::Interface>& ifs) {
 
 std::string counts_text(const std::vector<logs::Count>& counts) {
   std::string out;
-  for (const auto& c : logs::sorted_counts(counts)) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", c.name, c.count);
+  for (const auto& c : logs::sorted_counts(counts))
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", c.name, c.count);
   return out;
 }
 
 std::string gdr_text(const logs::RankFacts& r) {
   std::string out;
-  if (!r.gdr_enabled.empty()) out = fmt::format("enabled for {} HCA{}", r.gdr_enabled.size(), r.gdr_enabled.size() == 1 ? "" : "s");
+  if (!r.gdr_enabled.empty())
+    out = fmt::format("enabled for {} HCA{}", r.gdr_enabled.size(),
+                      r.gdr_enabled.size() == 1 ? "" : "s");
   if (!r.gdr_disabled.empty()) {
-    out += fmt::format("{}disabled for {}", out.empty() ? "" : "; ", fmt::join(r.gdr_disabled, " "));
+    out +=
+        fmt::format("{}disabled for {}", out.empty() ? "" : "; ", fmt::join(r.gdr_disabled, " "));
   }
   if (r.gdr_distance_disabled > 0) {
     out += fmt::format("{}{} GPU/NIC pair{} beyond NCCL_NET_GDR_LEVEL", out.empty() ? "" : "; ",
@@ -68,8 +72,9 @@ const Fact k_facts[] = {
     {"network", [](const logs::RankFacts& r) { return r.network; }},
     {"NET devices",
      [](const logs::RankFacts& r) {
-       return r.net_name.empty() ? std::string()
-                                 : fmt::format("NET/{} {}", r.net_name, fmt::join(r.net_devices, " "));
+       return r.net_name.empty()
+                  ? std::string()
+                  : fmt::format("NET/{} {}", r.net_name, fmt::join(r.net_devices, " "));
      }},
     {"OOB interface", [](const logs::RankFacts& r) { return interface_names(r.oob); }},
     {"bootstrap", [](const logs::RankFacts& r) { return interface_names(r.bootstrap); }},
@@ -84,7 +89,8 @@ const Fact k_facts[] = {
 };
 
 // "gpu-node-02 (all 8)" when every rank of a host is in the list, else labels.
-std::string who_text(const std::vector<const logs::RankFacts*>& members, const std::map<std::string, int>& per_host) {
+std::string who_text(const std::vector<const logs::RankFacts*>& members,
+                     const std::map<std::string, int>& per_host) {
   std::map<std::string, std::vector<std::string>> by_host;
   for (const auto* r : members) by_host[r->host].push_back(r->label);
   std::vector<std::string> parts;
@@ -100,11 +106,13 @@ std::string who_text(const std::vector<const logs::RankFacts*>& members, const s
   return join_names(parts, 4);
 }
 
-void print_fact_row(std::string_view name, const std::string& value, const std::string& who, Style style, Io& io) {
+void print_fact_row(std::string_view name, const std::string& value, const std::string& who,
+                    Style style, Io& io) {
   constexpr std::size_t k_width = 52;
   std::string shown = styled(io.color, style, value);
   if (value.size() <= k_width) {
-    io.out << fmt::format("  {:<16} {}{} {}\n", name, shown, std::string(k_width - value.size(), ' '), who);
+    io.out << fmt::format("  {:<16} {}{} {}\n", name, shown,
+                          std::string(k_width - value.size(), ' '), who);
   } else {
     io.out << fmt::format("  {:<16} {}\n  {:<16} {:>{}} {}\n", name, shown, "", "", k_width, who);
   }
@@ -122,7 +130,8 @@ void print_hosts(const std::vector<logs::RankFacts>& ranks, Io& io) {
     std::sort(gpus.begin(), gpus.end());
     std::string layout = fmt::format("{} rank{}", gpus.size(), gpus.size() == 1 ? "" : "s");
     bool contiguous = gpus.front() >= 0;
-    for (std::size_t i = 1; i < gpus.size(); ++i) contiguous = contiguous && gpus[i] == gpus[i - 1] + 1;
+    for (std::size_t i = 1; i < gpus.size(); ++i)
+      contiguous = contiguous && gpus[i] == gpus[i - 1] + 1;
     if (contiguous && gpus.size() > 1) {
       layout += fmt::format(", GPUs {}-{}", gpus.front(), gpus.back());
     } else if (gpus.front() >= 0) {
@@ -144,10 +153,12 @@ void print_facts(const logs::Report& report, Io& io) {
   std::size_t named_hosts = hosts.size() - hosts.count("");  // launcher-only ranks have no host
   io.out << "\n"
          << styled(io.color, Style::bold,
-                   fmt::format("Ranks ({} on {} host{})", ranks.size(), named_hosts, named_hosts == 1 ? "" : "s"))
+                   fmt::format("Ranks ({} on {} host{})", ranks.size(), named_hosts,
+                               named_hosts == 1 ? "" : "s"))
          << "\n";
   if (ranks.empty()) {
-    io.out << "  no rank-prefixed lines (expected host:pid:tid [dev] NCCL ..., [rankN]: or N: prefixes)\n";
+    io.out << "  no rank-prefixed lines (expected host:pid:tid [dev] NCCL ..., [rankN]: or N: "
+              "prefixes)\n";
     return;
   }
   print_hosts(ranks, io);
@@ -170,13 +181,15 @@ void print_facts(const logs::Report& report, Io& io) {
     }
     const auto& main_group = groups[*majority];
     print_fact_row(fact.name, *majority,
-                   main_group.size() == ranks.size() ? fmt::format("all {}", ranks.size())
-                                                     : fmt::format("{} of {}", main_group.size(), ranks.size()),
+                   main_group.size() == ranks.size()
+                       ? fmt::format("all {}", ranks.size())
+                       : fmt::format("{} of {}", main_group.size(), ranks.size()),
                    Style::plain, io);
     for (const auto& [v, members] : groups) {
       if (&v != majority) print_fact_row("", v, who_text(members, hosts), Style::yellow, io);
     }
-    if (!silent.empty()) print_fact_row("", "(not in the log)", who_text(silent, hosts), Style::dim, io);
+    if (!silent.empty())
+      print_fact_row("", "(not in the log)", who_text(silent, hosts), Style::dim, io);
   }
 }
 
@@ -189,27 +202,34 @@ void print_comms(const logs::Report& report, Io& io) {
     bool ok = c.complete_count == c.nranks;
     if (++shown > 20 && ok) continue;  // always list the incomplete ones
     io.out << fmt::format("  {:<20} {:>6}  {}\n", c.comm_id, c.nranks,
-                          styled(io.color, ok ? Style::green : Style::red, fmt::format("{}/{}", c.complete_count, c.nranks)));
+                          styled(io.color, ok ? Style::green : Style::red,
+                                 fmt::format("{}/{}", c.complete_count, c.nranks)));
   }
-  if (shown > 20) io.out << fmt::format("  ... {} communicators in all\n", report.communicators.size());
+  if (shown > 20)
+    io.out << fmt::format("  ... {} communicators in all\n", report.communicators.size());
 }
 
 void print_slices(const logs::Report& report, Io& io) {
   if (!report.sliced) return;
-  io.out << "\n" << styled(io.color, Style::bold, fmt::format("Slices ({})", report.slices.size())) << "\n";
+  io.out << "\n"
+         << styled(io.color, Style::bold, fmt::format("Slices ({})", report.slices.size())) << "\n";
   for (std::size_t i = 0; i < report.slices.size(); ++i) {
     const auto& s = report.slices[i];
     std::string counts = counts_text(s.collectives);
-    io.out << fmt::format("  {:>4}  {:<40} {}\n", i, s.marker.empty() ? "(before the first marker)" : s.marker.substr(0, 40),
+    io.out << fmt::format("  {:>4}  {:<40} {}\n", i,
+                          s.marker.empty() ? "(before the first marker)" : s.marker.substr(0, 40),
                           counts.empty() ? "no collectives" : counts);
   }
 }
 
 Style severity_style(logs::Severity s) {
   switch (s) {
-    case logs::Severity::info: return Style::cyan;
-    case logs::Severity::warn: return Style::yellow;
-    case logs::Severity::error: return Style::red;
+    case logs::Severity::info:
+      return Style::cyan;
+    case logs::Severity::warn:
+      return Style::yellow;
+    case logs::Severity::error:
+      return Style::red;
   }
   return Style::plain;
 }
@@ -227,7 +247,9 @@ void print_findings(const logs::Report& report, Io& io) {
                           styled(io.color, Style::bold, std::string(f.spec->id)), f.spec->title);
     io.out << styled(io.color, Style::dim,
                      fmt::format("  ({} time{}{})", f.count, f.count == 1 ? "" : "s",
-                                 f.rank_count > 0 ? fmt::format(", {} rank{}", f.rank_count, f.rank_count == 1 ? "" : "s") : ""))
+                                 f.rank_count > 0 ? fmt::format(", {} rank{}", f.rank_count,
+                                                                f.rank_count == 1 ? "" : "s")
+                                                  : ""))
            << "\n";
     for (const auto& d : f.details) io.out << fmt::format("{:>16} {}\n", "detail", d);
     for (std::size_t i = 0; i < f.evidence.size(); ++i) {
@@ -238,77 +260,85 @@ void print_findings(const logs::Report& report, Io& io) {
     io.out << fmt::format("{:>16} {}\n", "cause", f.spec->cause);
     io.out << fmt::format("{:>16} {}\n", "fix", f.spec->fix);
     if (!f.spec->doctor_check.empty()) {
-      io.out << fmt::format("{:>16} epkit doctor --only {}\n", "doctor check", f.spec->doctor_check);
+      io.out << fmt::format("{:>16} epkit doctor --only {}\n", "doctor check",
+                            f.spec->doctor_check);
     }
   }
 }
 
 void print_text(const logs::Report& report, double seconds, Io& io) {
   double mb = static_cast<double>(report.bytes) / 1e6;
-  io.out << fmt::format("epkit logs: {} file{}, {} lines, {:.1f} MB in {:.2f} s ({:.0f} MB/s)\n", report.files.size(),
-                        report.files.size() == 1 ? "" : "s", report.lines, mb, seconds,
-                        seconds > 0 ? mb / seconds : 0.0);
+  io.out << fmt::format("epkit logs: {} file{}, {} lines, {:.1f} MB in {:.2f} s ({:.0f} MB/s)\n",
+                        report.files.size(), report.files.size() == 1 ? "" : "s", report.lines, mb,
+                        seconds, seconds > 0 ? mb / seconds : 0.0);
   print_facts(report, io);
   print_comms(report, io);
   print_slices(report, io);
   print_findings(report, io);
   int counts[3] = {};
   for (const auto& f : report.findings) ++counts[static_cast<int>(f.spec->severity)];
-  io.out << fmt::format("\nsummary: {} error, {} warn, {} info; exit {}\n", counts[2], counts[1], counts[0],
-                        report.exit_code());
+  io.out << fmt::format("\nsummary: {} error, {} warn, {} info; exit {}\n", counts[2], counts[1],
+                        counts[0], report.exit_code());
 }
 
 void print_rules(Io& io) {
   for (const auto& r : logs::rule_table()) {
-    io.out << fmt::format("{:<24} {:<5} {}{}\n", r.id, to_string(r.severity), r.title,
-                          r.doctor_check.empty() ? "" : fmt::format(" [doctor: {}]", r.doctor_check));
+    io.out << fmt::format(
+        "{:<24} {:<5} {}{}\n", r.id, to_string(r.severity), r.title,
+        r.doctor_check.empty() ? "" : fmt::format(" [doctor: {}]", r.doctor_check));
   }
 }
 
 }  // namespace
 
 Command make_logs_command() {
-  return {"logs", "Diagnose NCCL, NVSHMEM and DeepEP logs from one or many ranks",
-          [](CLI::App& app) -> Runner {
-            auto opts = std::make_shared<LogsOptions>();
-            add_json_flag(app, opts->common);
-            app.add_option("inputs", opts->inputs,
-                           "Log files, folders (read recursively), globs, or - for stdin; gzip is read as is")
-                ->type_name("PATH...");
-            app.add_option("--slice", opts->slice,
-                           "Count collectives per slice between lines matching REGEX (e.g. 'iteration: ')")
-                ->type_name("REGEX");
-            app.add_flag("--list", opts->list, "List the finding ids and exit");
-            app.footer(
-                "Exit codes: 0 no finding or info only, 1 warn, 2 error; 64 bad flags or unreadable input.\n"
-                "Details and the JSON schema: docs/logs.md.");
-            return [opts](Io& io) -> int {
-              if (opts->list) {
-                print_rules(io);
-                return k_exit_ok;
-              }
-              if (opts->inputs.empty()) {
-                io.err << "epkit logs: name at least one log file, folder or glob ('-' for stdin)\n";
-                return k_exit_usage;
-              }
-              logs::Options options;
-              options.slice_regex = opts->slice;
-              auto start = std::chrono::steady_clock::now();
-              auto report = logs::analyze_inputs(opts->inputs, options);
-              if (!report) {
-                io.err << "epkit logs: " << report.error().message << "\n";
-                return k_exit_usage;
-              }
-              double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-              if (opts->common.json) {
-                io.out << logs::to_json(*report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-                       << "\n";
-              } else {
-                print_text(*report, seconds, io);
-              }
-              return report->exit_code();
-            };
-          }};
+  return {
+      "logs", "Diagnose NCCL, NVSHMEM and DeepEP logs from one or many ranks",
+      [](CLI::App& app) -> Runner {
+        auto opts = std::make_shared<LogsOptions>();
+        add_json_flag(app, opts->common);
+        app.add_option(
+               "inputs", opts->inputs,
+               "Log files, folders (read recursively), globs, or - for stdin; gzip is read as is")
+            ->type_name("PATH...");
+        app.add_option(
+               "--slice", opts->slice,
+               "Count collectives per slice between lines matching REGEX (e.g. 'iteration: ')")
+            ->type_name("REGEX");
+        app.add_flag("--list", opts->list, "List the finding ids and exit");
+        app.footer(
+            "Exit codes: 0 no finding or info only, 1 warn, 2 error; 64 bad flags or unreadable "
+            "input.\n"
+            "Details and the JSON schema: docs/logs.md.");
+        return [opts](Io& io) -> int {
+          if (opts->list) {
+            print_rules(io);
+            return k_exit_ok;
+          }
+          if (opts->inputs.empty()) {
+            io.err << "epkit logs: name at least one log file, folder or glob ('-' for stdin)\n";
+            return k_exit_usage;
+          }
+          logs::Options options;
+          options.slice_regex = opts->slice;
+          auto start = std::chrono::steady_clock::now();
+          auto report = logs::analyze_inputs(opts->inputs, options);
+          if (!report) {
+            io.err << "epkit logs: " << report.error().message << "\n";
+            return k_exit_usage;
+          }
+          double seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          if (opts->common.json) {
+            io.out << logs::to_json(*report).dump(2, ' ', false,
+                                                  nlohmann::json::error_handler_t::replace)
+                   << "\n";
+          } else {
+            print_text(*report, seconds, io);
+          }
+          return report->exit_code();
+        };
+      }};
 }
 
 }  // namespace epkit::cli
