@@ -391,3 +391,30 @@ TEST(LogsMemory, InvalidUtf8AndHugeLinesStayPrintable) {
 
 }  // namespace
 }  // namespace epkit::logs
+
+namespace epkit::logs {
+namespace {
+
+// A real log: 4 ranks on one 4xH200 node (no RDMA), NCCL 2.28.9 through
+// PyTorch, NCCL_DEBUG_SUBSYS=INIT,NET,COLL (scripts/device/nccl_log_sample.py).
+// NET/Socket's "GPU Direct RDMA Disabled" line there is a fact, not a finding.
+TEST(LogsRealLog, SingleNodeH200x4HasOnlyTheSocketNote) {
+  auto report =
+      analyze_inputs({test::source_path("fixtures/logs/real/h200x4-single-node.log.gz")}, {});
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  std::set<std::string> found;
+  for (const auto& f : report->findings) found.insert(std::string(f.spec->id));
+  EXPECT_EQ(found, (std::set<std::string>{"nccl.socket-fallback"}));
+  EXPECT_EQ(report->exit_code(), 0);
+  ASSERT_EQ(report->ranks.size(), 4u);
+  for (const auto& rank : report->ranks) {
+    EXPECT_EQ(rank.nccl_version, "2.28.9+cuda13.0");
+    EXPECT_EQ(rank.network, "Socket");
+    EXPECT_EQ(rank.gdr_disabled, std::vector<std::string>{"eth0"});
+  }
+  ASSERT_EQ(report->communicators.size(), 1u);
+  EXPECT_EQ(report->communicators[0].complete_count, 4);
+}
+
+}  // namespace
+}  // namespace epkit::logs
