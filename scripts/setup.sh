@@ -8,12 +8,19 @@ set -euo pipefail
 
 job=${1:-doctor}
 shift || true
+if [[ $job != doctor && $job != test ]]; then
+  echo "usage: scripts/setup.sh doctor|test [args...]" >&2
+  exit 64
+fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${EPKIT_BUILD_DIR:-$here/build}
 
+# What the tool needs to build, and what its tests add.
 packages=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
-          libgtest-dev libgmock-dev libbenchmark-dev libibverbs-dev zlib1g-dev
-          clang-14 libclang-rt-14-dev)
+          libibverbs-dev zlib1g-dev)
+if [[ $job == test ]]; then
+  packages+=(libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,8 +39,14 @@ if ((${#missing[@]})); then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$jobs"
+testing=OFF
+[[ $job == test ]] && testing=ON
+cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=$testing >/dev/null
+if [[ $job == test ]]; then
+  cmake --build "$build" -j "$jobs"
+else
+  cmake --build "$build" -j "$jobs" --target epkit_bin
+fi
 
 case "$job" in
   doctor)
@@ -44,9 +57,5 @@ case "$job" in
     ;;
   test)
     ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 300 "$@"
-    ;;
-  *)
-    echo "usage: scripts/setup.sh doctor|test [args...]" >&2
-    exit 64
     ;;
 esac
