@@ -5,6 +5,7 @@
 #include "checks/check.h"
 #include "checks/check_util.h"
 #include "checks/known_vars.h"
+#include "host/libsearch.h"
 
 namespace epkit::checks {
 namespace {
@@ -20,19 +21,7 @@ PathState path_state(const host::Sysroot& fs, std::string_view path, std::string
 }
 
 std::vector<std::string> split_preload(std::string_view value) {
-  // ld.so splits LD_PRELOAD on blanks and colons.
-  std::vector<std::string> out;
-  std::string item;
-  for (char c : value) {
-    if (c == ' ' || c == ':' || c == '\t' || c == '\n') {
-      if (!item.empty()) out.push_back(std::move(item));
-      item.clear();
-    } else {
-      item += c;
-    }
-  }
-  if (!item.empty()) out.push_back(std::move(item));
-  return out;
+  return host::split_any(value, " :\t\n");  // ld.so splits LD_PRELOAD on blanks and colons
 }
 
 void check_home(const host::Sysroot& fs, const std::string& name, const std::string& value,

@@ -4,11 +4,11 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/command.h"
+#include "support/cli_run.h"
 #include "support/temp_tree.h"
 
 namespace epkit::cli {

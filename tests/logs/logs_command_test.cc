@@ -1,29 +1,21 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/command.h"
+#include "support/cli_run.h"
 #include "support/temp_tree.h"
 
 namespace epkit::cli {
 namespace {
 
-struct CliRun {
-  int code;
-  std::string out, err;
-};
+using test::CliRun;
 
 CliRun run(std::vector<std::string> args) {
-  args.insert(args.begin(), {"epkit", "logs"});
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  Io io{out, err, false};
-  int code = run_cli(static_cast<int>(argv.size()), argv.data(), io);
-  return {code, out.str(), err.str()};
+  args.insert(args.begin(), "logs");
+  return test::run_epkit(std::move(args));
 }
 
 TEST(LogsCommand, CleanLogExitsZeroWithFoldedTable) {

@@ -1,34 +1,20 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 
 #include "cli/command.h"
+#include "support/cli_run.h"
 #include "support/temp_tree.h"
 #include "topo/snapshot_json.h"
 
 namespace epkit::cli {
 namespace {
 
-struct CliRun {
-  int code = 0;
-  std::string out;
-  std::string err;
-};
+using test::CliRun;
 
 CliRun run(std::vector<std::string> args) {
-  args.insert(args.begin(), "epkit");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out;
-  std::ostringstream err;
-  Io io{out, err, false};
-  CliRun r;
-  r.code = run_cli(static_cast<int>(argv.size()), argv.data(), io);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
+  return test::run_epkit(std::move(args));
 }
 
 TEST(TopoCommand, GkeA4TextHasEverySection) {
