@@ -402,6 +402,18 @@ TEST_F(RdmaChecks, DevicesFailWhenAllPortsDownAndWarnOnPartialOrSlow) {
                 SnapshotBuilder().nic("mlx5_0").nic("mlx5_1", "InfiniBand", "ACTIVE", 200).get());
   EXPECT_EQ(slow.status, Status::warn);
   EXPECT_THAT(slow.summary, HasSubstr("mlx5_1 port 1 runs at 200 Gb/sec"));
+
+  // A bond reports the sum of its members: 200 Gb/sec NICs beside a 400 Gb/sec
+  // bond are not slow (the DGX example's storage NICs).
+  add_device(tree, "mlx5_bond_0", 2);
+  auto bonded = SnapshotBuilder()
+                    .nic("mlx5_0", "Ethernet", "ACTIVE", 200)
+                    .nic("mlx5_1", "Ethernet", "ACTIVE", 200)
+                    .nic("mlx5_bond_0", "Ethernet", "ACTIVE", 400)
+                    .get();
+  bonded.nics[2].is_bond = true;
+  auto with_bond = run_check("rdma.devices", tree.host(), bonded);
+  EXPECT_EQ(with_bond.status, Status::pass) << with_bond.summary;
 }
 
 // ---- rdma.gid-index -----------------------------------------------------------
