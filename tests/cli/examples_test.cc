@@ -72,3 +72,26 @@ TEST(Examples, DgxH100IsHealthyWithAnEmptyEnvironment) {
 
 }  // namespace
 }  // namespace epkit::cli
+
+namespace epkit::cli {
+namespace {
+
+// Text output shows eight evidence rows per finding; --verbose shows all.
+TEST(Examples, DoctorTextCapsEvidenceRowsUnlessVerbose) {
+  test::TempTree tree;
+  tree.write("/bad.env", "NCCL_IB_GID_INDEX=0\nNVSHMEM_IB_GID_INDEX=1\n");
+  std::vector<std::string> args = {
+      "doctor",        "--sysroot",           test::source_path("examples/gke-a4"),
+      "--env-file",    tree.path("/bad.env"), "--only",
+      "rdma.gid-index"};
+  auto brief = test::run_epkit(args);
+  EXPECT_EQ(brief.code, 2);
+  EXPECT_NE(brief.out.find("... 2 more (--verbose or --json)"), std::string::npos) << brief.out;
+  args.push_back("--verbose");
+  auto full = test::run_epkit(args);
+  EXPECT_EQ(full.out.find("more (--verbose"), std::string::npos);
+  EXPECT_NE(full.out.find("NVSHMEM_IB_GID_INDEX = 1"), std::string::npos) << full.out;
+}
+
+}  // namespace
+}  // namespace epkit::cli

@@ -1,6 +1,7 @@
 // epkit doctor: run the passive checks and report, Nagios-style exit code.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ostream>
 
 #include "checks/registry.h"
@@ -69,12 +70,19 @@ void print_text(const checks::Report& report, const checks::Context& ctx, bool v
     bool detail = verbose || (o.status != checks::Status::pass && o.status != checks::Status::skip);
     if (!detail) continue;
     const std::string pad(32, ' ');
-    for (std::size_t i = 0; i < o.evidence.size(); ++i) {
+    // Eight rows show the point on a terminal; --verbose and --json keep all.
+    constexpr std::size_t k_evidence_rows = 8;
+    std::size_t shown = verbose ? o.evidence.size() : std::min(o.evidence.size(), k_evidence_rows);
+    for (std::size_t i = 0; i < shown; ++i) {
       const auto& e = o.evidence[i];
       io.out << fmt::format("{:>31} {} = {}", i == 0 ? "evidence" : "", e.key, e.value);
       if (!e.source.empty())
         io.out << styled(io.color, Style::dim, fmt::format("  ({})", e.source));
       io.out << "\n";
+    }
+    if (shown < o.evidence.size()) {
+      io.out << fmt::format("{:>31} ... {} more (--verbose or --json)\n", "",
+                            o.evidence.size() - shown);
     }
     if (!o.expected.empty()) io.out << fmt::format("{:>31} {}\n", "expected", o.expected);
     if (!o.fix.empty()) io.out << fmt::format("{:>31} {}\n", "fix", o.fix);
