@@ -1,0 +1,124 @@
+// GPU tests of `epkit test` and `epkit bench`: they run the real binary on
+// this machine's GPUs. A case that needs more GPUs than there are (or a build
+// without CUDA) prints why and exits 77, which ctest reports as SKIP.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#ifdef EPKIT_WITH_CUDA
+#include "runtime/gpu_rank.h"
+#endif
+
+namespace {
+
+constexpr int k_skip = 77;
+
+int gpu_count() {
+#ifdef EPKIT_WITH_CUDA
+  auto count = epkit::runtime::cuda_device_count();
+  return count ? *count : 0;
+#else
+  return 0;
+#endif
+}
+
+void need_gpus(int n) {
+  int have = gpu_count();
+  if (have >= n) return;
+  std::cout << "SKIP: needs " << n << " GPUs, this machine has " << have << "\n";
+  std::cout.flush();
+  std::_Exit(k_skip);
+}
+
+struct Shell {
+  int code = -1;
+  std::string out;
+  double seconds = 0;
+};
+
+Shell shell(const std::string& command) {
+  Shell r;
+  auto start = std::chrono::steady_clock::now();
+  FILE* pipe = ::popen(("export NCCL_NVLS_ENABLE=0; " + command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), pipe) != nullptr) r.out += buf.data();
+  int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "$ " << command << "  -> " << r.code << " in " << r.seconds << " s\n" << r.out;
+  return r;
+}
+
+// EPKIT_BIN runs another copy (a build carried to a GPU machine).
+std::string epkit() {
+  const char* other = std::getenv("EPKIT_BIN");
+  return other != nullptr && *other != 0 ? other : EPKIT_BINARY;
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+TEST(EpkitTest, TwoRanks) {
+  need_gpus(2);
+  auto r = shell(epkit() + " test --nproc-per-node 2 --timeout 60");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(count_of(r.out, "] OK\n"), 2u);
+  EXPECT_NE(r.out.find("2 of 2 ranks OK"), std::string::npos);
+  EXPECT_NE(r.out.find(" -> "), std::string::npos);  // a transport per peer
+}
+
+TEST(EpkitTest, FourRanks) {
+  need_gpus(4);
+  auto r = shell(epkit() + " test --nproc-per-node 4 --timeout 60");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(count_of(r.out, "] OK\n"), 4u);
+  EXPECT_NE(r.out.find("4 of 4 ranks OK"), std::string::npos);
+}
+
+TEST(EpkitTest, JsonSummary) {
+  need_gpus(2);
+  auto r = shell(epkit() + " test --nproc-per-node 2 --json");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("\"ok\": true"), std::string::npos);
+  EXPECT_NE(r.out.find("\"nccl_version\""), std::string::npos);
+}
+
+// One rank dies after NCCL started: the others must name it and exit well
+// within the timeout instead of hanging in the all-reduce.
+TEST(EpkitTest, KilledRankIsNamed) {
+  need_gpus(2);
+  auto r = shell("env EPKIT_TEST_KILL_RANK=1 " + epkit() + " test --nproc-per-node 2 --timeout 20");
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(r.seconds, 20.0);
+  EXPECT_NE(r.out.find("rank 1"), std::string::npos);
+  EXPECT_NE(r.out.find(":1 disconnected"), std::string::npos);
+}
+
+// Two "nodes" on one host: two agents, each with its own NCCL_HOSTID and GPU,
+// joined through --nnodes/--node-rank/--master.
+TEST(EpkitTest, FakeTwoNodes) {
+  need_gpus(2);
+  std::string common = " test --nnodes 2 --nproc-per-node 1 --master 127.0.0.1:29611 --timeout 60";
+  auto r = shell("( env CUDA_VISIBLE_DEVICES=1 NCCL_HOSTID=fake-b " + epkit() + common +
+                 " --node-rank 1 & env CUDA_VISIBLE_DEVICES=0 NCCL_HOSTID=fake-a " + epkit() +
+                 common + " --node-rank 0; rc=$?; wait $!; rb=$?; exit $((rc + rb)) )");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("2 of 2 ranks OK on 2 nodes"), std::string::npos);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
