@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "host/dl/nccl.h"
 #include "runtime/spawner.h"
 
 #ifdef EPKIT_WITH_CUDA
@@ -82,6 +83,50 @@ int exit_code_for(const Error& error) {
       return k_gpu_nccl_error;
   }
 }
+
+#ifdef EPKIT_WITH_CUDA
+int open_gpu_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+                  double timeout_s, std::unique_ptr<runtime::GpuRank>& out) {
+  auto fail = [&](int code, const std::string& why) {
+    io.line("FAIL: " + why);
+    return code;
+  };
+  if (auto count = runtime::cuda_device_count(); !count) {
+    return fail(k_gpu_unavailable, count.error().message);
+  }
+  if (auto nccl = host::dl::load_nccl(); !nccl) {
+    return fail(k_gpu_unavailable, "NCCL cannot be loaded: " + nccl.error().message);
+  }
+  auto joined = runtime::join_gpu_job(host, launch, runtime::Deadline::after_seconds(timeout_s));
+  if (!joined) return fail(exit_code_for(joined.error()), joined.error().message);
+  if (launch.rank == 0) {
+    for (const auto& m : runtime::compare_facts((*joined)->facts)) {
+      io.line(fmt::format("mismatch ({}): {}", runtime::to_string(m.kind), m.summary));
+    }
+  }
+  if (auto started = runtime::start_nccl(**joined, runtime::Deadline::after_seconds(timeout_s));
+      !started) {
+    return fail(exit_code_for(started.error()), started.error().message);
+  }
+  out = std::move(*joined);
+  return k_gpu_ok;
+}
+
+int close_gpu_rank(runtime::GpuRank& rank, RankIo& io, const std::string& barrier,
+                   double timeout_s, int code) {
+  auto step = [&] { return runtime::Deadline::after_seconds(timeout_s); };
+  if (auto done = rank.store().barrier(barrier, step()); !done) {
+    io.line("FAIL: " + done.error().message);
+    return exit_code_for(done.error());
+  }
+  if (auto closed = rank.session->close(step()); !closed) {
+    io.line("FAIL: " + closed.error().message);
+    return exit_code_for(closed.error());
+  }
+  rank.store().close();
+  return code;
+}
+#endif
 
 int run_gpu_command(Io& io, const std::string& name, const CommonOptions& common,
                     const GpuLaunchOptions& opts, const std::vector<std::string>& child_args,
@@ -165,6 +210,11 @@ int run_gpu_command(Io& io, const std::string& name, const CommonOptions& common
   if (auto path = host->env().get_nonempty(k_summary_var)) summary_file.open(*path);
   RankIo rio{io.out, summary_file.is_open() ? static_cast<std::ostream&>(summary_file) : io.out,
              spawned ? std::string() : fmt::format("[{}:{}] ", label, launch->rank)};
+  if (!rank_main) {
+    rio.line("FAIL: this epkit was built without CUDA (no nvcc at build time); GPU commands need a "
+             "build with the CUDA toolkit");
+    return k_gpu_unavailable;
+  }
   return rank_main(*host, *launch, rio);
 }
 

@@ -12,6 +12,12 @@
 #include "cli/command.h"
 #include "runtime/launch.h"
 
+#ifdef EPKIT_WITH_CUDA
+#include <memory>
+
+#include "runtime/gpu_rank.h"
+#endif
+
 namespace epkit::cli {
 
 /// Exit codes of the GPU commands (docs/runtime.md, "Exit codes").
@@ -56,6 +62,19 @@ using RankMain = std::function<int(const host::Host& host, const runtime::Launch
 int run_gpu_command(Io& io, const std::string& name, const CommonOptions& common,
                     const GpuLaunchOptions& opts, const std::vector<std::string>& child_args,
                     const RankMain& rank_main);
+
+#ifdef EPKIT_WITH_CUDA
+/// The start every GPU rank shares: device and libnccl present, store joined,
+/// facts exchanged (rank 0 prints the mismatches), NCCL started. Returns 0
+/// with `out` set, or prints "FAIL: ..." and returns the exit code.
+int open_gpu_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+                  double timeout_s, std::unique_ptr<runtime::GpuRank>& out);
+/// The end they share: a store barrier (rank 0's summary is out before
+/// anyone leaves), the communicator closed, the store left. Returns `code`,
+/// or the failure's exit code after printing it.
+int close_gpu_rank(runtime::GpuRank& rank, RankIo& io, const std::string& barrier,
+                   double timeout_s, int code);
+#endif
 
 /// The exit code for a runtime error: timeout, peer lost, unavailable, NCCL.
 int exit_code_for(const Error& error);

@@ -116,6 +116,40 @@ TEST(EpkitTest, FakeTwoNodes) {
   EXPECT_NE(r.out.find("2 of 2 ranks OK on 2 nodes"), std::string::npos);
 }
 
+// Every collective on two GPUs with the data check: no wrong element.
+TEST(EpkitBench, EveryCollectiveChecksItsData) {
+  need_gpus(2);
+  for (const char* op :
+       {"all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", "broadcast"}) {
+    auto r = shell(epkit() + " bench nccl " + op + " --nproc-per-node 2 -b 1K -e 4M -f 16 -n 5 -w 1");
+    EXPECT_EQ(r.code, 0) << op;
+    EXPECT_NE(r.out.find("Out of bounds values : 0 OK"), std::string::npos) << op;
+    EXPECT_NE(r.out.find("     4194304 "), std::string::npos) << op;
+  }
+}
+
+TEST(EpkitBench, MinBusbwFailsTheRun) {
+  need_gpus(2);
+  auto r = shell(epkit() + " bench nccl all_reduce --nproc-per-node 2 -b 1M -e 1M --min-busbw 100000");
+  EXPECT_EQ(r.code, 13);
+  auto ok = shell(epkit() + " bench nccl all_reduce --nproc-per-node 2 -b 1M -e 1M --json");
+  EXPECT_EQ(ok.code, 0);
+  EXPECT_NE(ok.out.find("\"avg_busbw_gbps\""), std::string::npos);
+}
+
+TEST(EpkitBench, P2pMatrixHasEveryMode) {
+  need_gpus(2);
+  auto r = shell(epkit() + " bench p2p -b 64M -n 5");
+  EXPECT_EQ(r.code, 0);
+  for (const char* mode : {"copy engine, unidirectional", "copy engine, bidirectional",
+                           "SM copy kernel, unidirectional", "SM copy kernel, bidirectional"}) {
+    EXPECT_NE(r.out.find(mode), std::string::npos) << mode;
+  }
+  auto j = shell(epkit() + " bench p2p -b 16M -n 2 --json");
+  EXPECT_EQ(j.code, 0);
+  EXPECT_NE(j.out.find("\"matrices\""), std::string::npos);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {

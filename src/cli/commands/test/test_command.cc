@@ -14,6 +14,7 @@
 
 #include "cli/command.h"
 #include "cli/gpu_launch.h"
+#include "host/dl/nccl.h"
 
 #ifdef EPKIT_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -195,12 +196,16 @@ void write_summary(runtime::GpuRank& r, const std::vector<nlohmann::json>& resul
     out << "  transports NCCL chose (from its INFO log):\n";
     for (const auto& res : results) {
       for (const auto& t : res.value("transports", nlohmann::json::array())) {
-        int to = t.value("to", -1);
-        out << fmt::format("    {} -> {}: {}\n", res.value("label", "?"),
-                           to >= 0 && static_cast<std::size_t>(to) < r.labels.size()
-                               ? r.labels[static_cast<std::size_t>(to)]
-                               : std::to_string(to),
-                           t.value("transport", "?"));
+        // A rank's log also shows the receiving side of its peers'
+        // connections, so the source is the line's, not the reporting rank.
+        auto name = [&](int q) {
+          return q >= 0 && static_cast<std::size_t>(q) < r.labels.size()
+                     ? r.labels[static_cast<std::size_t>(q)]
+                     : std::to_string(q);
+        };
+        out << fmt::format("    {} -> {}: {} (seen by {})\n", name(t.value("from", -1)),
+                           name(t.value("to", -1)), t.value("transport", "?"),
+                           res.value("label", "?"));
       }
     }
   } else {
@@ -217,26 +222,13 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
     io.line("FAIL: " + why);
     return code;
   };
-  if (auto count = runtime::cuda_device_count(); !count) {
-    return fail(k_gpu_unavailable, count.error().message);
-  }
+  // Before NCCL loads: it reads NCCL_DEBUG* once.
   const std::string log_path = capture_nccl_log(host, launch.rank);
-  if (auto nccl = host::dl::load_nccl(); !nccl) {
-    return fail(k_gpu_unavailable, "NCCL cannot be loaded: " + nccl.error().message);
-  }
   auto step = [&] { return runtime::Deadline::after_seconds(opts.timeout_s); };
-  auto joined = runtime::join_gpu_job(host, launch, step());
-  if (!joined) return fail(exit_code_for(joined.error()), joined.error().message);
-  auto& r = **joined;
-  auto mismatches = runtime::compare_facts(r.facts);
-  if (launch.rank == 0) {
-    for (const auto& m : mismatches) {
-      io.line(fmt::format("mismatch ({}): {}", runtime::to_string(m.kind), m.summary));
-    }
-  }
-  if (auto started = runtime::start_nccl(r, step()); !started) {
-    return fail(exit_code_for(started.error()), started.error().message);
-  }
+  std::unique_ptr<runtime::GpuRank> joined;
+  if (int rc = open_gpu_rank(host, launch, io, opts.timeout_s, joined); rc != k_gpu_ok) return rc;
+  auto& r = *joined;
+  const auto mismatches = runtime::compare_facts(r.facts);
   // Fault injection for the tests: this rank dies after NCCL started, the
   // others must name it and exit instead of hanging in the collectives.
   if (auto kill = host.env().get_nonempty("EPKIT_TEST_KILL_RANK");
@@ -274,16 +266,10 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
   }
   // Everyone waits for rank 0's summary before leaving: a rank that leaves
   // early looks like a crash to the store.
-  if (auto done = r.store().barrier("test/done", step()); !done) {
-    return fail(exit_code_for(done.error()), done.error().message);
-  }
-  if (auto closed = r.session->close(step()); !closed) {
-    return fail(exit_code_for(closed.error()), closed.error().message);
-  }
-  r.store().close();
+  code = close_gpu_rank(r, io, "test/done", opts.timeout_s, code);
   if (code == k_gpu_ok) {
     io.line("OK");
-  } else {
+  } else if (!result->ok) {
     io.line("FAIL: " + result->reason);
   }
   return code;
@@ -301,22 +287,17 @@ Command make_test_command() {
             add_gpu_launch_options(app, *opts);
             app.footer(
                 "Exit codes: 0 all OK, 10 wrong data, 11 NCCL/CUDA error, 12 no GPU/driver/"
-                "libnccl, 75 a peer was lost, 124 timeout, 64 usage. See docs/runtime.md.");
+                "libnccl, 75 a peer was lost, 124 timeout, 64 usage. See docs/gpu-commands.md.");
             return [common, opts](Io& io) -> int {
               std::vector<std::string> child = {"--timeout", fmt::format("{}", opts->timeout_s)};
               if (opts->json) child.push_back("--json");
+              RankMain main;
 #ifdef EPKIT_WITH_CUDA
-              return run_gpu_command(io, "test", *common, *opts, child,
-                                     [opts](const host::Host& h, const runtime::LaunchInfo& l,
-                                            RankIo& rio) { return rank_main(h, l, rio, *opts); });
-#else
-              return run_gpu_command(io, "test", *common, *opts, child,
-                                     [](const host::Host&, const runtime::LaunchInfo&,
-                                        RankIo& rio) {
-                                       rio.line("FAIL: " + host::dl::nccl_not_built().message);
-                                       return static_cast<int>(k_gpu_unavailable);
-                                     });
+              main = [opts](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
+                return rank_main(h, l, rio, *opts);
+              };
 #endif
+              return run_gpu_command(io, "test", *common, *opts, child, main);
             };
           }};
 }
