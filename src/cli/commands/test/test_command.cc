@@ -1,0 +1,305 @@
+// epkit test: proves every GPU of the job can talk to every other within a
+// bounded time. Per rank: a device allocation, a checked all-reduce, a ring
+// send/recv with a checked payload and a barrier; "[host:rank] OK" or the
+// reason; rank 0 summarises versions and the transport NCCL chose per peer.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/command.h"
+#include "cli/gpu_launch.h"
+#include "host/dl/nccl.h"
+
+#ifdef EPKIT_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "runtime/gpu_rank.h"
+#include "runtime/nccl_transports.h"
+#endif
+
+namespace epkit::cli {
+namespace {
+
+#ifdef EPKIT_WITH_CUDA
+
+constexpr std::size_t k_count = 1 << 20;  // 4 MiB per buffer: big enough to use every channel
+
+// Device memory owned for the life of the test.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  ~DeviceBuffer() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+};
+
+std::int32_t ring_value(int rank, std::size_t i) {
+  return static_cast<std::int32_t>((static_cast<std::size_t>(rank) * 1000003u + i) & 0x7fffffff);
+}
+
+struct RankResult {
+  bool ok = true;
+  int exit_code = k_gpu_ok;
+  std::string reason;
+  std::size_t wrong_allreduce = 0;
+  std::size_t wrong_ring = 0;
+};
+
+Result<void> cuda_ok(cudaError_t rc, const std::string& what) {
+  if (rc == cudaSuccess) return {};
+  return make_error(ErrorCode::cuda, fmt::format("{}: {}", what, runtime::describe_cuda(rc)));
+}
+
+// The collectives of the test, on a joined rank with NCCL started.
+Result<RankResult> run_collectives(runtime::GpuRank& r, double timeout_s) {
+  auto& s = *r.session;
+  const auto& api = s.api();
+  const int n = s.world_size();
+  const int me = s.rank();
+  RankResult out;
+  DeviceBuffer reduce;
+  DeviceBuffer send;
+  DeviceBuffer recv;
+  EPKIT_TRY(cuda_ok(cudaMalloc(&reduce.ptr, k_count * sizeof(float)), "cudaMalloc"));
+  EPKIT_TRY(cuda_ok(cudaMalloc(&send.ptr, k_count * sizeof(std::int32_t)), "cudaMalloc"));
+  EPKIT_TRY(cuda_ok(cudaMalloc(&recv.ptr, k_count * sizeof(std::int32_t)), "cudaMalloc"));
+
+  // All-reduce of rank + 1 everywhere: every element must be n(n+1)/2
+  // (exact in float for any realistic world size).
+  std::vector<float> values(k_count, static_cast<float>(me + 1));
+  EPKIT_TRY(cuda_ok(cudaMemcpy(reduce.ptr, values.data(), k_count * sizeof(float),
+                               cudaMemcpyHostToDevice),
+                    "cudaMemcpy"));
+  EPKIT_TRY(s.check(api.all_reduce(reduce.ptr, reduce.ptr, k_count, ncclFloat32, ncclSum,
+                                   s.comm(), s.stream()),
+                    "ncclAllReduce"));
+  EPKIT_TRY(s.wait("all_reduce", runtime::Deadline::after_seconds(timeout_s)));
+  EPKIT_TRY(cuda_ok(cudaMemcpy(values.data(), reduce.ptr, k_count * sizeof(float),
+                               cudaMemcpyDeviceToHost),
+                    "cudaMemcpy"));
+  const float expect = static_cast<float>(n) * static_cast<float>(n + 1) / 2.0f;
+  for (float v : values) out.wrong_allreduce += v != expect ? 1 : 0;
+
+  // Ring: send to the next rank, receive from the previous one.
+  std::vector<std::int32_t> payload(k_count);
+  for (std::size_t i = 0; i < k_count; ++i) payload[i] = ring_value(me, i);
+  EPKIT_TRY(cuda_ok(cudaMemcpy(send.ptr, payload.data(), k_count * sizeof(std::int32_t),
+                               cudaMemcpyHostToDevice),
+                    "cudaMemcpy"));
+  const int next = (me + 1) % n;
+  const int prev = (me + n - 1) % n;
+  EPKIT_TRY(s.check(api.group_start(), "ncclGroupStart"));
+  auto sent = s.check(api.send(send.ptr, k_count, ncclInt32, next, s.comm(), s.stream()),
+                      "ncclSend");
+  auto got = s.check(api.recv(recv.ptr, k_count, ncclInt32, prev, s.comm(), s.stream()),
+                     "ncclRecv");
+  EPKIT_TRY(s.check(api.group_end(), "ncclGroupEnd"));
+  EPKIT_TRY(sent);
+  EPKIT_TRY(got);
+  EPKIT_TRY(s.wait("ring", runtime::Deadline::after_seconds(timeout_s)));
+  EPKIT_TRY(cuda_ok(cudaMemcpy(payload.data(), recv.ptr, k_count * sizeof(std::int32_t),
+                               cudaMemcpyDeviceToHost),
+                    "cudaMemcpy"));
+  for (std::size_t i = 0; i < k_count; ++i) out.wrong_ring += payload[i] != ring_value(prev, i);
+
+  if (out.wrong_allreduce != 0 || out.wrong_ring != 0) {
+    out.ok = false;
+    out.exit_code = k_gpu_wrong_data;
+    std::vector<std::string> parts;
+    if (out.wrong_allreduce != 0) {
+      parts.push_back(fmt::format("all-reduce: {} of {} values differ from {}",
+                                  out.wrong_allreduce, k_count, expect));
+    }
+    if (out.wrong_ring != 0) {
+      parts.push_back(fmt::format("ring recv from {}: {} of {} values wrong", s.label(prev),
+                                  out.wrong_ring, k_count));
+    }
+    out.reason = fmt::format("{}", fmt::join(parts, "; "));
+  }
+  EPKIT_TRY(r.store().barrier("test/barrier", runtime::Deadline::after_seconds(timeout_s)));
+  return out;
+}
+
+// Points NCCL's INFO log at a private file so the transports can be read
+// back; left alone when the user set NCCL_DEBUG (their log, their choice).
+std::string capture_nccl_log(const host::Host& host, int rank) {
+  if (host.env().has("NCCL_DEBUG")) return {};
+  std::string path = fmt::format("/tmp/epkit-nccl-{}-{}.log", ::getpid(), rank);
+  ::setenv("NCCL_DEBUG", "INFO", 1);
+  ::setenv("NCCL_DEBUG_SUBSYS", "INIT,P2P,NET", 1);
+  ::setenv("NCCL_DEBUG_FILE", path.c_str(), 1);
+  return path;
+}
+
+nlohmann::json transports_json(const std::string& log_path) {
+  nlohmann::json out = nlohmann::json::array();
+  if (log_path.empty()) return out;
+  std::ifstream in(log_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::remove(log_path.c_str());
+  for (const auto& [peers, transport] : runtime::parse_transports(text.str())) {
+    out.push_back({{"from", peers.first}, {"to", peers.second}, {"transport", transport}});
+  }
+  return out;
+}
+
+std::string cc_text(const runtime::GpuInfo& g) {
+  return fmt::format("{}.{}", g.cc_major, g.cc_minor);
+}
+
+void write_summary(runtime::GpuRank& r, const std::vector<nlohmann::json>& results,
+                   const std::vector<runtime::Mismatch>& mismatches, bool transports_known,
+                   bool json, std::ostream& out) {
+  int failed = 0;
+  for (const auto& res : results) failed += res.value("ok", false) ? 0 : 1;
+  const auto& f0 = r.facts.front();
+  nlohmann::json j = {{"ok", failed == 0},
+                      {"world_size", r.launch.world_size},
+                      {"nnodes", r.launch.nnodes},
+                      {"launcher", runtime::to_string(r.launch.launcher)},
+                      {"nccl_version", f0.nccl_version},
+                      {"nccl_library", f0.nccl_library},
+                      {"cuda_runtime", f0.cuda_version},
+                      {"cuda_driver", runtime::cuda_version_string(r.gpu.driver_version)},
+                      {"driver_version", f0.driver_version},
+                      {"ranks", results},
+                      {"transports_known", transports_known}};
+  nlohmann::json mm = nlohmann::json::array();
+  for (const auto& m : mismatches) {
+    mm.push_back({{"kind", runtime::to_string(m.kind)}, {"summary", m.summary}, {"ranks", m.ranks}});
+  }
+  j["mismatches"] = mm;
+  if (json) {
+    out << j.dump(2) << "\n";
+    return;
+  }
+  out << fmt::format("epkit test: {} of {} ranks OK on {} node{} ({})\n",
+                     r.launch.world_size - failed, r.launch.world_size, r.launch.nnodes,
+                     r.launch.nnodes == 1 ? "" : "s", runtime::to_string(r.launch.launcher));
+  out << fmt::format("  NCCL {} ({}), CUDA runtime {}, driver {} (CUDA {})\n", f0.nccl_version,
+                     f0.nccl_library, f0.cuda_version,
+                     f0.driver_version.empty() ? "unknown" : f0.driver_version,
+                     runtime::cuda_version_string(r.gpu.driver_version));
+  for (const auto& res : results) {
+    out << fmt::format("  {:<24} {}  {}  cc {}  {}\n", res.value("label", "?"),
+                       res.value("gpu_pci_bus_id", "?"), res.value("gpu_name", "?"),
+                       res.value("compute_capability", "?"),
+                       res.value("ok", false) ? "OK" : "FAIL: " + res.value("reason", ""));
+  }
+  if (transports_known) {
+    out << "  transports NCCL chose (from its INFO log):\n";
+    for (const auto& res : results) {
+      for (const auto& t : res.value("transports", nlohmann::json::array())) {
+        // A rank's log also shows the receiving side of its peers'
+        // connections, so the source is the line's, not the reporting rank.
+        auto name = [&](int q) {
+          return q >= 0 && static_cast<std::size_t>(q) < r.labels.size()
+                     ? r.labels[static_cast<std::size_t>(q)]
+                     : std::to_string(q);
+        };
+        out << fmt::format("    {} -> {}: {} (seen by {})\n", name(t.value("from", -1)),
+                           name(t.value("to", -1)), t.value("transport", "?"),
+                           res.value("label", "?"));
+      }
+    }
+  } else {
+    out << "  transports: unknown (NCCL_DEBUG is set, so epkit did not capture NCCL's log)\n";
+  }
+  for (const auto& m : mismatches) {
+    out << fmt::format("  mismatch ({}): {}\n", runtime::to_string(m.kind), m.summary);
+  }
+}
+
+int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+              const GpuLaunchOptions& opts) {
+  auto fail = [&](int code, const std::string& why) {
+    io.line("FAIL: " + why);
+    return code;
+  };
+  // Before NCCL loads: it reads NCCL_DEBUG* once.
+  const std::string log_path = capture_nccl_log(host, launch.rank);
+  auto step = [&] { return runtime::Deadline::after_seconds(opts.timeout_s); };
+  std::unique_ptr<runtime::GpuRank> joined;
+  if (int rc = open_gpu_rank(host, launch, io, opts.timeout_s, joined); rc != k_gpu_ok) return rc;
+  auto& r = *joined;
+  const auto mismatches = runtime::compare_facts(r.facts);
+  // Fault injection for the tests: this rank dies after NCCL started, the
+  // others must name it and exit instead of hanging in the collectives.
+  if (auto kill = host.env().get_nonempty("EPKIT_TEST_KILL_RANK");
+      kill && *kill == std::to_string(launch.rank)) {
+    std::raise(SIGKILL);
+  }
+  auto result = run_collectives(r, opts.timeout_s);
+  if (!result) {
+    r.session->abort();
+    return fail(exit_code_for(result.error()), result.error().message);
+  }
+  nlohmann::json mine = {{"rank", launch.rank},
+                         {"label", r.labels[static_cast<std::size_t>(launch.rank)]},
+                         {"ok", result->ok},
+                         {"reason", result->reason},
+                         {"gpu_name", r.gpu.name},
+                         {"gpu_uuid", r.gpu.uuid},
+                         {"gpu_pci_bus_id", r.gpu.pci_bus_id},
+                         {"compute_capability", cc_text(r.gpu)},
+                         {"wrong_all_reduce", result->wrong_allreduce},
+                         {"wrong_ring", result->wrong_ring},
+                         {"transports", transports_json(log_path)}};
+  auto set = r.store().set(fmt::format("test/result/{}", launch.rank), mine.dump(), step());
+  if (!set) return fail(exit_code_for(set.error()), set.error().message);
+  int code = result->ok ? k_gpu_ok : result->exit_code;
+  if (launch.rank == 0) {
+    std::vector<nlohmann::json> results;
+    for (int q = 0; q < launch.world_size; ++q) {
+      auto text = r.store().get(fmt::format("test/result/{}", q), step());
+      if (!text) return fail(exit_code_for(text.error()), text.error().message);
+      results.push_back(nlohmann::json::parse(*text, nullptr, false));
+    }
+    write_summary(r, results, mismatches, !log_path.empty(), opts.json, io.summary);
+    io.summary.flush();
+  }
+  // Everyone waits for rank 0's summary before leaving: a rank that leaves
+  // early looks like a crash to the store.
+  code = close_gpu_rank(r, io, "test/done", opts.timeout_s, code);
+  if (code == k_gpu_ok) {
+    io.line("OK");
+  } else if (!result->ok) {
+    io.line("FAIL: " + result->reason);
+  }
+  return code;
+}
+
+#endif
+
+}  // namespace
+
+Command make_test_command() {
+  return {"test", "Fail-fast GPU connectivity test: all-reduce, ring send/recv, barrier",
+          [](CLI::App& app) -> Runner {
+            auto common = std::make_shared<CommonOptions>();
+            auto opts = std::make_shared<GpuLaunchOptions>();
+            add_gpu_launch_options(app, *opts);
+            app.footer(
+                "Exit codes: 0 all OK, 10 wrong data, 11 NCCL/CUDA error, 12 no GPU/driver/"
+                "libnccl, 75 a peer was lost, 124 timeout, 64 usage. See docs/gpu-commands.md.");
+            return [common, opts](Io& io) -> int {
+              std::vector<std::string> child = {"--timeout", fmt::format("{}", opts->timeout_s)};
+              if (opts->json) child.push_back("--json");
+              RankMain main;
+#ifdef EPKIT_WITH_CUDA
+              main = [opts](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
+                return rank_main(h, l, rio, *opts);
+              };
+#endif
+              return run_gpu_command(io, "test", *common, *opts, child, main);
+            };
+          }};
+}
+
+}  // namespace epkit::cli

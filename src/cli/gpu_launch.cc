@@ -1,0 +1,221 @@
+#include "cli/gpu_launch.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "host/dl/nccl.h"
+#include "runtime/spawner.h"
+
+#ifdef EPKIT_WITH_CUDA
+#include "runtime/gpu_rank.h"
+#endif
+
+namespace epkit::cli {
+namespace {
+
+constexpr const char* k_summary_var = "EPKIT_SUMMARY_FILE";
+// A rank gets this much beyond --timeout to abort NCCL and report before the
+// watchdog ends it: ncclCommAbort itself can block on a wedged GPU.
+constexpr double k_watchdog_grace_s = 10.0;
+
+void start_watchdog(double seconds, std::string label) {
+  std::thread([seconds, label = std::move(label)] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<long>(seconds * 1000)));
+    std::string msg = fmt::format("{}FAIL: still running {:.0f} s after the timeout; exiting\n",
+                                  label, k_watchdog_grace_s);
+    [[maybe_unused]] auto n = ::write(2, msg.data(), msg.size());
+    std::_Exit(k_gpu_timeout);
+  }).detach();
+}
+
+std::string host_name(const host::Host& host) {
+  return host.fs().read_trimmed("/proc/sys/kernel/hostname").value_or(std::string("localhost"));
+}
+
+int default_gpu_count() {
+#ifdef EPKIT_WITH_CUDA
+  auto count = runtime::cuda_device_count();
+  return count ? *count : 0;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace
+
+void RankIo::line(const std::string& text) const {
+  out << prefix << text << "\n";
+  out.flush();
+}
+
+void add_gpu_launch_options(CLI::App& app, GpuLaunchOptions& opts) {
+  app.add_option("--nproc-per-node", opts.nproc_per_node,
+                 "Ranks to start on this node, one per GPU (default: all GPUs)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--nnodes", opts.nnodes, "Nodes in the job (bare nodes)")
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--node-rank", opts.node_rank, "This node's index (bare nodes)")
+      ->check(CLI::Range(0, 1 << 16));
+  app.add_option("--master", opts.master, "Rank 0's host[:port] (bare nodes)");
+  app.add_option("--timeout", opts.timeout_s,
+                 "Seconds every step may take before the job is aborted (default 60)")
+      ->check(CLI::Range(0.1, 86400.0));
+  app.add_flag("--json", opts.json, "Write the summary as JSON");
+}
+
+int exit_code_for(const Error& error) {
+  switch (error.code) {
+    case ErrorCode::timeout:
+      return k_gpu_timeout;
+    case ErrorCode::unavailable:
+      return k_gpu_peer_lost;
+    case ErrorCode::nccl:
+    case ErrorCode::cuda:
+      return k_gpu_nccl_error;
+    default:
+      return k_gpu_nccl_error;
+  }
+}
+
+#ifdef EPKIT_WITH_CUDA
+int open_gpu_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+                  double timeout_s, std::unique_ptr<runtime::GpuRank>& out) {
+  auto fail = [&](int code, const std::string& why) {
+    io.line("FAIL: " + why);
+    return code;
+  };
+  if (auto count = runtime::cuda_device_count(); !count) {
+    return fail(k_gpu_unavailable, count.error().message);
+  }
+  if (auto nccl = host::dl::load_nccl(); !nccl) {
+    return fail(k_gpu_unavailable, "NCCL cannot be loaded: " + nccl.error().message);
+  }
+  auto joined = runtime::join_gpu_job(host, launch, runtime::Deadline::after_seconds(timeout_s));
+  if (!joined) return fail(exit_code_for(joined.error()), joined.error().message);
+  if (launch.rank == 0) {
+    for (const auto& m : runtime::compare_facts((*joined)->facts)) {
+      io.line(fmt::format("mismatch ({}): {}", runtime::to_string(m.kind), m.summary));
+    }
+  }
+  if (auto started = runtime::start_nccl(**joined, runtime::Deadline::after_seconds(timeout_s));
+      !started) {
+    return fail(exit_code_for(started.error()), started.error().message);
+  }
+  out = std::move(*joined);
+  return k_gpu_ok;
+}
+
+int close_gpu_rank(runtime::GpuRank& rank, RankIo& io, const std::string& barrier,
+                   double timeout_s, int code) {
+  auto step = [&] { return runtime::Deadline::after_seconds(timeout_s); };
+  if (auto done = rank.store().barrier(barrier, step()); !done) {
+    io.line("FAIL: " + done.error().message);
+    return exit_code_for(done.error());
+  }
+  if (auto closed = rank.session->close(step()); !closed) {
+    io.line("FAIL: " + closed.error().message);
+    return exit_code_for(closed.error());
+  }
+  rank.store().close();
+  return code;
+}
+#endif
+
+int run_gpu_command(Io& io, const std::string& name, const CommonOptions& common,
+                    const GpuLaunchOptions& opts, const std::vector<std::string>& child_args,
+                    const RankMain& rank_main) {
+  auto host = make_host(common);
+  if (!host) {
+    io.err << "epkit " << name << ": " << host.error().message << "\n";
+    return k_exit_usage;
+  }
+  runtime::LaunchOptions lo;
+  lo.nproc_per_node = opts.nproc_per_node;
+  lo.nnodes = opts.nnodes;
+  lo.node_rank = opts.node_rank;
+  lo.master = opts.master;
+  const bool spawned = host->env().has("EPKIT_SPAWNED");
+  if (!spawned && !opts.nproc_per_node) lo.default_nproc = default_gpu_count();
+  auto launch = runtime::discover(host->env(), lo);
+  if (!launch) {
+    io.err << "epkit " << name << ": " << launch.error().message << "\n";
+    return k_exit_usage;
+  }
+  const std::string label = host_name(*host);
+
+  if (launch->spawn) {
+    if (launch->local_world_size < 1) {
+      io.err << "epkit " << name << ": no GPU to start a rank on (" <<
+#ifdef EPKIT_WITH_CUDA
+          (runtime::cuda_device_count() ? std::string("0 GPUs")
+                                        : runtime::cuda_device_count().error().message)
+#else
+          host::dl::nccl_not_built().message
+#endif
+             << "); pass --nproc-per-node to force\n";
+      return k_gpu_unavailable;
+    }
+    char path[] = "/tmp/epkit-summary-XXXXXX";
+    int fd = ::mkstemp(path);
+    if (fd < 0) {
+      io.err << "epkit " << name << ": cannot create a temporary file in /tmp\n";
+      return k_gpu_nccl_error;
+    }
+    ::close(fd);
+    runtime::SpawnOptions so;
+    so.argv = {"/proc/self/exe", name};
+    so.argv.insert(so.argv.end(), child_args.begin(), child_args.end());
+    so.agent = *launch;
+    so.extra_env[k_summary_var] = path;
+    so.extra_env["NCCL_NVLS_ENABLE"] = host->env().get("NCCL_NVLS_ENABLE").value_or("0");
+    so.host_label = label;
+    io.out.flush();
+    io.err.flush();
+    // Ranks get the whole run's steps; the agent waits a little longer so a
+    // rank's own timeout report arrives before the agent stops it.
+    auto deadline = runtime::Deadline::after_seconds(opts.timeout_s * 3 + 2 * k_watchdog_grace_s);
+    auto report = runtime::spawn_local_ranks(so, host->env(), deadline);
+    std::ifstream summary(path);
+    std::stringstream text;
+    text << summary.rdbuf();
+    std::remove(path);
+    if (!report) {
+      io.err << "epkit " << name << ": " << report.error().message << "\n";
+      return k_gpu_unavailable;
+    }
+    io.out << text.str();
+    int code = report->exit_code();
+    if (code != 0) {
+      io.err << fmt::format("epkit {}: {} (exit {})\n", name, report->summary(label), code);
+    }
+    return code;
+  }
+
+  if (spawned) {
+    if (auto watch = runtime::watch_lifeline(host->env()); !watch) {
+      io.err << "epkit " << name << ": " << watch.error().message << "\n";
+      return k_exit_usage;
+    }
+  }
+  start_watchdog(opts.timeout_s * 3 + k_watchdog_grace_s,
+                 fmt::format("[{}:{}] ", label, launch->rank));
+  std::ofstream summary_file;
+  if (auto path = host->env().get_nonempty(k_summary_var)) summary_file.open(*path);
+  RankIo rio{io.out, summary_file.is_open() ? static_cast<std::ostream&>(summary_file) : io.out,
+             spawned ? std::string() : fmt::format("[{}:{}] ", label, launch->rank)};
+  if (!rank_main) {
+    rio.line("FAIL: this epkit was built without CUDA (no nvcc at build time); GPU commands need a "
+             "build with the CUDA toolkit");
+    return k_gpu_unavailable;
+  }
+  return rank_main(*host, *launch, rio);
+}
+
+}  // namespace epkit::cli

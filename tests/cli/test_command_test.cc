@@ -1,0 +1,65 @@
+// `epkit test` without a usable GPU must fail loudly, and the binary must not
+// need libnccl or libcuda to start (doctor runs on broken nodes).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "host/elf.h"
+#include "host/sysroot.h"
+#include "support/temp_tree.h"
+
+namespace epkit {
+namespace {
+
+struct Shell {
+  int code = -1;
+  std::string out;
+};
+
+Shell shell(const std::string& command) {
+  Shell r;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), pipe) != nullptr) r.out += buf.data();
+  int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(TestCommand, BinaryNeedsNeitherNcclNorLibcuda) {
+  // The debug build is larger than the ELF reader loads: read a stripped copy.
+  test::TempTree tree;
+  std::string copy = tree.path("/epkit");
+  ASSERT_EQ(shell("strip -o " + copy + " " + EPKIT_BINARY).code, 0);
+  auto elf = host::read_elf(host::Sysroot("/"), copy);
+  ASSERT_TRUE(elf.ok()) << elf.error().message;
+  for (const auto& lib : elf->needed) {
+    EXPECT_EQ(lib.find("libnccl"), std::string::npos) << lib;
+    EXPECT_EQ(lib.find("libcuda"), std::string::npos) << lib;
+    EXPECT_EQ(lib.find("libcudart"), std::string::npos) << lib;
+  }
+}
+
+// No GPU visible (CUDA_VISIBLE_DEVICES empty hides them on a GPU machine; CI
+// has none): a named cause and exit 12, never a pass.
+TEST(TestCommand, NoGpuIsAFailureNamingTheCause) {
+  auto r = shell(std::string("env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY +
+                 " test --timeout 5");
+  EXPECT_EQ(r.code, 12) << r.out;
+  EXPECT_NE(r.out.find("FAIL: "), std::string::npos) << r.out;
+  EXPECT_TRUE(r.out.find("CUDA") != std::string::npos || r.out.find("driver") != std::string::npos)
+      << r.out;
+}
+
+TEST(TestCommand, BadTimeoutIsAUsageError) {
+  auto r = shell(std::string(EPKIT_BINARY) + " test --timeout -1");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.code, 12) << r.out;
+}
+
+}  // namespace
+}  // namespace epkit

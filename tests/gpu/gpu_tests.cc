@@ -1,0 +1,158 @@
+// GPU tests of `epkit test` and `epkit bench`: they run the real binary on
+// this machine's GPUs. A case that needs more GPUs than there are (or a build
+// without CUDA) prints why and exits 77, which ctest reports as SKIP.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#ifdef EPKIT_WITH_CUDA
+#include "runtime/gpu_rank.h"
+#endif
+
+namespace {
+
+constexpr int k_skip = 77;
+
+int gpu_count() {
+#ifdef EPKIT_WITH_CUDA
+  auto count = epkit::runtime::cuda_device_count();
+  return count ? *count : 0;
+#else
+  return 0;
+#endif
+}
+
+void need_gpus(int n) {
+  int have = gpu_count();
+  if (have >= n) return;
+  std::cout << "SKIP: needs " << n << " GPUs, this machine has " << have << "\n";
+  std::cout.flush();
+  std::_Exit(k_skip);
+}
+
+struct Shell {
+  int code = -1;
+  std::string out;
+  double seconds = 0;
+};
+
+Shell shell(const std::string& command) {
+  Shell r;
+  auto start = std::chrono::steady_clock::now();
+  FILE* pipe = ::popen(("export NCCL_NVLS_ENABLE=0; " + command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), pipe) != nullptr) r.out += buf.data();
+  int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "$ " << command << "  -> " << r.code << " in " << r.seconds << " s\n" << r.out;
+  return r;
+}
+
+// EPKIT_BIN runs another copy (a build carried to a GPU machine).
+std::string epkit() {
+  const char* other = std::getenv("EPKIT_BIN");
+  return other != nullptr && *other != 0 ? other : EPKIT_BINARY;
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+TEST(EpkitTest, TwoRanks) {
+  need_gpus(2);
+  auto r = shell(epkit() + " test --nproc-per-node 2 --timeout 60");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(count_of(r.out, "] OK\n"), 2u);
+  EXPECT_NE(r.out.find("2 of 2 ranks OK"), std::string::npos);
+  EXPECT_NE(r.out.find(" -> "), std::string::npos);  // a transport per peer
+}
+
+TEST(EpkitTest, FourRanks) {
+  need_gpus(4);
+  auto r = shell(epkit() + " test --nproc-per-node 4 --timeout 60");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(count_of(r.out, "] OK\n"), 4u);
+  EXPECT_NE(r.out.find("4 of 4 ranks OK"), std::string::npos);
+}
+
+TEST(EpkitTest, JsonSummary) {
+  need_gpus(2);
+  auto r = shell(epkit() + " test --nproc-per-node 2 --json");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("\"ok\": true"), std::string::npos);
+  EXPECT_NE(r.out.find("\"nccl_version\""), std::string::npos);
+}
+
+// One rank dies after NCCL started: the others must name it and exit well
+// within the timeout instead of hanging in the all-reduce.
+TEST(EpkitTest, KilledRankIsNamed) {
+  need_gpus(2);
+  auto r = shell("env EPKIT_TEST_KILL_RANK=1 " + epkit() + " test --nproc-per-node 2 --timeout 20");
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(r.seconds, 20.0);
+  EXPECT_NE(r.out.find("rank 1"), std::string::npos);
+  EXPECT_NE(r.out.find(":1 disconnected"), std::string::npos);
+}
+
+// Two "nodes" on one host: two agents, each with its own NCCL_HOSTID and GPU,
+// joined through --nnodes/--node-rank/--master.
+TEST(EpkitTest, FakeTwoNodes) {
+  need_gpus(2);
+  std::string common = " test --nnodes 2 --nproc-per-node 1 --master 127.0.0.1:29611 --timeout 60";
+  auto r = shell("( env CUDA_VISIBLE_DEVICES=1 NCCL_HOSTID=fake-b " + epkit() + common +
+                 " --node-rank 1 & env CUDA_VISIBLE_DEVICES=0 NCCL_HOSTID=fake-a " + epkit() +
+                 common + " --node-rank 0; rc=$?; wait $!; rb=$?; exit $((rc + rb)) )");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("2 of 2 ranks OK on 2 nodes"), std::string::npos);
+}
+
+// Every collective on two GPUs with the data check: no wrong element.
+TEST(EpkitBench, EveryCollectiveChecksItsData) {
+  need_gpus(2);
+  for (const char* op :
+       {"all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", "broadcast"}) {
+    auto r = shell(epkit() + " bench nccl " + op + " --nproc-per-node 2 -b 1K -e 4M -f 16 -n 5 -w 1");
+    EXPECT_EQ(r.code, 0) << op;
+    EXPECT_NE(r.out.find("Out of bounds values : 0 OK"), std::string::npos) << op;
+    EXPECT_NE(r.out.find("     4194304 "), std::string::npos) << op;
+  }
+}
+
+TEST(EpkitBench, MinBusbwFailsTheRun) {
+  need_gpus(2);
+  auto r = shell(epkit() + " bench nccl all_reduce --nproc-per-node 2 -b 1M -e 1M --min-busbw 100000");
+  EXPECT_EQ(r.code, 13);
+  auto ok = shell(epkit() + " bench nccl all_reduce --nproc-per-node 2 -b 1M -e 1M --json");
+  EXPECT_EQ(ok.code, 0);
+  EXPECT_NE(ok.out.find("\"avg_busbw_gbps\""), std::string::npos);
+}
+
+TEST(EpkitBench, P2pMatrixHasEveryMode) {
+  need_gpus(2);
+  auto r = shell(epkit() + " bench p2p -b 64M -n 5");
+  EXPECT_EQ(r.code, 0);
+  for (const char* mode : {"copy engine, unidirectional", "copy engine, bidirectional",
+                           "SM copy kernel, unidirectional", "SM copy kernel, bidirectional"}) {
+    EXPECT_NE(r.out.find(mode), std::string::npos) << mode;
+  }
+  auto j = shell(epkit() + " bench p2p -b 16M -n 2 --json");
+  EXPECT_EQ(j.code, 0);
+  EXPECT_NE(j.out.find("\"matrices\""), std::string::npos);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
