@@ -71,8 +71,8 @@ Result<std::vector<Row>> run_sweep(runtime::NcclSession& s, runtime::Store& stor
   DeviceMemory wrong;
   // Both buffers hold the larger side: in-place runs put input and output
   // in the receive buffer.
-  const std::size_t elems = std::max<std::size_t>(
-      {1, ops.send_count(max_count, n), ops.recv_count(max_count, n)});
+  const std::size_t elems =
+      std::max<std::size_t>({1, ops.send_count(max_count, n), ops.recv_count(max_count, n)});
   EPKIT_TRY(cuda_ok(cudaMalloc(&send.ptr, elems * esize), "cudaMalloc (send buffer)"));
   EPKIT_TRY(cuda_ok(cudaMalloc(&recv.ptr, elems * esize), "cudaMalloc (receive buffer)"));
   EPKIT_TRY(cuda_ok(cudaMalloc(&wrong.ptr, sizeof(unsigned long long)), "cudaMalloc"));
@@ -81,6 +81,11 @@ Result<std::vector<Row>> run_sweep(runtime::NcclSession& s, runtime::Store& stor
   EPKIT_TRY(cuda_ok(cudaEventCreate(&start.ev), "cudaEventCreate"));
   EPKIT_TRY(cuda_ok(cudaEventCreate(&stop.ev), "cudaEventCreate"));
   auto step = [&] { return Deadline::after_seconds(o.timeout_s); };
+  // Timed loops run on a blocking twin of the session's communicator (see
+  // NcclSession::blocking_comm); the session's waits still bound them.
+  auto twin = s.blocking_comm(step());
+  if (!twin) return twin.error();
+  const ncclComm_t comm = *twin;
 
   // Like nccl-tests, warm up once at the largest size before the sweep: the
   // first operations of a communicator pay for connections and buffer
@@ -88,10 +93,9 @@ Result<std::vector<Row>> run_sweep(runtime::NcclSession& s, runtime::Store& stor
   if (o.warmup > 0 && max_count > 0) {
     std::size_t count = o.sizes.back() / esize;
     for (int i = 0; i < o.warmup; ++i) {
-      EPKIT_TRY(s.check(ops.run(s.api(), send.ptr, recv.ptr, count, type, o.root, me, n,
-                                s.comm(), s.stream()),
-                        to_string(o.kind)));
-      EPKIT_TRY(s.ready(step()));
+      EPKIT_TRY(s.check(
+          ops.run(s.api(), send.ptr, recv.ptr, count, type, o.root, me, n, comm, s.stream()),
+          to_string(o.kind)));
     }
     EPKIT_TRY(s.wait("bench/warmup", step()));
   }
@@ -122,14 +126,13 @@ Result<std::vector<Row>> run_sweep(runtime::NcclSession& s, runtime::Store& stor
       }
       const std::string tag = fmt::format("bench/{}/{}", si, in_place ? "ip" : "oop");
       auto enqueue = [&]() -> Result<void> {
-        EPKIT_TRY(s.check(ops.run(s.api(), b.send, b.recv, count, type, o.root, me, n, s.comm(),
-                                  s.stream()),
-                          to_string(o.kind)));
-        return s.ready(step());
+        return s.check(
+            ops.run(s.api(), b.send, b.recv, count, type, o.root, me, n, comm, s.stream()),
+            to_string(o.kind));
       };
-      EPKIT_TRY(cuda_ok(kernels::fill(b.input, elem, b.input_count, 0, me, b.input_offset,
-                                      s.stream()),
-                        "fill kernel"));
+      EPKIT_TRY(
+          cuda_ok(kernels::fill(b.input, elem, b.input_count, 0, me, b.input_offset, s.stream()),
+                  "fill kernel"));
       for (int i = 0; i < o.warmup; ++i) EPKIT_TRY(enqueue());
       EPKIT_TRY(s.wait(tag + "/warmup", step()));
       EPKIT_TRY(cuda_ok(cudaEventRecord(start.ev, s.stream()), "cudaEventRecord"));
@@ -143,9 +146,9 @@ Result<std::vector<Row>> run_sweep(runtime::NcclSession& s, runtime::Store& stor
       std::optional<std::uint64_t> wrong_count;
       if (o.check) {
         // The timed loop changed in-place inputs: fill again, run once, check.
-        EPKIT_TRY(cuda_ok(kernels::fill(b.input, elem, b.input_count, 0, me, b.input_offset,
-                                        s.stream()),
-                          "fill kernel"));
+        EPKIT_TRY(
+            cuda_ok(kernels::fill(b.input, elem, b.input_count, 0, me, b.input_offset, s.stream()),
+                    "fill kernel"));
         EPKIT_TRY(enqueue());
         EPKIT_TRY(cuda_ok(cudaMemsetAsync(wrong.ptr, 0, sizeof(unsigned long long), s.stream()),
                           "cudaMemsetAsync"));
@@ -155,9 +158,9 @@ Result<std::vector<Row>> run_sweep(runtime::NcclSession& s, runtime::Store& stor
                           "check kernel"));
         EPKIT_TRY(s.wait(tag + "/check", step()));
         unsigned long long host_wrong = 0;
-        EPKIT_TRY(cuda_ok(cudaMemcpy(&host_wrong, wrong.ptr, sizeof host_wrong,
-                                     cudaMemcpyDeviceToHost),
-                          "cudaMemcpy"));
+        EPKIT_TRY(
+            cuda_ok(cudaMemcpy(&host_wrong, wrong.ptr, sizeof host_wrong, cudaMemcpyDeviceToHost),
+                    "cudaMemcpy"));
         auto total = store.add(tag + "/wrong", static_cast<std::int64_t>(host_wrong), step());
         if (!total) return total.error();
         wrong_count = host_wrong;

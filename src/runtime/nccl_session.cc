@@ -41,10 +41,8 @@ Result<void> NcclSession::check(ncclResult_t rc, const std::string& what) {
                                 last != nullptr && *last != 0 ? fmt::format(": {}", last) : ""));
 }
 
-Result<void> NcclSession::mark(const std::string& milestone, const char* phase,
-                               Deadline deadline) {
-  auto added =
-      m_store.add(fmt::format("ms/{}/{}/{}", milestone, phase, rank()), 1, deadline);
+Result<void> NcclSession::mark(const std::string& milestone, const char* phase, Deadline deadline) {
+  auto added = m_store.add(fmt::format("ms/{}/{}/{}", milestone, phase, rank()), 1, deadline);
   if (!added) return added.error();
   return {};
 }
@@ -131,8 +129,8 @@ Result<std::unique_ptr<NcclSession>> NcclSession::open(const host::dl::NcclLibra
     if (ncclResult_t rc = nccl.api.get_unique_id(&id); rc != ncclSuccess) {
       return s->check(rc, "ncclGetUniqueId").error();
     }
-    EPKIT_TRY(store.set(k_unique_id_key, std::string_view(id.internal, sizeof id.internal),
-                        deadline));
+    EPKIT_TRY(
+        store.set(k_unique_id_key, std::string_view(id.internal, sizeof id.internal), deadline));
   } else {
     auto value = store.get(k_unique_id_key, deadline);
     if (!value) {
@@ -162,7 +160,8 @@ Result<std::unique_ptr<NcclSession>> NcclSession::open(const host::dl::NcclLibra
   auto ready = s->poll("init", deadline, [&]() -> Result<bool> {
     ncclResult_t state = ncclInProgress;
     ncclResult_t q = nccl.api.comm_get_async_error(s->m_comm, &state);
-    if (q != ncclSuccess && q != ncclInProgress) return s->check(q, "ncclCommGetAsyncError").error();
+    if (q != ncclSuccess && q != ncclInProgress)
+      return s->check(q, "ncclCommGetAsyncError").error();
     return state == ncclSuccess;
   });
   if (!ready) {
@@ -186,8 +185,8 @@ Result<void> NcclSession::wait(const std::string& milestone, Deadline deadline) 
     cudaError_t rc = cudaStreamQuery(m_stream);
     if (rc == cudaSuccess) return true;
     if (rc == cudaErrorNotReady) return false;
-    return make_error(ErrorCode::cuda, fmt::format("'{}' on {}: {}", milestone, label(rank()),
-                                                   describe_cuda(rc)));
+    return make_error(ErrorCode::cuda,
+                      fmt::format("'{}' on {}: {}", milestone, label(rank()), describe_cuda(rc)));
   });
   if (!done) {
     abort();
@@ -213,6 +212,11 @@ Result<void> NcclSession::ready(Deadline deadline) {
 
 Result<void> NcclSession::close(Deadline deadline) {
   if (m_comm == nullptr) return {};
+  if (m_blocking != nullptr) {
+    // Its work is on the same stream, which the last wait() drained.
+    api().comm_destroy(m_blocking);
+    m_blocking = nullptr;
+  }
   ncclResult_t rc = api().comm_finalize(m_comm);
   Result<void> result;
   if (rc != ncclSuccess && rc != ncclInProgress) {
@@ -236,7 +240,49 @@ Result<void> NcclSession::close(Deadline deadline) {
   return {};
 }
 
+Result<ncclComm_t> NcclSession::blocking_comm(Deadline deadline) {
+  if (m_blocking != nullptr) return m_blocking;
+  EPKIT_TRY(mark("split", "enter", deadline));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  ncclComm_t child = nullptr;
+  ncclResult_t rc = api().comm_split(m_comm, 0, rank(), &child, &config);
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    auto err = check(rc, "ncclCommSplit");
+    abort();
+    return err.error();
+  }
+  // The parent is non-blocking, so the split itself may still be running.
+  auto done = poll("split", deadline, [&]() -> Result<bool> {
+    ncclResult_t state = ncclInProgress;
+    ncclResult_t q = api().comm_get_async_error(m_comm, &state);
+    if (q != ncclSuccess) return check(q, "ncclCommGetAsyncError").error();
+    if (state == ncclInProgress) return false;
+    if (state != ncclSuccess) return check(state, "ncclCommSplit").error();
+    if (child == nullptr) return false;
+    ncclResult_t child_state = ncclInProgress;
+    q = api().comm_get_async_error(child, &child_state);
+    if (q != ncclSuccess) return check(q, "ncclCommGetAsyncError").error();
+    if (child_state != ncclSuccess && child_state != ncclInProgress) {
+      return check(child_state, "ncclCommSplit").error();
+    }
+    return child_state == ncclSuccess;
+  });
+  if (!done) {
+    if (child != nullptr) api().comm_abort(child);
+    abort();
+    return done.error();
+  }
+  m_blocking = child;
+  EPKIT_TRY(mark("split", "done", deadline));
+  return m_blocking;
+}
+
 void NcclSession::abort() {
+  if (m_blocking != nullptr) {
+    api().comm_abort(m_blocking);
+    m_blocking = nullptr;
+  }
   if (m_comm != nullptr) {
     api().comm_abort(m_comm);
     m_comm = nullptr;

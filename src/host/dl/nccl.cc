@@ -34,21 +34,22 @@ Result<NcclLibrary> open_nccl(const std::vector<std::string>& names) {
   NcclLibrary out{std::move(*lib), {}, 0, {}};
   NcclApi& a = out.api;
   const DlLibrary& l = out.library;
-  for (auto err : {bind_nccl(l, a.get_version, "ncclGetVersion"),
-                   bind_nccl(l, a.get_unique_id, "ncclGetUniqueId"),
-                   bind_nccl(l, a.get_error_string, "ncclGetErrorString"),
-                   bind_nccl(l, a.get_last_error, "ncclGetLastError"),
-                   bind_nccl(l, a.comm_init_rank_config, "ncclCommInitRankConfig"),
-                   bind_nccl(l, a.comm_get_async_error, "ncclCommGetAsyncError"),
-                   bind_nccl(l, a.comm_finalize, "ncclCommFinalize"),
-                   bind_nccl(l, a.comm_destroy, "ncclCommDestroy"),
-                   bind_nccl(l, a.comm_abort, "ncclCommAbort"),
-                   bind_nccl(l, a.all_reduce, "ncclAllReduce"),
-                   bind_nccl(l, a.all_gather, "ncclAllGather"),
-                   bind_nccl(l, a.reduce_scatter, "ncclReduceScatter"),
-                   bind_nccl(l, a.broadcast, "ncclBroadcast"), bind_nccl(l, a.send, "ncclSend"),
-                   bind_nccl(l, a.recv, "ncclRecv"), bind_nccl(l, a.group_start, "ncclGroupStart"),
-                   bind_nccl(l, a.group_end, "ncclGroupEnd")}) {
+  for (auto err :
+       {bind_nccl(l, a.get_version, "ncclGetVersion"),
+        bind_nccl(l, a.get_unique_id, "ncclGetUniqueId"),
+        bind_nccl(l, a.get_error_string, "ncclGetErrorString"),
+        bind_nccl(l, a.get_last_error, "ncclGetLastError"),
+        bind_nccl(l, a.comm_init_rank_config, "ncclCommInitRankConfig"),
+        bind_nccl(l, a.comm_split, "ncclCommSplit"),
+        bind_nccl(l, a.comm_get_async_error, "ncclCommGetAsyncError"),
+        bind_nccl(l, a.comm_finalize, "ncclCommFinalize"),
+        bind_nccl(l, a.comm_destroy, "ncclCommDestroy"),
+        bind_nccl(l, a.comm_abort, "ncclCommAbort"), bind_nccl(l, a.all_reduce, "ncclAllReduce"),
+        bind_nccl(l, a.all_gather, "ncclAllGather"),
+        bind_nccl(l, a.reduce_scatter, "ncclReduceScatter"),
+        bind_nccl(l, a.broadcast, "ncclBroadcast"), bind_nccl(l, a.send, "ncclSend"),
+        bind_nccl(l, a.recv, "ncclRecv"), bind_nccl(l, a.group_start, "ncclGroupStart"),
+        bind_nccl(l, a.group_end, "ncclGroupEnd")}) {
     if (err) return *err;
   }
   if (ncclResult_t rc = a.get_version(&out.version); rc != ncclSuccess) {

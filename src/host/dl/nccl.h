@@ -19,12 +19,13 @@
 namespace epkit::host::dl {
 
 struct NcclApi {
-  ncclResult_t (*get_version)(int*) = nullptr;                 // ncclGetVersion
-  ncclResult_t (*get_unique_id)(ncclUniqueId*) = nullptr;      // ncclGetUniqueId
-  const char* (*get_error_string)(ncclResult_t) = nullptr;     // ncclGetErrorString
-  const char* (*get_last_error)(ncclComm_t) = nullptr;         // ncclGetLastError
+  ncclResult_t (*get_version)(int*) = nullptr;              // ncclGetVersion
+  ncclResult_t (*get_unique_id)(ncclUniqueId*) = nullptr;   // ncclGetUniqueId
+  const char* (*get_error_string)(ncclResult_t) = nullptr;  // ncclGetErrorString
+  const char* (*get_last_error)(ncclComm_t) = nullptr;      // ncclGetLastError
   ncclResult_t (*comm_init_rank_config)(ncclComm_t*, int, ncclUniqueId, int,
                                         ncclConfig_t*) = nullptr;
+  ncclResult_t (*comm_split)(ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*) = nullptr;
   ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t*) = nullptr;
   ncclResult_t (*comm_finalize)(ncclComm_t) = nullptr;
   ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
