@@ -62,6 +62,16 @@ void* DlLibrary::versioned_symbol(const char* name, const char* version) const {
   return m_handle != nullptr ? dlvsym(m_handle, name, version) : nullptr;
 }
 
+void DlLibrary::clear_dl_error() {
+  dlerror();
+}
+
+Error DlLibrary::missing_symbol(const char* sym) const {
+  const char* why = dlerror();
+  return make_error(ErrorCode::unavailable, fmt::format("{} lacks {}: {}", m_name, sym,
+                                                        why != nullptr ? why : "symbol not found"));
+}
+
 std::vector<std::string> candidates(const char* override_var, std::vector<std::string> sonames) {
   if (override_var != nullptr) {
     if (const char* value = std::getenv(override_var); value != nullptr && *value != '\0') {

@@ -6,6 +6,7 @@
 
 #include <epkit/result.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,15 @@ class DlLibrary {
   /// dlvsym (symbol of one ELF version); nullptr when absent.
   void* versioned_symbol(const char* name, const char* version) const;
 
+  /// Binds a required entry point: nullopt when found, else an unavailable
+  /// error naming the library and symbol and quoting dlerror().
+  template <typename Fn>
+  std::optional<Error> require(Fn*& slot, const char* sym) const {
+    clear_dl_error();
+    if (bind(slot, sym)) return std::nullopt;
+    return missing_symbol(sym);
+  }
+
   /// Fill `slot` with the symbol or leave it null; returns whether found.
   template <typename Fn>
   bool bind(Fn*& slot, const char* sym) const {
@@ -42,6 +52,9 @@ class DlLibrary {
   }
 
  private:
+  static void clear_dl_error();
+  Error missing_symbol(const char* sym) const;
+
   void* m_handle = nullptr;
   std::string m_name;
 };

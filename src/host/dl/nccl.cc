@@ -9,19 +9,6 @@
 #include <optional>
 
 namespace epkit::host::dl {
-namespace {
-
-template <typename Fn>
-std::optional<Error> bind_nccl(const DlLibrary& lib, Fn*& slot, const char* name) {
-  dlerror();
-  if (lib.bind(slot, name)) return std::nullopt;
-  const char* why = dlerror();
-  return make_error(ErrorCode::unavailable, fmt::format("{} lacks {}: {}", lib.name(), name,
-                                                        why != nullptr ? why : "symbol not found"));
-}
-
-}  // namespace
-
 std::string NcclApi::describe(ncclResult_t rc) const {
   const char* text = get_error_string != nullptr ? get_error_string(rc) : nullptr;
   return fmt::format("NCCL error {} ({})", static_cast<int>(rc),
@@ -35,21 +22,18 @@ Result<NcclLibrary> open_nccl(const std::vector<std::string>& names) {
   NcclApi& a = out.api;
   const DlLibrary& l = out.library;
   for (auto err :
-       {bind_nccl(l, a.get_version, "ncclGetVersion"),
-        bind_nccl(l, a.get_unique_id, "ncclGetUniqueId"),
-        bind_nccl(l, a.get_error_string, "ncclGetErrorString"),
-        bind_nccl(l, a.get_last_error, "ncclGetLastError"),
-        bind_nccl(l, a.comm_init_rank_config, "ncclCommInitRankConfig"),
-        bind_nccl(l, a.comm_split, "ncclCommSplit"),
-        bind_nccl(l, a.comm_get_async_error, "ncclCommGetAsyncError"),
-        bind_nccl(l, a.comm_finalize, "ncclCommFinalize"),
-        bind_nccl(l, a.comm_destroy, "ncclCommDestroy"),
-        bind_nccl(l, a.comm_abort, "ncclCommAbort"), bind_nccl(l, a.all_reduce, "ncclAllReduce"),
-        bind_nccl(l, a.all_gather, "ncclAllGather"),
-        bind_nccl(l, a.reduce_scatter, "ncclReduceScatter"),
-        bind_nccl(l, a.broadcast, "ncclBroadcast"), bind_nccl(l, a.send, "ncclSend"),
-        bind_nccl(l, a.recv, "ncclRecv"), bind_nccl(l, a.group_start, "ncclGroupStart"),
-        bind_nccl(l, a.group_end, "ncclGroupEnd")}) {
+       {l.require(a.get_version, "ncclGetVersion"), l.require(a.get_unique_id, "ncclGetUniqueId"),
+        l.require(a.get_error_string, "ncclGetErrorString"),
+        l.require(a.get_last_error, "ncclGetLastError"),
+        l.require(a.comm_init_rank_config, "ncclCommInitRankConfig"),
+        l.require(a.comm_split, "ncclCommSplit"),
+        l.require(a.comm_get_async_error, "ncclCommGetAsyncError"),
+        l.require(a.comm_finalize, "ncclCommFinalize"),
+        l.require(a.comm_destroy, "ncclCommDestroy"), l.require(a.comm_abort, "ncclCommAbort"),
+        l.require(a.all_reduce, "ncclAllReduce"), l.require(a.all_gather, "ncclAllGather"),
+        l.require(a.reduce_scatter, "ncclReduceScatter"), l.require(a.broadcast, "ncclBroadcast"),
+        l.require(a.send, "ncclSend"), l.require(a.recv, "ncclRecv"),
+        l.require(a.group_start, "ncclGroupStart"), l.require(a.group_end, "ncclGroupEnd")}) {
     if (err) return *err;
   }
   if (ncclResult_t rc = a.get_version(&out.version); rc != ncclSuccess) {

@@ -9,20 +9,6 @@
 #include <optional>
 
 namespace epkit::host::dl {
-namespace {
-
-// Binds one required entry point or returns the error naming it.
-template <typename Fn>
-std::optional<Error> bind_required(const DlLibrary& lib, Fn*& slot, const char* name) {
-  dlerror();
-  if (lib.bind(slot, name)) return std::nullopt;
-  const char* why = dlerror();
-  return make_error(ErrorCode::unavailable, fmt::format("{} lacks {}: {}", lib.name(), name,
-                                                        why != nullptr ? why : "symbol not found"));
-}
-
-}  // namespace
-
 std::string NvmlApi::describe(NvmlReturn rc) const {
   const char* text = error_string != nullptr ? error_string(rc) : nullptr;
   return fmt::format("NVML error {} ({})", rc, text != nullptr ? text : "no description");
@@ -35,17 +21,16 @@ Result<NvmlLibrary> open_nvml(const std::vector<std::string>& names) {
   NvmlApi& api = out.api;
   const DlLibrary& l = out.library;
   for (auto err :
-       {bind_required(l, api.init, "nvmlInit_v2"), bind_required(l, api.shutdown, "nvmlShutdown"),
-        bind_required(l, api.error_string, "nvmlErrorString"),
-        bind_required(l, api.device_get_count, "nvmlDeviceGetCount_v2"),
-        bind_required(l, api.device_get_handle_by_pci_bus_id, "nvmlDeviceGetHandleByPciBusId_v2"),
-        bind_required(l, api.device_get_name, "nvmlDeviceGetName"),
-        bind_required(l, api.device_get_uuid, "nvmlDeviceGetUUID"),
-        bind_required(l, api.device_get_nvlink_state, "nvmlDeviceGetNvLinkState"),
-        bind_required(l, api.device_get_nvlink_remote_pci_info,
-                      "nvmlDeviceGetNvLinkRemotePciInfo_v2"),
-        bind_required(l, api.device_get_p2p_status, "nvmlDeviceGetP2PStatus"),
-        bind_required(l, api.system_get_driver_version, "nvmlSystemGetDriverVersion")}) {
+       {l.require(api.init, "nvmlInit_v2"), l.require(api.shutdown, "nvmlShutdown"),
+        l.require(api.error_string, "nvmlErrorString"),
+        l.require(api.device_get_count, "nvmlDeviceGetCount_v2"),
+        l.require(api.device_get_handle_by_pci_bus_id, "nvmlDeviceGetHandleByPciBusId_v2"),
+        l.require(api.device_get_name, "nvmlDeviceGetName"),
+        l.require(api.device_get_uuid, "nvmlDeviceGetUUID"),
+        l.require(api.device_get_nvlink_state, "nvmlDeviceGetNvLinkState"),
+        l.require(api.device_get_nvlink_remote_pci_info, "nvmlDeviceGetNvLinkRemotePciInfo_v2"),
+        l.require(api.device_get_p2p_status, "nvmlDeviceGetP2PStatus"),
+        l.require(api.system_get_driver_version, "nvmlSystemGetDriverVersion")}) {
     if (err) return *err;
   }
   return out;
