@@ -1,0 +1,238 @@
+// epkit's expert-parallel engine: DeepEP V1's intranode normal-mode
+// operations (layout, dispatch, cached dispatch, combine) over the NVLink
+// domain of one node, in C++ with no PyTorch.
+//
+// A Buffer spans the ranks of one node (one process per GPU). Every rank calls
+// the same operations in the same order, as with a collective. Operations run
+// on the Buffer's communication stream; StreamOrder says what they wait for
+// and whether the caller's stream waits for them (DeepEP's previous_event and
+// async_finish). The protocol, memory layout and ordering rules are in
+// docs/ep-engine.md.
+//
+// Outputs are views into memory the Buffer owns (DeepEP's zero-copy style):
+// a dispatch writes straight into the receiving rank's buffer, so there is no
+// second copy. A view stays valid until the next operation of the same kind
+// on this Buffer (layout, dispatch, combine each own their outputs).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <epkit/result.h>
+
+namespace epkit::ep {
+
+enum class DType : std::uint8_t { bf16, fp8_e4m3, fp32, int32, int64, boolean };
+std::size_t dtype_size(DType type);
+const char* to_string(DType type);
+
+/// A strided view of device memory of rank 1 or 2 (strides in elements). The
+/// view never owns the memory.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::bf16;
+  int ndim = 2;
+  std::array<std::int64_t, 2> shape{0, 0};
+  std::array<std::int64_t, 2> strides{0, 1};
+
+  static TensorView matrix(void* data, DType dtype, std::int64_t rows, std::int64_t cols);
+  /// Column-major [rows, cols]: element (i, j) at j * rows + i (DeepEP's FP8
+  /// scales, `s.T.contiguous().T`).
+  static TensorView column_major(void* data, DType dtype, std::int64_t rows, std::int64_t cols);
+  static TensorView vector(void* data, DType dtype, std::int64_t size);
+
+  std::int64_t rows() const { return shape[0]; }
+  std::int64_t cols() const { return ndim == 2 ? shape[1] : 1; }
+  std::int64_t numel() const { return ndim == 2 ? shape[0] * shape[1] : shape[0]; }
+  bool empty() const { return data == nullptr; }
+  /// Rows contiguous in memory (strides {cols', 1} with cols' >= cols).
+  bool row_major() const { return ndim == 1 || strides[1] == 1; }
+  std::string describe() const;  // "bf16[4096, 7168]"
+};
+
+/// The ranks of one node and a way to exchange bytes among them: the engine
+/// uses it once, to trade CUDA IPC handles when a Buffer is made. epkit's
+/// runtime provides one over its rendezvous store; MPI or torch.distributed
+/// users wrap theirs.
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  /// Every rank's `mine`, by rank. Blocking, bounded by the implementation.
+  virtual Result<std::vector<std::string>> all_gather(const std::string& mine) = 0;
+};
+
+/// Kernel settings; every rank must pass the same values.
+struct Config {
+  /// SMs (one block each) used by the data kernels.
+  int num_sms = 24;
+  /// Warps per block.
+  int num_warps = 32;
+  /// 16-byte vectors each lane keeps in flight per pass over a row: more
+  /// hides NVLink latency, fewer saves registers. Printed as "NVL chunk".
+  int nvl_chunk = 4;
+
+  Result<void> validate() const;
+};
+
+/// What an operation waits for and who waits for it. By default the
+/// operation waits for `stream` (the caller's compute stream) and `stream`
+/// waits for the operation, so the outputs are ready in stream order.
+struct StreamOrder {
+  cudaStream_t stream = nullptr;
+  /// Wait for this event instead of `stream` (DeepEP's previous_event).
+  cudaEvent_t previous = nullptr;
+  /// Do not make `stream` wait; the caller waits on the returned event.
+  bool async = false;
+};
+
+/// An owned CUDA event (move-only).
+class Event {
+ public:
+  Event() = default;
+  explicit Event(cudaEvent_t event) : m_event(event) {}
+  Event(Event&& other) noexcept : m_event(other.m_event) { other.m_event = nullptr; }
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+
+  cudaEvent_t get() const { return m_event; }
+  Result<void> wait_on(cudaStream_t stream) const;
+  Result<void> synchronize() const;
+
+ private:
+  cudaEvent_t m_event = nullptr;
+};
+
+struct BufferOptions {
+  /// Largest token count any rank passes to layout/dispatch.
+  int max_tokens = 4096;
+  /// Largest hidden size (elements; BF16 rows of 2 * hidden bytes).
+  int max_hidden = 7168;
+  int max_topk = 8;
+  /// Bytes this Buffer may take on each GPU (DeepEP's num_nvl_bytes); 0 takes
+  /// what the sizes above need. Too small is an error naming both figures.
+  std::size_t num_bytes = 0;
+  /// Bound on every wait for another rank inside a kernel; a rank that
+  /// never arrives makes the operation fail with a timeout error naming it.
+  double timeout_s = 30.0;
+};
+
+/// The routing of one batch (DeepEP's get_dispatch_layout).
+struct Layout {
+  TensorView num_tokens_per_rank;    // int32 [ranks]
+  TensorView num_tokens_per_expert;  // int32 [experts]
+  TensorView is_token_in_rank;       // boolean [tokens, ranks]
+  Event event;
+};
+
+/// Where each of this rank's tokens went; what combine and cached dispatch
+/// reuse. Device arrays freed with the handle (the Buffer must outlive it).
+class DispatchHandle {
+ public:
+  virtual ~DispatchHandle() = default;
+  int num_tokens = 0;  // this rank's tokens
+  int num_ranks = 0;
+  int hidden = 0;
+  /// Rows this rank received; -1 when the dispatch ran with
+  /// num_worst_tokens (never read back to the host).
+  int num_recv_tokens = -1;
+  int num_worst_tokens = 0;
+  /// int32 [ranks, ranks], DeepEP's handle[0]: element (i, j) is the number
+  /// of rows rank j received from ranks 0..i.
+  TensorView rank_prefix_matrix;
+  /// int32 [tokens, ranks]: the row token t got in rank r's receive buffer,
+  /// or -1 when it was not sent there.
+  TensorView send_row;
+};
+
+struct DispatchArgs {
+  /// BF16 [tokens, hidden], or FP8 E4M3 [tokens, hidden] with x_scales.
+  TensorView x;
+  /// FP32 [tokens, hidden / 128], row- or column-major; FP8 only.
+  TensorView x_scales;
+  /// int64 or int32 [tokens, topk]; -1 = no expert. Not given for a cached
+  /// dispatch.
+  TensorView topk_idx;
+  /// FP32 [tokens, topk], optional.
+  TensorView topk_weights;
+  /// From layout() (or computed elsewhere with the same meaning).
+  TensorView num_tokens_per_rank;
+  TensorView is_token_in_rank;
+  TensorView num_tokens_per_expert;
+  /// Given: a cached dispatch (x and scales only, same routing).
+  std::shared_ptr<const DispatchHandle> handle;
+  /// Per-expert receive counts are rounded up to a multiple of this.
+  int expert_alignment = 1;
+  /// > 0: outputs have exactly this many rows (rows past the received ones
+  /// have top-k index -1) and the host never waits for the counts, so the
+  /// call can be captured in a CUDA graph.
+  int num_worst_tokens = 0;
+  Config config;
+  StreamOrder order;
+};
+
+struct DispatchResult {
+  TensorView recv_x;             // x's dtype [received, hidden]
+  TensorView recv_x_scales;      // FP32 [received, hidden / 128], row-major (FP8 only)
+  TensorView recv_topk_idx;      // topk_idx's dtype [received, topk]: local expert or -1
+  TensorView recv_topk_weights;  // FP32 [received, topk]: 0 where the index is -1
+  TensorView recv_src_idx;       // int32 [received]: the token's index on its source rank
+  /// Received rows per local expert, each rounded up to expert_alignment.
+  /// Empty with num_worst_tokens (see recv_tokens_per_expert).
+  std::vector<int> num_recv_tokens_per_expert;
+  TensorView recv_tokens_per_expert;  // int32 [local experts] on the device (aligned)
+  std::shared_ptr<const DispatchHandle> handle;
+  Event event;
+};
+
+struct CombineArgs {
+  /// BF16 [received, hidden] in the dispatch's receive order (a dispatch's
+  /// recv_x itself, or expert outputs in that order).
+  TensorView x;
+  /// FP32 [received, topk], optional: summed per token like x.
+  TensorView topk_weights;
+  std::shared_ptr<const DispatchHandle> handle;
+  Config config;
+  StreamOrder order;
+};
+
+struct CombineResult {
+  TensorView combined_x;             // BF16 [tokens, hidden]
+  TensorView combined_topk_weights;  // FP32 [tokens, topk], when weights were given
+  Event event;
+};
+
+class Buffer {
+ public:
+  /// Allocates this rank's share on the current CUDA device and maps every
+  /// other rank's through CUDA IPC. Collective over `bootstrap`'s ranks.
+  static Result<std::unique_ptr<Buffer>> create(Bootstrap& bootstrap,
+                                                const BufferOptions& options);
+  /// Bytes one rank's share takes for these options and rank count.
+  static std::size_t bytes_needed(const BufferOptions& options, int num_ranks);
+  virtual ~Buffer() = default;
+
+  virtual int rank() const = 0;
+  virtual int num_ranks() const = 0;
+  virtual cudaStream_t comm_stream() const = 0;
+
+  virtual Result<Layout> layout(const TensorView& topk_idx, int num_experts,
+                                const StreamOrder& order) = 0;
+  virtual Result<DispatchResult> dispatch(const DispatchArgs& args) = 0;
+  virtual Result<CombineResult> combine(const CombineArgs& args) = 0;
+  /// A barrier over the ranks on the communication stream, bounded by the
+  /// timeout. Waits for its completion on the host.
+  virtual Result<void> barrier() = 0;
+};
+
+}  // namespace epkit::ep
