@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <epkit/result.h>
 
 #include <array>
 #include <cstddef>
@@ -24,8 +25,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <epkit/result.h>
 
 namespace epkit::ep {
 
@@ -216,8 +215,7 @@ class Buffer {
  public:
   /// Allocates this rank's share on the current CUDA device and maps every
   /// other rank's through CUDA IPC. Collective over `bootstrap`'s ranks.
-  static Result<std::unique_ptr<Buffer>> create(Bootstrap& bootstrap,
-                                                const BufferOptions& options);
+  static Result<std::unique_ptr<Buffer>> create(Bootstrap& bootstrap, const BufferOptions& options);
   /// Bytes one rank's share takes for these options and rank count.
   static std::size_t bytes_needed(const BufferOptions& options, int num_ranks);
   virtual ~Buffer() = default;

@@ -21,8 +21,8 @@ struct HostLayout {
   int num_tokens = 0;
   int num_ranks = 0;
   int num_experts = 0;
-  std::vector<int> num_tokens_per_rank;    // [ranks]
-  std::vector<int> num_tokens_per_expert;  // [experts]
+  std::vector<int> num_tokens_per_rank;        // [ranks]
+  std::vector<int> num_tokens_per_expert;      // [experts]
   std::vector<std::uint8_t> is_token_in_rank;  // [tokens * ranks], 0 or 1
 };
 
@@ -39,9 +39,9 @@ struct NcclContext {
 };
 
 struct ReferenceDispatch {
-  HostLayout layout;                        // this rank's
-  std::vector<int> rank_prefix_matrix;      // [ranks * ranks]
-  std::vector<int> send_row;                // [tokens * ranks], -1 = not sent
+  HostLayout layout;                    // this rank's
+  std::vector<int> rank_prefix_matrix;  // [ranks * ranks]
+  std::vector<int> send_row;            // [tokens * ranks], -1 = not sent
   int num_recv_tokens = 0;
   std::vector<int> num_recv_tokens_per_expert;  // aligned, as DispatchResult's
   DeviceTensor recv_x;
@@ -64,7 +64,7 @@ struct ReferenceCombine {
 
 /// x: BF16 [dispatch.num_recv_tokens, hidden] in receive order.
 Result<ReferenceCombine> reference_combine(const NcclContext& nccl,
-                                           const ReferenceDispatch& dispatch,
-                                           const TensorView& x, const TensorView& topk_weights);
+                                           const ReferenceDispatch& dispatch, const TensorView& x,
+                                           const TensorView& topk_weights);
 
 }  // namespace epkit::ep
