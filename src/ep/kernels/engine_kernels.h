@@ -1,0 +1,177 @@
+// The EP engine's kernels and their launchers (plain C++17: included by the
+// host side in src/ep/buffer.cc and by the .cu files beside it).
+//
+// Every rank maps every other rank's heap (CUDA IPC), so a kernel holds one
+// pointer per rank for each region. The protocol and the memory ordering are
+// described in docs/ep-engine.md.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace epkit::ep::kernels {
+
+constexpr int k_max_ranks = 8;
+constexpr int k_max_experts = 1024;
+constexpr int k_scale_block = 128;  // FP8 channels per scale
+
+/// Written by peers into this rank's heap (start of it): one signal per
+/// source rank, the count matrix rows and the per-expert counts for this
+/// rank's experts, and what this rank publishes for a combine.
+struct alignas(256) Meta {
+  std::uint64_t signal[k_max_ranks];
+  std::int32_t counts[k_max_ranks][k_max_ranks];           // [src][dst], src's row
+  std::int32_t expert_counts[k_max_ranks][k_max_experts];  // [src][local expert]
+  // Published by this rank before a combine's entry barrier.
+  std::int64_t combine_x_offset;
+  std::int64_t combine_x_stride;  // bytes
+  std::int64_t combine_w_offset;  // -1: no weights
+  std::int64_t combine_w_stride;  // elements
+};
+
+/// Host-mapped: how kernels tell the host the counts (no cudaMemcpy, no
+/// device sync) and why they stopped.
+struct Mailbox {
+  volatile std::uint64_t counts_epoch;  // set last, after the counts
+  volatile std::int32_t num_recv;
+  volatile std::int32_t expert_counts[k_max_experts];  // aligned
+  volatile std::int32_t error;                         // ErrorKind below, 0 = none
+  volatile std::int32_t error_rank;                    // the rank waited for
+  volatile std::int64_t error_value;
+};
+
+enum ErrorKind : std::int32_t {
+  k_no_error = 0,
+  k_timeout_barrier = 1,  // a rank never reached a barrier
+  k_bad_expert = 2,       // topk index outside [-1, num_experts): value, token in error_rank
+  k_worst_too_small = 3,  // received more rows than num_worst_tokens: value = rows
+  k_timeout_local = 4,    // a block waited for another block of its grid
+};
+
+/// What every synchronising kernel shares.
+struct SyncParams {
+  int rank = 0;
+  int num_ranks = 1;
+  std::uint64_t* signal[k_max_ranks] = {};  // rank r's Meta.signal (mapped)
+  std::uint64_t timeout_ns = 0;
+  Mailbox* mailbox = nullptr;            // device pointer of the host-mapped mailbox
+  unsigned int* grid_counter = nullptr;  // local, zero between kernels
+};
+
+struct LayoutParams {
+  const void* topk = nullptr;
+  bool topk_int64 = true;
+  std::int64_t topk_stride = 0;  // elements between tokens
+  int num_tokens = 0;
+  int num_topk = 0;
+  int num_experts = 0;
+  int num_ranks = 1;
+  std::int32_t* num_tokens_per_rank = nullptr;    // [ranks], zeroed by the launcher
+  std::int32_t* num_tokens_per_expert = nullptr;  // [experts], zeroed by the launcher
+  bool* is_token_in_rank = nullptr;               // [tokens, ranks]
+  Mailbox* mailbox = nullptr;
+};
+cudaError_t launch_layout(const LayoutParams& p, cudaStream_t stream);
+
+struct NotifyParams {
+  SyncParams sync;
+  std::uint64_t epoch = 0;
+  const std::int32_t* num_tokens_per_rank = nullptr;    // [ranks]
+  const std::int32_t* num_tokens_per_expert = nullptr;  // [experts]
+  const bool* is_token_in_rank = nullptr;               // [tokens, ranks]
+  std::int64_t is_token_in_rank_stride = 0;             // elements between tokens
+  int num_tokens = 0;
+  int num_experts = 0;
+  int expert_alignment = 1;
+  int num_worst_tokens = 0;
+  Meta* meta[k_max_ranks] = {};                    // every rank's Meta (mapped)
+  std::int32_t* rank_prefix_matrix = nullptr;      // out [ranks, ranks]
+  std::int32_t* send_row = nullptr;                // out [tokens, ranks]
+  std::int32_t* recv_tokens_per_expert = nullptr;  // out [local experts], aligned
+  std::int32_t* offsets_scratch = nullptr;         // local [ranks + 2]: block 0 -> scan blocks
+};
+cudaError_t launch_notify(const NotifyParams& p, cudaStream_t stream);
+
+struct DispatchParams {
+  SyncParams sync;
+  std::uint64_t entry_epoch = 0;  // 0: no entry barrier (the notify kernel was one)
+  std::uint64_t exit_epoch = 0;
+  const std::uint8_t* x = nullptr;
+  std::int64_t x_stride = 0;  // bytes between tokens
+  int row_bytes = 0;          // hidden * element size, multiple of 16
+  const float* scales = nullptr;
+  std::int64_t scale_stride_token = 0;
+  std::int64_t scale_stride_hidden = 0;
+  int num_scales = 0;
+  const void* topk = nullptr;
+  bool topk_int64 = true;
+  std::int64_t topk_stride = 0;
+  int num_topk = 0;
+  const float* weights = nullptr;
+  std::int64_t weights_stride = 0;
+  const std::int32_t* send_row = nullptr;  // [tokens, ranks]
+  int num_tokens = 0;
+  int experts_per_rank = 0;
+  // Every rank's receive regions (mapped); rows are packed.
+  std::uint8_t* recv_x[k_max_ranks] = {};
+  float* recv_scales[k_max_ranks] = {};
+  void* recv_topk[k_max_ranks] = {};
+  float* recv_weights[k_max_ranks] = {};
+  std::int32_t* recv_src[k_max_ranks] = {};
+  // num_worst_tokens: this rank pads rows [received, num_worst) itself.
+  int num_worst_tokens = 0;
+  const std::int32_t* rank_prefix_matrix = nullptr;
+  int num_warps = 32;
+  int chunk = 4;
+  int num_blocks = 24;
+};
+cudaError_t launch_dispatch(const DispatchParams& p, cudaStream_t stream);
+
+struct CombineParams {
+  SyncParams sync;
+  std::uint64_t entry_epoch = 0;
+  std::uint64_t exit_epoch = 0;
+  // Published into this rank's Meta by block 0 before the entry barrier.
+  std::int64_t x_offset = 0;
+  std::int64_t x_stride = 0;
+  std::int64_t w_offset = -1;
+  std::int64_t w_stride = 0;
+  Meta* meta[k_max_ranks] = {};
+  const std::uint8_t* heap[k_max_ranks] = {};  // every rank's heap base (mapped)
+  const std::int32_t* send_row = nullptr;      // [tokens, ranks]
+  int num_tokens = 0;
+  int hidden = 0;  // BF16 elements, multiple of 8
+  int num_topk = 0;
+  std::uint16_t* out_x = nullptr;  // BF16 [tokens, hidden]
+  float* out_weights = nullptr;    // [tokens, topk] or null
+  int num_warps = 32;
+  int chunk = 4;
+  int num_blocks = 24;
+};
+cudaError_t launch_combine(const CombineParams& p, cudaStream_t stream);
+
+/// Copies rows [0, rows) (rows read from rank_prefix_matrix[last row][rank]
+/// when `rows_from` is set) of a strided matrix into a packed one: a
+/// combine's input that is not inside the heap goes to the staging region.
+struct StageParams {
+  const std::uint8_t* src = nullptr;
+  std::int64_t src_stride = 0;  // bytes
+  std::uint8_t* dst = nullptr;
+  int row_bytes = 0;  // multiple of 4
+  int rows = 0;
+  const std::int32_t* rows_from = nullptr;  // device count, overrides rows
+  int num_blocks = 24;
+};
+cudaError_t launch_stage(const StageParams& p, cudaStream_t stream);
+
+/// A barrier over the ranks (one block).
+cudaError_t launch_barrier(const SyncParams& p, std::uint64_t epoch, cudaStream_t stream);
+
+}  // namespace epkit::ep::kernels
+
+namespace epkit::ep::kernels {
+/// The chunk the combine kernel really uses for `ranks` (it keeps ranks x
+/// chunk vectors in registers, at most 16).
+int combine_effective_chunk(int chunk, int ranks);
+}  // namespace epkit::ep::kernels

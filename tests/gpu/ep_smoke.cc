@@ -1,0 +1,233 @@
+// A self-contained smoke and timing run of the EP engine, independent of the
+// CLI: forks one process per GPU, meets through the rendezvous store, runs
+// layout / dispatch / cached dispatch / combine on rank-constant input and
+// checks what must hold (rows constant and equal to their source rank,
+// combined = x * ranks reached), then times cached dispatch and combine.
+// Usage: epkit_ep_smoke RANKS [TOKENS HIDDEN TOPK EXPERTS SMS CHUNK]
+#include <cuda_bf16.h>
+#include <epkit/ep.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ep/device_memory.h"
+#include "ep/store_bootstrap.h"
+#include "runtime/socket.h"
+#include "runtime/store.h"
+
+using namespace epkit;
+using namespace std::chrono_literals;
+
+namespace {
+
+#define CHECK_OK(expr)                                                                    \
+  do {                                                                                    \
+    auto&& r_ = (expr);                                                                   \
+    if (!r_) {                                                                            \
+      std::fprintf(stderr, "rank %d: %s: %s\n", rank, #expr, r_.error().message.c_str()); \
+      return 2;                                                                           \
+    }                                                                                     \
+  } while (0)
+
+float bf16_to_float(std::uint16_t v) {
+  std::uint32_t w = static_cast<std::uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &w, 4);
+  return f;
+}
+
+int rank_main(int rank, int ranks, std::uint16_t port, int tokens, int hidden, int topk,
+              int experts, int sms, int chunk) {
+  cudaSetDevice(rank);
+  runtime::LaunchInfo info;
+  info.rank = rank;
+  info.world_size = ranks;
+  info.local_rank = rank;
+  info.local_world_size = ranks;
+  info.master_port = port;
+  auto session = runtime::open_store(info, "localhost", "smoke", runtime::Deadline::after(20s));
+  if (!session) {
+    std::fprintf(stderr, "store: %s\n", session.error().message.c_str());
+    return 2;
+  }
+  ep::StoreBootstrap boot(session->store, rank, ranks, "ep", 20s);
+  ep::BufferOptions bo;
+  bo.max_tokens = tokens;
+  bo.max_hidden = hidden;
+  bo.max_topk = topk;
+  bo.timeout_s = 10;
+  auto buffer = ep::Buffer::create(boot, bo);
+  CHECK_OK(buffer);
+  std::fprintf(stderr, "rank %d: buffer made\n", rank);
+  ep::Buffer& buf = **buffer;
+
+  // Inputs: x = rank everywhere; top-k from random scores.
+  std::mt19937_64 rng(1234 + rank);
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(tokens) * topk);
+  std::vector<int> perm(static_cast<std::size_t>(experts));
+  for (int t = 0; t < tokens; ++t) {
+    for (int e = 0; e < experts; ++e) perm[e] = e;
+    for (int k = 0; k < topk; ++k) {
+      std::uniform_int_distribution<int> d(k, experts - 1);
+      std::swap(perm[k], perm[d(rng)]);
+      idx[static_cast<std::size_t>(t) * topk + k] = perm[k];
+    }
+  }
+  std::vector<std::uint16_t> xs(static_cast<std::size_t>(tokens) * hidden);
+  float rv = static_cast<float>(rank);
+  std::uint32_t bits;
+  std::memcpy(&bits, &rv, 4);
+  std::fill(xs.begin(), xs.end(), static_cast<std::uint16_t>(bits >> 16));
+  std::vector<float> ws(static_cast<std::size_t>(tokens) * topk, 0.5f + rank);
+  auto x = ep::DeviceTensor::from_host(ep::DType::bf16, tokens, hidden, xs.data());
+  CHECK_OK(x);
+  auto ti = ep::DeviceTensor::from_host(ep::DType::int64, tokens, topk, idx.data());
+  CHECK_OK(ti);
+  auto tw = ep::DeviceTensor::from_host(ep::DType::fp32, tokens, topk, ws.data());
+  CHECK_OK(tw);
+
+  ep::StreamOrder order;
+  auto layout = buf.layout(ti->view, experts, order);
+  CHECK_OK(layout);
+  ep::DispatchArgs da;
+  da.x = x->view;
+  da.topk_idx = ti->view;
+  da.topk_weights = tw->view;
+  da.num_tokens_per_rank = layout->num_tokens_per_rank;
+  da.is_token_in_rank = layout->is_token_in_rank;
+  da.num_tokens_per_expert = layout->num_tokens_per_expert;
+  da.config.num_sms = sms;
+  da.config.nvl_chunk = chunk;
+  std::fprintf(stderr, "rank %d: layout queued\n", rank);
+  auto d = buf.dispatch(da);
+  CHECK_OK(d);
+  std::fprintf(stderr, "rank %d: dispatch queued, %lld rows\n", rank,
+               static_cast<long long>(d->recv_x.rows()));
+  if (cudaError_t rc = cudaDeviceSynchronize(); rc != cudaSuccess) {
+    std::fprintf(stderr, "rank %d: dispatch failed: %s\n", rank, cudaGetErrorString(rc));
+    return 3;
+  }
+  auto prefix = ep::to_host(d->handle->rank_prefix_matrix);
+  CHECK_OK(prefix);
+  auto recv = ep::to_host(d->recv_x);
+  CHECK_OK(recv);
+  const int* pm = reinterpret_cast<const int*>(prefix->data());
+  int bad = 0;
+  int rows = static_cast<int>(d->recv_x.rows());
+  for (int row = 0, src = 0; row < rows; ++row) {
+    while (src < ranks && row >= pm[src * ranks + rank]) ++src;
+    if (src == ranks) {
+      std::fprintf(stderr, "rank %d: row %d beyond the prefix matrix (last %d)\n", rank, row,
+                   pm[(ranks - 1) * ranks + rank]);
+      return 4;
+    }
+    const auto* r16 = reinterpret_cast<const std::uint16_t*>(recv->data()) +
+                      static_cast<std::size_t>(row) * hidden;
+    for (int h = 0; h < hidden; h += 97)
+      if (bf16_to_float(r16[h]) != static_cast<float>(src) && bad++ < 5)
+        std::fprintf(stderr, "rank %d: recv row %d col %d = %g, source %d\n", rank, row, h,
+                     bf16_to_float(r16[h]), src);
+  }
+  ep::CombineArgs ca;
+  ca.x = d->recv_x;
+  ca.topk_weights = d->recv_topk_weights;
+  ca.handle = d->handle;
+  ca.config = da.config;
+  auto c = buf.combine(ca);
+  CHECK_OK(c);
+  if (cudaError_t rc = cudaDeviceSynchronize(); rc != cudaSuccess) {
+    std::fprintf(stderr, "rank %d: combine failed: %s\n", rank, cudaGetErrorString(rc));
+    return 3;
+  }
+  std::fprintf(stderr, "rank %d: combine done\n", rank);
+  auto comb = ep::to_host(c->combined_x);
+  CHECK_OK(comb);
+  auto sr = ep::to_host(d->handle->send_row);
+  CHECK_OK(sr);
+  const int* send_row = reinterpret_cast<const int*>(sr->data());
+  for (int t = 0; t < tokens; ++t) {
+    float reached = 0;
+    for (int r = 0; r < ranks; ++r) reached += send_row[t * ranks + r] >= 0 ? 1.f : 0.f;
+    const auto* c16 =
+        reinterpret_cast<const std::uint16_t*>(comb->data()) + static_cast<std::size_t>(t) * hidden;
+    for (int h = 0; h < hidden; h += 131)
+      if (bf16_to_float(c16[h]) != rank * reached && bad++ < 10)
+        std::fprintf(stderr, "rank %d: combined token %d col %d = %g, want %g\n", rank, t, h,
+                     bf16_to_float(c16[h]), rank * reached);
+  }
+  std::printf("rank %d: %d rows received, %d bad values\n", rank, rows, bad);
+
+  // Timing: cached dispatch and combine, events around each call.
+  auto time = [&](auto&& call) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    std::vector<float> ms;
+    for (int i = 0; i < 60; ++i) {
+      cudaEventRecord(a, nullptr);
+      call();
+      cudaEventRecord(b, nullptr);
+      cudaEventSynchronize(b);
+      float m = 0;
+      cudaEventElapsedTime(&m, a, b);
+      if (i >= 10) ms.push_back(m);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2] * 1000.0;
+  };
+  ep::DispatchArgs cached;
+  cached.x = x->view;
+  cached.handle = d->handle;
+  cached.config = da.config;
+  double t_disp = time([&] { (void)buf.dispatch(cached); });
+  double t_comb = time([&] { (void)buf.combine(ca); });
+  double bytes = static_cast<double>(rows) * hidden * 2;
+  if (rank == 0)
+    std::printf("SMs %d chunk %d: dispatch %.2f us %.2f GB/s | combine %.2f us %.2f GB/s\n", sms,
+                chunk, t_disp, bytes / t_disp / 1e3, t_comb, bytes / t_comb / 1e3);
+  CHECK_OK(buf.barrier());
+  buffer->reset();
+  session->store.close();
+  return bad == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  int ranks = argc > 1 ? std::atoi(argv[1]) : 2;
+  int tokens = argc > 2 ? std::atoi(argv[2]) : 4096;
+  int hidden = argc > 3 ? std::atoi(argv[3]) : 7168;
+  int topk = argc > 4 ? std::atoi(argv[4]) : 8;
+  int experts = argc > 5 ? std::atoi(argv[5]) : 256;
+  int sms = argc > 6 ? std::atoi(argv[6]) : 24;
+  int chunk = argc > 7 ? std::atoi(argv[7]) : 4;
+  std::uint16_t port = [] {
+    auto probe = runtime::listen_tcp("127.0.0.1", 0);
+    return probe ? runtime::local_port(probe->get()).value_or(0) : std::uint16_t{0};
+  }();
+  std::vector<pid_t> kids;
+  for (int r = 0; r < ranks; ++r) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      std::fflush(stdout);
+      ::_exit(rank_main(r, ranks, port, tokens, hidden, topk, experts, sms, chunk));
+    }
+    kids.push_back(pid);
+  }
+  int worst = 0;
+  for (pid_t pid : kids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    worst = std::max(worst, code);
+  }
+  std::printf("ep_smoke: exit %d\n", worst);
+  return worst;
+}
