@@ -85,14 +85,23 @@ bool aligned16(const void* p) {
   return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
 }
 
+/// Given: it has memory, or it is an empty matrix with a shape (a rank
+/// with no tokens still says how many columns its top-k has).
+bool given(const TensorView& v) {
+  return v.data != nullptr || (v.ndim == 2 && v.shape[1] > 0);
+}
+
 /// A row-major matrix of `dtype` whose rows are 16-byte aligned.
 Result<void> check_rows(const TensorView& v, const char* name, DType dtype) {
-  if (v.data == nullptr) return invalid(fmt::format("{} is missing", name));
+  if (!given(v)) return invalid(fmt::format("{} is missing", name));
+  if (v.data == nullptr && v.rows() != 0)
+    return invalid(fmt::format("{} has rows but no memory", name));
   if (v.dtype != dtype)
     return invalid(fmt::format("{} is {}, expected {}", name, v.describe(), to_string(dtype)));
   if (v.ndim != 2 || v.strides[1] != 1 || v.strides[0] < v.shape[1])
     return invalid(fmt::format("{} ({}) must be a row-major matrix (strides {}, {})", name,
                                v.describe(), v.strides[0], v.strides[1]));
+  if (v.rows() == 0) return {};
   if (!aligned16(v.data) || (v.strides[0] * static_cast<std::int64_t>(dtype_size(dtype))) % 16 != 0)
     return invalid(fmt::format("{} rows must start on 16-byte boundaries", name));
   return {};
@@ -449,12 +458,11 @@ Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
       return invalid(fmt::format("dispatch: FP8 hidden {} must be a multiple of {}", hidden,
                                  k::k_scale_block));
     const TensorView& s = a.x_scales;
-    if (s.data == nullptr || s.dtype != DType::fp32 || s.ndim != 2 || s.rows() != tokens ||
+    if (!given(s) || s.dtype != DType::fp32 || s.ndim != 2 || s.rows() != tokens ||
         s.cols() != hidden / k::k_scale_block)
       return invalid(fmt::format("dispatch: FP8 x needs x_scales fp32[{}, {}], got {}", tokens,
-                                 hidden / k::k_scale_block,
-                                 s.data == nullptr ? "none" : s.describe()));
-  } else if (a.x_scales.data != nullptr) {
+                                 hidden / k::k_scale_block, !given(s) ? "none" : s.describe()));
+  } else if (given(a.x_scales)) {
     return invalid("dispatch: x_scales given with a BF16 x (scales go with FP8 only)");
   }
   if (a.num_worst_tokens < 0 || a.num_worst_tokens > m_ranks * m_opts.max_tokens)
@@ -463,7 +471,7 @@ Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
   if (a.expert_alignment < 1) return invalid("dispatch: expert_alignment must be >= 1");
   if (a.handle) return dispatch_cached(a);
 
-  const bool with_topk = a.topk_idx.data != nullptr;
+  const bool with_topk = given(a.topk_idx);
   int num_topk = 0;
   if (with_topk) {
     const TensorView& t = a.topk_idx;
@@ -474,7 +482,8 @@ Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
                       t.describe(), tokens, m_opts.max_topk));
     num_topk = static_cast<int>(t.cols());
   }
-  if (a.topk_weights.data != nullptr) {
+  const bool with_weights = given(a.topk_weights);
+  if (with_weights) {
     const TensorView& w = a.topk_weights;
     if (!with_topk) return invalid("dispatch: topk_weights given without topk_idx");
     if (w.dtype != DType::fp32 || w.ndim != 2 || w.strides[1] != 1 || w.rows() != tokens ||
@@ -488,8 +497,8 @@ Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
   if (ntpr.data == nullptr || ntpr.dtype != DType::int32 || ntpr.numel() != m_ranks)
     return invalid(
         fmt::format("dispatch: num_tokens_per_rank must be int32[{}] (from layout())", m_ranks));
-  if (itir.data == nullptr || itir.dtype != DType::boolean || itir.ndim != 2 ||
-      itir.rows() != tokens || itir.cols() != m_ranks || itir.strides[1] != 1)
+  if (!given(itir) || itir.dtype != DType::boolean || itir.ndim != 2 || itir.rows() != tokens ||
+      itir.cols() != m_ranks || itir.strides[1] != 1)
     return invalid(
         fmt::format("dispatch: is_token_in_rank must be a row-major bool[{}, {}] (from layout())",
                     tokens, m_ranks));
@@ -605,7 +614,7 @@ Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
   if (with_topk) {
     out.recv_topk_idx =
         TensorView::matrix(own + m_heap.recv_topk, a.topk_idx.dtype, rows, num_topk);
-    if (a.topk_weights.data != nullptr)
+    if (with_weights)
       out.recv_topk_weights =
           TensorView::matrix(own + m_heap.recv_weights, DType::fp32, rows, num_topk);
   }
@@ -625,7 +634,7 @@ Result<DispatchResult> BufferImpl::dispatch_cached(const DispatchArgs& a) {
     return invalid(fmt::format(
         "cached dispatch: the handle is for {} tokens over {} ranks, x has {} tokens over {}",
         h.num_tokens, h.num_ranks, tokens, m_ranks));
-  if (a.topk_idx.data != nullptr || a.topk_weights.data != nullptr)
+  if (given(a.topk_idx) || given(a.topk_weights))
     return invalid(
         "cached dispatch: pass x (and x_scales) only; top-k goes with the first dispatch");
   EPKIT_TRY(enter(a.order));
@@ -687,7 +696,7 @@ Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
     return invalid(fmt::format(
         "combine: x is {}, expected bf16[{}, hidden] with hidden a multiple of 8 up to {}",
         a.x.describe(), rows_needed, m_opts.max_hidden));
-  const bool with_weights = a.topk_weights.data != nullptr;
+  const bool with_weights = given(a.topk_weights);
   int num_topk = 0;
   if (with_weights) {
     const TensorView& w = a.topk_weights;
