@@ -228,6 +228,12 @@ class Buffer {
                                 const StreamOrder& order) = 0;
   virtual Result<DispatchResult> dispatch(const DispatchArgs& args) = 0;
   virtual Result<CombineResult> combine(const CombineArgs& args) = 0;
+  /// Where to write a combine's input (expert outputs in receive order) so
+  /// that the combine reads it in place: BF16 [rows, hidden] and, for the
+  /// weights, FP32 [rows, topk] inside this rank's heap. A combine input
+  /// elsewhere is first copied there (a local copy of every row).
+  virtual Result<TensorView> combine_input(std::int64_t rows, std::int64_t hidden) = 0;
+  virtual Result<TensorView> combine_weights_input(std::int64_t rows, std::int64_t topk) = 0;
   /// A barrier over the ranks on the communication stream, bounded by the
   /// timeout. Waits for its completion on the host.
   virtual Result<void> barrier() = 0;

@@ -145,6 +145,8 @@ class BufferImpl final : public Buffer {
                         const StreamOrder& order) override;
   Result<DispatchResult> dispatch(const DispatchArgs& args) override;
   Result<CombineResult> combine(const CombineArgs& args) override;
+  Result<TensorView> combine_input(std::int64_t rows, std::int64_t hidden) override;
+  Result<TensorView> combine_weights_input(std::int64_t rows, std::int64_t topk) override;
   Result<void> barrier() override;
 
   Result<void> init(Bootstrap& bootstrap, const BufferOptions& options);
@@ -766,6 +768,23 @@ Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
         TensorView::matrix(m_combined_w, DType::fp32, h.num_tokens, num_topk);
   out.event = std::move(*event);
   return out;
+}
+
+Result<TensorView> BufferImpl::combine_input(std::int64_t rows, std::int64_t hidden) {
+  if (rows < 0 || rows > static_cast<std::int64_t>(m_heap.rows) || hidden <= 0 ||
+      hidden > m_opts.max_hidden || hidden % 8 != 0)
+    return invalid(
+        fmt::format("combine_input: [{}, {}] must fit [{}, {}] with hidden a multiple of 8", rows,
+                    hidden, m_heap.rows, m_opts.max_hidden));
+  return TensorView::matrix(m_peers[m_rank] + m_heap.stage_x, DType::bf16, rows, hidden);
+}
+
+Result<TensorView> BufferImpl::combine_weights_input(std::int64_t rows, std::int64_t topk) {
+  if (rows < 0 || rows > static_cast<std::int64_t>(m_heap.rows) || topk < 1 ||
+      topk > m_opts.max_topk)
+    return invalid(fmt::format("combine_weights_input: [{}, {}] must fit [{}, {}]", rows, topk,
+                               m_heap.rows, m_opts.max_topk));
+  return TensorView::matrix(m_peers[m_rank] + m_heap.stage_w, DType::fp32, rows, topk);
 }
 
 Result<void> BufferImpl::barrier() {

@@ -161,6 +161,22 @@ int rank_main(int rank, int ranks, std::uint16_t port, int tokens, int hidden, i
         std::fprintf(stderr, "rank %d: combined token %d col %d = %g, want %g\n", rank, t, h,
                      bf16_to_float(c16[h]), rank * reached);
   }
+  // The same combine from a copy of recv_x outside the heap (the staging
+  // path) must give the same bits.
+  auto copy = ep::DeviceTensor::zeros(ep::DType::bf16, rows, hidden);
+  CHECK_OK(copy);
+  cudaMemcpy(copy->view.data, d->recv_x.data, static_cast<std::size_t>(rows) * hidden * 2, cudaMemcpyDeviceToDevice);
+  ep::CombineArgs outside = ca;
+  outside.x = copy->view;
+  auto c2 = buf.combine(outside);
+  CHECK_OK(c2);
+  cudaDeviceSynchronize();
+  auto comb2 = ep::to_host(c2->combined_x);
+  CHECK_OK(comb2);
+  if (*comb2 != *comb) {
+    std::fprintf(stderr, "rank %d: combine from outside the heap differs\n", rank);
+    ++bad;
+  }
   std::printf("rank %d: %d rows received, %d bad values\n", rank, rows, bad);
 
   // Timing: cached dispatch and combine, events around each call.
@@ -187,10 +203,24 @@ int rank_main(int rank, int ranks, std::uint16_t port, int tokens, int hidden, i
   cached.config = da.config;
   double t_disp = time([&] { (void)buf.dispatch(cached); });
   double t_comb = time([&] { (void)buf.combine(ca); });
+  double t_comb_out = time([&] { (void)buf.combine(outside); });
+  // FP8: the same routing, 1-byte rows and 56 scales per token.
+  auto x8 = ep::DeviceTensor::zeros(ep::DType::fp8_e4m3, tokens, hidden);
+  CHECK_OK(x8);
+  auto sc = ep::DeviceTensor::zeros(ep::DType::fp32, hidden / 128, tokens);  // column-major [tokens, hidden/128]
+  CHECK_OK(sc);
+  ep::DispatchArgs cached8;
+  cached8.x = x8->view;
+  cached8.x_scales = ep::TensorView::column_major(sc->view.data, ep::DType::fp32, tokens, hidden / 128);
+  cached8.handle = d->handle;
+  cached8.config = da.config;
+  double t_fp8 = time([&] { (void)buf.dispatch(cached8); });
   double bytes = static_cast<double>(rows) * hidden * 2;
   if (rank == 0)
-    std::printf("SMs %d chunk %d: dispatch %.2f us %.2f GB/s | combine %.2f us %.2f GB/s\n", sms,
-                chunk, t_disp, bytes / t_disp / 1e3, t_comb, bytes / t_comb / 1e3);
+    std::printf("SMs %d chunk %d: dispatch %.2f us %.2f GB/s | fp8 %.2f us %.2f GB/s | combine %.2f us %.2f GB/s | "
+                "combine (staged) %.2f us %.2f GB/s\n",
+                sms, chunk, t_disp, bytes / t_disp / 1e3, t_fp8, bytes * (1 + 4.0 / 128) / 2 / t_fp8 / 1e3, t_comb,
+                bytes / t_comb / 1e3, t_comb_out, bytes / t_comb_out / 1e3);
   CHECK_OK(buf.barrier());
   buffer->reset();
   session->store.close();
