@@ -237,6 +237,11 @@ class Buffer {
   /// A barrier over the ranks on the communication stream, bounded by the
   /// timeout. Waits for its completion on the host.
   virtual Result<void> barrier() = 0;
+  /// Waits for everything queued on the communication stream. A kernel that
+  /// gave up on a rank leaves the reason in a host-mapped mailbox; this turns
+  /// it into an error naming the rank (a plain CUDA call would only say
+  /// "unspecified launch failure").
+  virtual Result<void> synchronize() = 0;
 };
 
 }  // namespace epkit::ep

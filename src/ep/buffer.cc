@@ -148,6 +148,7 @@ class BufferImpl final : public Buffer {
   Result<TensorView> combine_input(std::int64_t rows, std::int64_t hidden) override;
   Result<TensorView> combine_weights_input(std::int64_t rows, std::int64_t topk) override;
   Result<void> barrier() override;
+  Result<void> synchronize() override;
 
   Result<void> init(Bootstrap& bootstrap, const BufferOptions& options);
 
@@ -794,6 +795,12 @@ Result<void> BufferImpl::barrier() {
     return failure(rc, "barrier");
   if (cudaError_t rc = cudaStreamSynchronize(m_stream); rc != cudaSuccess)
     return failure(rc, "barrier");
+  return {};
+}
+
+Result<void> BufferImpl::synchronize() {
+  cudaError_t rc = cudaStreamSynchronize(m_stream);
+  if (rc != cudaSuccess || m_mailbox->error != 0) return failure(rc, "the communication stream");
   return {};
 }
 
