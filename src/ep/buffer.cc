@@ -344,6 +344,16 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
                                m_mailbox->error_rank,
                                static_cast<long long>(m_mailbox->error_value)));
   }
+  if (kind == k::k_bad_expert) {
+    long long token = m_mailbox->error_rank;
+    long long value = m_mailbox->error_value;
+    m_mailbox->error = 0;
+    if (rc == cudaSuccess)
+      return invalid(fmt::format(
+          "{}: topk_idx of token {} names expert {}, outside -1..experts-1 (the slot was "
+          "ignored)",
+          what, token, value));
+  }
   if (kind == k::k_timeout_local) {
     m_broken = true;
     return make_error(
