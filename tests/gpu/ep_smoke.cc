@@ -61,10 +61,13 @@ int rank_main(int rank, int ranks, std::uint16_t port, int tokens, int hidden, i
   bo.max_tokens = tokens;
   bo.max_hidden = hidden;
   bo.max_topk = topk;
-  bo.timeout_s = 10;
+  bo.timeout_s = std::getenv("EP_SMOKE_KILL") != nullptr ? 3 : 10;
   auto buffer = ep::Buffer::create(boot, bo);
   CHECK_OK(buffer);
   std::fprintf(stderr, "rank %d: buffer made\n", rank);
+  // EP_SMOKE_KILL=r: rank r dies here; the others must fail naming it
+  // within the Buffer's timeout instead of hanging.
+  if (const char* kill = std::getenv("EP_SMOKE_KILL"); kill != nullptr && std::atoi(kill) == rank) ::_exit(9);
   ep::Buffer& buf = **buffer;
 
   // Inputs: x = rank everywhere; top-k from random scores.

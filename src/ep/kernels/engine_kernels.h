@@ -39,6 +39,7 @@ struct Mailbox {
   volatile std::int32_t error;                         // ErrorKind below, 0 = none
   volatile std::int32_t error_rank;                    // the rank waited for
   volatile std::int64_t error_value;
+  volatile std::int32_t claimed;  // set by the first kernel that fails
 };
 
 enum ErrorKind : std::int32_t {

@@ -63,7 +63,9 @@ __device__ __forceinline__ void store_vec(int4* p, const int4& v) {
 /// Records why a kernel stops and traps: the context is unusable after a
 /// peer vanished, and the host reads the mailbox to name the cause.
 __device__ __forceinline__ void fail(Mailbox* mailbox, int kind, int rank, std::int64_t value) {
-  if (mailbox != nullptr) {
+  // The first failure is the cause; later ones (other blocks giving up
+  // because of it) only trap.
+  if (mailbox != nullptr && atomicCAS(const_cast<int*>(&mailbox->claimed), 0, 1) == 0) {
     mailbox->error_rank = rank;
     mailbox->error_value = value;
     __threadfence_system();

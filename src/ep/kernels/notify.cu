@@ -111,7 +111,9 @@ __device__ void scan_rows(const NotifyParams& p, int dst) {
     const int* flag = p.offsets_scratch + k_max_ranks;
     std::uint64_t start = global_timer_ns();
     while (load_acquire_gpu(flag) != want) {
-      if (global_timer_ns() - start > p.sync.timeout_ns)
+      // Twice the barrier's bound: when a peer is missing, block 0's
+      // barrier gives up first and names it.
+      if (global_timer_ns() - start > 2 * p.sync.timeout_ns + 1000000000ull)
         fail(p.sync.mailbox, k_timeout_local, p.sync.rank, 0);
     }
     base = reinterpret_cast<const volatile int*>(p.offsets_scratch)[dst];
