@@ -72,7 +72,7 @@ Result<std::vector<std::uint8_t>> to_host(const TensorView& view) {
   if (out.empty()) return out;
   if (view.data == nullptr) return make_error(ErrorCode::invalid, "to_host: a null view");
   cudaError_t rc;
-  if (view.ndim == 1 || view.strides[1] == 1) {
+  if (view.ndim == 1 || (view.strides[1] == 1 && view.strides[0] >= view.cols())) {
     // Rows contiguous: one strided 2-D copy.
     std::size_t row_bytes = static_cast<std::size_t>(view.cols()) * elem;
     std::size_t pitch =
