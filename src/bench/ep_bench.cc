@@ -736,8 +736,9 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
   }
 
   for (std::size_t i = 0; i < k_num_checks; ++i) {
-    if (!verdict[i].empty())
+    if (!verdict[i].empty()) {
       rep.local_failures.push_back(std::string(k_checks[i].name) + ": " + verdict[i]);
+    }
   }
 
   if (dumping) {
