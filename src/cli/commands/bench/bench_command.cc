@@ -1,10 +1,14 @@
 // epkit bench nccl <collective>: nccl-tests' flags, table and bus-bandwidth
 // factors, with a data check on every GPU and a --min-busbw pass/fail exit.
+// epkit bench ep: DeepEP's test_intranode.py tuning run for the EP engine.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "bench/ep_bench.h"
 #include "bench/p2p.h"
 #include "bench/sweep.h"
 #include "cli/command.h"
@@ -135,6 +139,158 @@ int bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo
 
 #endif
 
+struct EpBenchCliOptions {
+  int tokens = 4096;
+  int hidden = 7168;
+  int topk = 8;
+  int experts = 256;
+  std::vector<int> sms{24};
+  std::vector<int> chunks{1, 2, 4, 8};
+  int warmup = 20;
+  int iters = 50;
+  std::uint64_t seed = 0;
+  std::string dump;
+};
+
+// The checks CLI11 cannot express on lists, and the shape rules the engine
+// and DeepEP's FP8 cast share. "" when fine.
+std::string validate(const EpBenchCliOptions& o) {
+  if (o.hidden % 128 != 0) {
+    return fmt::format("--hidden {}: must be a multiple of 128 (one FP8 scale per 128 channels)",
+                       o.hidden);
+  }
+  if (o.topk > o.experts) {
+    return fmt::format("--topk {} is more than --experts {}", o.topk, o.experts);
+  }
+  for (int s : o.sms) {
+    if (s < 1 || s > 1024) return fmt::format("--sms {}: must be 1..1024", s);
+  }
+  for (int c : o.chunks) {
+    if (c != 1 && c != 2 && c != 4 && c != 8) {
+      return fmt::format("--chunks {}: the NVL chunk must be 1, 2, 4 or 8", c);
+    }
+  }
+  if (o.sms.empty() || o.chunks.empty()) return "--sms and --chunks need at least one value";
+  return "";
+}
+
+#ifdef EPKIT_WITH_CUDA
+
+int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+                  const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
+  auto fail = [&](int code, const std::string& why) {
+    io.line("FAIL: " + why);
+    return code;
+  };
+  if (launch.nnodes > 1) {
+    return fail(k_exit_usage, fmt::format("bench ep runs on one node (the engine spans one NVLink "
+                                          "domain); this job has {} nodes",
+                                          launch.nnodes));
+  }
+  if (o.experts % launch.world_size != 0) {
+    return fail(k_exit_usage, fmt::format("--experts {} does not split evenly over {} ranks",
+                                          o.experts, launch.world_size));
+  }
+  std::unique_ptr<runtime::GpuRank> joined;
+  if (int rc = open_gpu_rank(host, launch, io, lo.timeout_s, joined); rc != k_gpu_ok) return rc;
+  auto& r = *joined;
+  bench::EpBenchOptions eo;
+  eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
+  eo.sms = o.sms;
+  eo.chunks = o.chunks;
+  eo.warmup = o.warmup;
+  eo.iters = o.iters;
+  eo.seed = o.seed;
+  eo.dump_dir = o.dump;
+  eo.timeout_s = lo.timeout_s;
+  const auto begin = std::chrono::steady_clock::now();
+  eo.progress = [begin](bench::EpOp op, int sms) {
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    if (s > 3.0) {
+      std::fprintf(stderr, "epkit bench ep: %s at %d SMs timed (%.0f s)\n", bench::to_string(op),
+                   sms, s);
+    }
+  };
+  auto buffer = bench::make_ep_buffer(r, eo);
+  if (!buffer) {
+    r.session->abort();
+    // The engine says unavailable when this node cannot run it (no peer
+    // access between the GPUs, for one): that is exit 12, not a lost peer.
+    const Error& e = buffer.error();
+    return fail(e.code == ErrorCode::unavailable ? k_gpu_unavailable : exit_code_for(e),
+                "ep::Buffer::create: " + e.message);
+  }
+  auto report = bench::run_ep_bench(r, **buffer, eo);
+  if (!report) {
+    r.session->abort();
+    return fail(exit_code_for(report.error()), report.error().message);
+  }
+  for (const auto& f : report->local_failures) io.line("FAIL: check " + f);
+  const int code = report->checks_passed() ? k_gpu_ok : k_gpu_wrong_data;
+  // No rank frees its share while another may still read it.
+  if (auto done = (*buffer)->barrier(); !done) {
+    r.session->abort();
+    return fail(exit_code_for(done.error()), done.error().message);
+  }
+  buffer->reset();
+  if (launch.rank == 0) {
+    if (lo.json) {
+      io.summary << bench::ep_report_json(*report, code).dump(2) << "\n";
+    } else {
+      io.summary << bench::render_ep_report(*report);
+    }
+    io.summary.flush();
+  }
+  return close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
+}
+
+#endif
+
+int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& lo,
+                   const std::shared_ptr<EpBenchCliOptions>& o) {
+  if (std::string why = validate(*o); !why.empty()) {
+    io.err << "epkit bench ep: " << why << "\n";
+    return k_exit_usage;
+  }
+  if (!o->dump.empty()) {
+    // Made here, once, so that a bad path is a usage error before any GPU
+    // starts; ranks get it absolute whatever their working directory.
+    std::error_code ec;
+    std::filesystem::path dir = std::filesystem::absolute(o->dump, ec);
+    if (!ec) std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      io.err << "epkit bench ep: --dump " << o->dump << ": " << ec.message() << "\n";
+      return k_exit_usage;
+    }
+    o->dump = dir.string();
+  }
+  std::vector<std::string> child = {"ep"};
+  auto pass = [&child](const char* flag, std::string value) {
+    child.push_back(flag);
+    child.push_back(std::move(value));
+  };
+  pass("--tokens", std::to_string(o->tokens));
+  pass("--hidden", std::to_string(o->hidden));
+  pass("--topk", std::to_string(o->topk));
+  pass("--experts", std::to_string(o->experts));
+  pass("--sms", fmt::format("{}", fmt::join(o->sms, ",")));
+  pass("--chunks", fmt::format("{}", fmt::join(o->chunks, ",")));
+  pass("--warmup", std::to_string(o->warmup));
+  pass("--iters", std::to_string(o->iters));
+  pass("--seed", std::to_string(o->seed));
+  pass("--timeout", fmt::format("{}", lo.timeout_s));
+  if (lo.json) child.push_back("--json");
+  if (!o->dump.empty()) pass("--dump", o->dump);
+  RankMain main;
+#ifdef EPKIT_WITH_CUDA
+  GpuLaunchOptions launch = lo;
+  main = [o, launch](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
+    return bench_ep_rank(h, l, rio, *o, launch);
+  };
+#endif
+  return run_gpu_command(io, "bench", common, lo, child, main);
+}
+
 int run_p2p_command(Io& io, const std::string& size, int iters, bool json) {
   auto bytes = bench::parse_size(size);
   if (!bytes) {
@@ -212,8 +368,39 @@ Command make_bench_command() {
             nccl->footer(
                 "Exit codes: 0 OK, 10 wrong data, 11 NCCL/CUDA error, 12 no GPU/libnccl, "
                 "13 below --min-busbw, 75 peer lost, 124 timeout, 64 usage.");
-            return [common, lo, o, p2p, p2p_size, p2p_iters, p2p_json](Io& io) -> int {
+            CLI::App* ep = app.add_subcommand(
+                "ep", "EP engine: checks against the reference, then DeepEP's tuning sweep");
+            auto eo = std::make_shared<EpBenchCliOptions>();
+            auto ep_lo = std::make_shared<GpuLaunchOptions>();
+            ep->add_option("--tokens", eo->tokens, "Tokens per rank (default 4096)")
+                ->check(CLI::Range(1, 1 << 20));
+            ep->add_option("--hidden", eo->hidden, "Hidden size, a multiple of 128 (default 7168)")
+                ->check(CLI::Range(128, 1 << 16));
+            ep->add_option("--topk", eo->topk, "Experts per token (default 8)")
+                ->check(CLI::Range(1, 1024));
+            ep->add_option("--experts", eo->experts, "Experts in all (default 256)")
+                ->check(CLI::Range(1, 1 << 16));
+            ep->add_option("--sms", eo->sms,
+                           "SM counts to sweep: --sms 24,12 or repeated (default 24)")
+                ->delimiter(',');
+            ep->add_option("--chunks", eo->chunks, "NVL chunks to sweep (default 1,2,4,8)")
+                ->delimiter(',');
+            ep->add_option("--warmup", eo->warmup, "Untimed calls per configuration (default 20)")
+                ->check(CLI::Range(0, 1000000));
+            ep->add_option("--iters", eo->iters, "Timed calls per configuration (default 50)")
+                ->check(CLI::Range(1, 1000000));
+            ep->add_option("--seed", eo->seed, "Seed of the random inputs (default 0)");
+            ep->add_option("--dump", eo->dump,
+                           "Write every rank's inputs and outputs as .npy under this folder");
+            add_gpu_launch_options(*ep, *ep_lo);
+            ep->footer(
+                "Exit codes: 0 OK, 10 the engine differs from the reference, 11 NCCL/CUDA error, "
+                "12 no GPU/libnccl or the engine cannot run here, 75 peer lost, 124 timeout, "
+                "64 usage.");
+            return [common, lo, o, p2p, p2p_size, p2p_iters, p2p_json, ep, eo,
+                    ep_lo](Io& io) -> int {
               if (p2p->parsed()) return run_p2p_command(io, *p2p_size, *p2p_iters, *p2p_json);
+              if (ep->parsed()) return run_ep_command(io, *common, *ep_lo, eo);
               auto p = parse(*o);
               if (!p) {
                 io.err << "epkit bench nccl: " << p.error().message << "\n";

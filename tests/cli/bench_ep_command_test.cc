@@ -1,0 +1,87 @@
+// `epkit bench ep` on a machine without GPUs: flags are checked before any
+// rank starts (exit 64 naming the flag), and the run itself fails with exit
+// 12, never a pass.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "support/cli_run.h"
+#include "support/temp_tree.h"
+
+namespace epkit::cli {
+namespace {
+
+using test::CliRun;
+
+CliRun run(std::vector<std::string> args) {
+  args.insert(args.begin(), {"bench", "ep"});
+  return test::run_epkit(std::move(args));
+}
+
+// The real binary with every GPU hidden, as tests/cli/test_command_test.cc
+// runs `epkit test`: in-process, a GPU machine would start ranks.
+CliRun shell_no_gpu(const std::string& args) {
+  CliRun r;
+  std::string command =
+      std::string("env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY + " bench ep " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), pipe) != nullptr) r.out += buf.data();
+  int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(BenchEpCommand, HelpListsTheSweepAndDumpFlags) {
+  auto r = run({"--help"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* flag :
+       {"--tokens", "--hidden", "--topk", "--experts", "--sms", "--chunks", "--warmup", "--iters",
+        "--seed", "--dump", "--json", "--timeout", "--nproc-per-node"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag << "\n" << r.out;
+  }
+}
+
+TEST(BenchEpCommand, BadShapesAndConfigsAreUsageErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* names;
+  };
+  const Case cases[] = {
+      {{"--hidden", "7000"}, "multiple of 128"},
+      {{"--topk", "9", "--experts", "8"}, "--topk 9"},
+      {{"--chunks", "1,3"}, "--chunks 3"},
+      {{"--sms", "0"}, "--sms 0"},
+  };
+  for (const auto& c : cases) {
+    auto r = run(c.args);
+    EXPECT_EQ(r.code, 64) << c.names << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find(c.names), std::string::npos) << r.err;
+  }
+  // CLI11's own checks: not a number, out of range.
+  EXPECT_NE(run({"--sms", "24,x"}).code, 0);
+  EXPECT_NE(run({"--iters", "0"}).code, 0);
+}
+
+TEST(BenchEpCommand, DumpFolderIsMadeBeforeAnyRankStarts) {
+  test::TempTree tree;
+  std::string dir = tree.path("/out/ep");
+  // No GPU: the run fails with exit 12 naming the cause, but the folder
+  // exists by then.
+  auto r = shell_no_gpu("--dump " + dir + " --timeout 5");
+  EXPECT_EQ(r.code, 12) << r.out;
+  EXPECT_TRUE(std::filesystem::is_directory(dir)) << r.out;
+  tree.write("/file", "x");
+  auto bad = run({"--dump", tree.path("/file/sub")});
+  EXPECT_EQ(bad.code, 64) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("--dump"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace epkit::cli
