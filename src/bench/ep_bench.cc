@@ -657,6 +657,18 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
     c.order = order;
     return buffer.combine(c);
   };
+  // DeepEP's tuning combines the dispatch's own recv_x; here that lives in
+  // the Buffer, so the combine reads it in place.
+  auto combine_of = [&](const TensorView& x,
+                        const std::shared_ptr<const ep::DispatchHandle>& handle,
+                        const ep::Config& cfg) {
+    ep::CombineArgs c;
+    c.x = x;
+    c.handle = handle;
+    c.config = cfg;
+    c.order = order;
+    return buffer.combine(c);
+  };
   auto copy_combine = [&](const ep::CombineResult& r) -> Result<HostCombine> {
     auto cx = copy(r.combined_x);
     if (!cx) return cx.error();
@@ -789,12 +801,18 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
   for (EpOp op : {EpOp::dispatch_fp8, EpOp::dispatch_bf16, EpOp::combine}) {
     for (std::size_t si = 0; si < o.sms.size(); ++si) {
       const int sms = o.sms[si];
+      TensorView engine_recv_x;
+      if (op == EpOp::combine) {
+        auto d = cached_dispatch(false, handles[si], config(sms, o.chunks.front()));
+        if (!d) return d.error();
+        engine_recv_x = d->recv_x;
+      }
       for (int chunk : o.chunks) {
         const ep::Config cfg = config(sms, chunk);
         // DeepEP's tuning calls: a cached dispatch of x alone, and combine
-        // of the received rows without weights.
+        // of the received rows (recv_x) without weights.
         auto call = [&]() -> Result<void> {
-          if (op == EpOp::combine) return discard(combine(handles[si][0], cfg, false));
+          if (op == EpOp::combine) return discard(combine_of(engine_recv_x, handles[si][0], cfg));
           return discard(cached_dispatch(op == EpOp::dispatch_fp8, handles[si], cfg));
         };
         auto t = timer->run(stream, o.warmup, call, step(),
@@ -816,6 +834,18 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
         timer->run(stream, o.warmup, call, step(), fmt::format("non-cached {}", to_string(op)));
     if (!t) return t.error();
     non_cached.push_back(make_row(op, rep.check_sms, rep.check_chunk, false, *t));
+  }
+  {
+    // The same combine from rows the Buffer does not hold (expert outputs
+    // written elsewhere): the engine copies them in first.
+    auto call = [&]() -> Result<void> {
+      return discard(combine(handles[0][0], check_config, false));
+    };
+    auto t = timer->run(stream, o.warmup, call, step(), "combine of rows outside the Buffer");
+    if (!t) return t.error();
+    EpRow row = make_row(EpOp::combine, rep.check_sms, rep.check_chunk, true, *t);
+    row.staged = true;
+    non_cached.push_back(row);
   }
 
   // Every rank's times and counts to rank 0: the lines print rank 0's, the

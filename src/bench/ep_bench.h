@@ -67,7 +67,10 @@ struct EpRow {
   EpOp op = EpOp::dispatch_bf16;
   int sms = 24;
   int nvl_chunk = 4;
-  bool cached = true;        // false: the one non-cached dispatch per dtype
+  bool cached = true;  // false: the one non-cached dispatch per dtype
+  /// Combine of rows held outside the Buffer (copied into it first), next to
+  /// the timed combine of the dispatch's own recv_x.
+  bool staged = false;
   EpTiming rank0;            // the printed figures are rank 0's, as DeepEP's
   double max_median_us = 0;  // slowest rank's median
   double logical_bytes = 0;  // rank 0's
@@ -102,7 +105,7 @@ struct EpReport {
   std::vector<std::int64_t> recv_rows;    // by rank (rank 0 holds every rank's)
   std::vector<std::int64_t> remote_rows;  // by rank
   std::vector<EpRow> rows;                // cached sweep: op, then SMs, then chunk
-  std::vector<EpRow> non_cached;          // one per dispatch dtype
+  std::vector<EpRow> non_cached;          // one per dispatch dtype, and the staged combine
   bool checks_passed() const;
 };
 

@@ -117,6 +117,12 @@ std::string ep_best_line(const EpRow& r) {
 }
 
 std::string ep_non_cached_line(const EpRow& r) {
+  if (r.staged)
+    return fmt::format(
+        "[tuning] Combine of rows outside the Buffer (staged): SMs {}, NVL chunk {}, {:.2f} GB/s "
+        "(NVL), "
+        "t: {:.2f} us, physical {:.2f} GB/s",
+        r.sms, r.nvl_chunk, r.logical_gbps(), r.rank0.median_us, r.physical_gbps());
   return fmt::format(
       "[tuning] Non-cached {}: SMs {}, NVL chunk {}, {:.2f} GB/s (NVL), t: {:.2f} us, physical "
       "{:.2f} GB/s",
@@ -164,6 +170,7 @@ nlohmann::json row_json(const EpRow& r) {
           {"sms", r.sms},
           {"nvl_chunk", r.nvl_chunk},
           {"cached", r.cached},
+          {"staged", r.staged},
           {"median_us", r.rank0.median_us},
           {"min_us", r.rank0.min_us},
           {"avg_us", r.rank0.avg_us},
