@@ -158,7 +158,7 @@ class BufferImpl final : public Buffer {
   Result<void> enter(const StreamOrder& order);
   Result<Event> leave(const StreamOrder& order);
   Error failure(cudaError_t rc, const std::string& what);
-  Result<void> wait_counts(std::uint64_t epoch);
+  Result<void> wait_counts(std::uint64_t seq);
   Result<DispatchResult> dispatch_cached(const DispatchArgs& args);
 
   BufferOptions m_opts;
@@ -181,7 +181,8 @@ class BufferImpl final : public Buffer {
   std::int32_t* m_recv_per_expert = nullptr;
   std::uint16_t* m_combined_x = nullptr;
   float* m_combined_w = nullptr;
-  std::uint64_t m_epoch = 0;
+  std::uint64_t m_count_seq = 0;     // numbers the counts the mailbox carries
+  std::uint64_t* m_epoch = nullptr;  // device (see SyncParams::epoch)
   bool m_broken = false;
 };
 
@@ -234,6 +235,7 @@ Result<void> BufferImpl::init(Bootstrap& bootstrap, const BufferOptions& o) {
   auto* base = static_cast<std::uint8_t*>(m_local.get());
   if ((rc = cudaMemset(base, 0, off_rank)) != cudaSuccess) return cuda_error(rc, "cudaMemset");
   m_grid_counter = reinterpret_cast<std::int32_t*>(base + off_counter);
+  m_epoch = reinterpret_cast<std::uint64_t*>(base + off_counter + 8);
   m_offsets_scratch = reinterpret_cast<std::int32_t*>(base + off_scratch);
   m_tokens_per_rank = reinterpret_cast<std::int32_t*>(base + off_rank);
   m_tokens_per_expert = reinterpret_cast<std::int32_t*>(base + off_expert);
@@ -307,8 +309,7 @@ BufferImpl::~BufferImpl() {
   // Peers may still read this heap: meet them first (bounded by the kernel
   // timeout), unless a failure already broke the context.
   if (!m_broken && m_stream != nullptr && m_peers[m_rank] != nullptr) {
-    if (k::launch_barrier(sync(), ++m_epoch, m_stream) == cudaSuccess)
-      cudaStreamSynchronize(m_stream);
+    if (k::launch_barrier(sync(), m_stream) == cudaSuccess) cudaStreamSynchronize(m_stream);
   }
   for (int r = 0; r < m_ranks; ++r)
     if (r != m_rank && m_peers[r] != nullptr) cudaIpcCloseMemHandle(m_peers[r]);
@@ -325,6 +326,7 @@ k::SyncParams BufferImpl::sync() const {
   s.timeout_ns = static_cast<std::uint64_t>(m_opts.timeout_s * 1e9);
   s.mailbox = m_mailbox_dev;
   s.grid_counter = reinterpret_cast<unsigned int*>(m_grid_counter);
+  s.epoch = m_epoch;
   return s;
 }
 
@@ -389,11 +391,11 @@ Result<Event> BufferImpl::leave(const StreamOrder& order) {
   return event;
 }
 
-Result<void> BufferImpl::wait_counts(std::uint64_t epoch) {
+Result<void> BufferImpl::wait_counts(std::uint64_t seq) {
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(static_cast<long long>(m_opts.timeout_s * 1000) + 5000);
   for (std::uint64_t spins = 0;; ++spins) {
-    if (m_mailbox->counts_epoch == epoch) break;
+    if (m_mailbox->counts_epoch == seq) break;
     if (m_mailbox->error != 0) return failure(cudaSuccess, "dispatch (count exchange)");
     if ((spins & 1023) == 1023) {
       cudaError_t rc = cudaStreamQuery(m_stream);
@@ -536,7 +538,7 @@ Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
 
   k::NotifyParams np;
   np.sync = sync();
-  np.epoch = ++m_epoch;
+  np.count_seq = ++m_count_seq;
   np.num_tokens_per_rank = static_cast<const std::int32_t*>(ntpr.data);
   np.num_tokens_per_expert = static_cast<const std::int32_t*>(ntpe.data);
   np.is_token_in_rank = static_cast<const bool*>(itir.data);
@@ -556,7 +558,7 @@ Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
   DispatchResult out;
   int rows = a.num_worst_tokens;
   if (a.num_worst_tokens == 0) {
-    EPKIT_TRY(wait_counts(np.epoch));
+    EPKIT_TRY(wait_counts(np.count_seq));
     if (m_mailbox->error == k::k_bad_expert) {
       long long token = m_mailbox->error_rank;
       long long value = m_mailbox->error_value;
@@ -573,8 +575,7 @@ Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
 
   k::DispatchParams dp;
   dp.sync = np.sync;
-  dp.entry_epoch = 0;  // the count exchange was the barrier
-  dp.exit_epoch = ++m_epoch;
+  dp.entry_barrier = false;  // the count exchange was one
   dp.x = static_cast<const std::uint8_t*>(x.data);
   dp.x_stride = x.strides[0] * static_cast<std::int64_t>(dtype_size(x.dtype));
   dp.row_bytes = hidden * static_cast<int>(dtype_size(x.dtype));
@@ -653,8 +654,7 @@ Result<DispatchResult> BufferImpl::dispatch_cached(const DispatchArgs& a) {
   EPKIT_TRY(enter(a.order));
   k::DispatchParams dp;
   dp.sync = sync();
-  dp.entry_epoch = ++m_epoch;
-  dp.exit_epoch = ++m_epoch;
+  dp.entry_barrier = true;
   dp.x = static_cast<const std::uint8_t*>(a.x.data);
   dp.x_stride = a.x.strides[0] * static_cast<std::int64_t>(dtype_size(a.x.dtype));
   dp.row_bytes = hidden * static_cast<int>(dtype_size(a.x.dtype));
@@ -753,8 +753,6 @@ Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
   EPKIT_TRY(place(a.x, m_heap.stage_x, cp.x_offset, cp.x_stride));
   if (with_weights) EPKIT_TRY(place(a.topk_weights, m_heap.stage_w, cp.w_offset, cp.w_stride));
   cp.sync = sync();
-  cp.entry_epoch = ++m_epoch;
-  cp.exit_epoch = ++m_epoch;
   for (int r = 0; r < m_ranks; ++r) {
     cp.meta[r] = meta(r);
     cp.heap[r] = m_peers[r];
@@ -801,7 +799,7 @@ Result<TensorView> BufferImpl::combine_weights_input(std::int64_t rows, std::int
 Result<void> BufferImpl::barrier() {
   if (m_broken)
     return make_error(ErrorCode::unavailable, "the Buffer failed before and cannot be used");
-  if (cudaError_t rc = k::launch_barrier(sync(), ++m_epoch, m_stream); rc != cudaSuccess)
+  if (cudaError_t rc = k::launch_barrier(sync(), m_stream); rc != cudaSuccess)
     return failure(rc, "barrier");
   if (cudaError_t rc = cudaStreamSynchronize(m_stream); rc != cudaSuccess)
     return failure(rc, "barrier");

@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineP
   const int warps_per_block = blockDim.x >> 5;
   const int me = p.sync.rank;
 
+  const std::uint64_t base = epoch_base(p.sync);
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     Meta* mine = p.meta[me];
     mine->combine_x_offset = p.x_offset;
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineP
   __threadfence_system();
   __syncthreads();
   // Every rank's input is final once it reached this call.
-  if (threadIdx.x < 32) rank_barrier_warp(p.sync, p.entry_epoch, blockIdx.x == 0);
+  if (threadIdx.x < 32) rank_barrier_warp(p.sync, base + 1, blockIdx.x == 0);
 
   __shared__ const std::uint8_t* src_x[Ranks];
   __shared__ std::int64_t src_x_stride[Ranks];
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineP
     }
   }
   // Nobody may reuse its input (or start the next call) while others read it.
-  grid_exit_barrier(p.sync, p.exit_epoch);
+  grid_exit_barrier(p.sync, base + 2);
 }
 
 template <int Ranks>

@@ -18,10 +18,11 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
   const int n = p.sync.num_ranks;
   const int me = p.sync.rank;
 
-  if (p.entry_epoch != 0) {
+  const std::uint64_t base = epoch_base(p.sync);
+  if (p.entry_barrier) {
     // The receive buffers may still be read by their owners until they
     // reach this call; block 0 says we are here, every block waits.
-    if (threadIdx.x < 32) rank_barrier_warp(p.sync, p.entry_epoch, blockIdx.x == 0);
+    if (threadIdx.x < 32) rank_barrier_warp(p.sync, base + 1, blockIdx.x == 0);
     __syncthreads();
   }
 
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
         if (rows[d] >= 0) p.recv_src[d][rows[d]] = t;
     }
   }
-  grid_exit_barrier(p.sync, p.exit_epoch);
+  grid_exit_barrier(p.sync, base + 2);
 }
 
 }  // namespace

@@ -58,6 +58,12 @@ struct SyncParams {
   std::uint64_t timeout_ns = 0;
   Mailbox* mailbox = nullptr;            // device pointer of the host-mapped mailbox
   unsigned int* grid_counter = nullptr;  // local, zero between kernels
+  /// Local: the last barrier epoch this rank passed. Kernels read it at
+  /// their start and the last block of the last kernel of an operation
+  /// advances it, so epochs live on the device and a captured CUDA graph
+  /// replays with fresh ones. Every rank runs the same kernels in the same
+  /// order, so every rank's counter takes the same values.
+  std::uint64_t* epoch = nullptr;
 };
 
 struct LayoutParams {
@@ -76,8 +82,8 @@ struct LayoutParams {
 cudaError_t launch_layout(const LayoutParams& p, cudaStream_t stream);
 
 struct NotifyParams {
-  SyncParams sync;
-  std::uint64_t epoch = 0;
+  SyncParams sync;  // barrier: epoch + 1 (the dispatch kernel after it advances the counter)
+  std::uint64_t count_seq = 0;                          // host sequence number for the mailbox
   const std::int32_t* num_tokens_per_rank = nullptr;    // [ranks]
   const std::int32_t* num_tokens_per_expert = nullptr;  // [experts]
   const bool* is_token_in_rank = nullptr;               // [tokens, ranks]
@@ -95,9 +101,8 @@ struct NotifyParams {
 cudaError_t launch_notify(const NotifyParams& p, cudaStream_t stream);
 
 struct DispatchParams {
-  SyncParams sync;
-  std::uint64_t entry_epoch = 0;  // 0: no entry barrier (the notify kernel was one)
-  std::uint64_t exit_epoch = 0;
+  SyncParams sync;            // entry barrier epoch + 1 (when entry_barrier), exit epoch + 2
+  bool entry_barrier = true;  // false: the notify kernel before it was one
   const std::uint8_t* x = nullptr;
   std::int64_t x_stride = 0;  // bytes between tokens
   int row_bytes = 0;          // hidden * element size, multiple of 16
@@ -130,9 +135,7 @@ struct DispatchParams {
 cudaError_t launch_dispatch(const DispatchParams& p, cudaStream_t stream);
 
 struct CombineParams {
-  SyncParams sync;
-  std::uint64_t entry_epoch = 0;
-  std::uint64_t exit_epoch = 0;
+  SyncParams sync;  // entry barrier epoch + 1, exit epoch + 2
   // Published into this rank's Meta by block 0 before the entry barrier.
   std::int64_t x_offset = 0;
   std::int64_t x_stride = 0;
@@ -167,7 +170,7 @@ struct StageParams {
 cudaError_t launch_stage(const StageParams& p, cudaStream_t stream);
 
 /// A barrier over the ranks (one block).
-cudaError_t launch_barrier(const SyncParams& p, std::uint64_t epoch, cudaStream_t stream);
+cudaError_t launch_barrier(const SyncParams& p, cudaStream_t stream);
 
 }  // namespace epkit::ep::kernels
 

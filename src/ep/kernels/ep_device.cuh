@@ -96,11 +96,19 @@ __device__ __forceinline__ void rank_barrier_warp(const SyncParams& s, std::uint
   __syncwarp();
 }
 
+/// The epoch this rank passed last (see SyncParams::epoch); read by every
+/// block at kernel start, before any block can advance it.
+__device__ __forceinline__ std::uint64_t epoch_base(const SyncParams& s) {
+  return *reinterpret_cast<const volatile std::uint64_t*>(s.epoch);
+}
+
 /// The end of a multi-block kernel that wrote to peers: each block fences
 /// its writes and counts itself in; the last block to finish signals the
 /// peers and waits for theirs, so the kernel ends only when every rank's
 /// writes into this rank have landed.
 __device__ __forceinline__ void grid_exit_barrier(const SyncParams& s, std::uint64_t epoch) {
+  // Every other block has finished (and read the counter) when the last
+  // one gets here: it advances the device epoch.
   __shared__ bool last;
   __threadfence_system();
   __syncthreads();
@@ -113,6 +121,7 @@ __device__ __forceinline__ void grid_exit_barrier(const SyncParams& s, std::uint
   if (last && threadIdx.x < 32) {
     __threadfence_system();
     rank_barrier_warp(s, epoch, true);
+    if (threadIdx.x == 0) *s.epoch = epoch;
   }
 }
 

@@ -53,7 +53,7 @@ __device__ void exchange_counts(const NotifyParams& p) {
   }
   __threadfence_system();
   __syncthreads();
-  if (threadIdx.x < 32) rank_barrier_warp(p.sync, p.epoch, true);
+  if (threadIdx.x < 32) rank_barrier_warp(p.sync, epoch_base(p.sync) + 1, true);
   __syncthreads();
 
   const volatile Meta* mine = p.meta[me];
@@ -84,11 +84,12 @@ __device__ void exchange_counts(const NotifyParams& p) {
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    store_release_gpu(p.offsets_scratch + k_max_ranks, static_cast<int>(p.epoch & 0x7fffffff));
+    store_release_gpu(p.offsets_scratch + k_max_ranks,
+                      static_cast<int>((epoch_base(p.sync) + 1) & 0x7fffffff));
     if (p.num_worst_tokens == 0) {
       p.sync.mailbox->num_recv = num_recv;
       __threadfence_system();
-      p.sync.mailbox->counts_epoch = p.epoch;
+      p.sync.mailbox->counts_epoch = p.count_seq;
       __threadfence_system();
     }
   }
@@ -107,7 +108,7 @@ __device__ void scan_rows(const NotifyParams& p, int dst) {
 
   __shared__ int base;
   if (threadIdx.x == 0) {
-    const int want = static_cast<int>(p.epoch & 0x7fffffff);
+    const int want = static_cast<int>((epoch_base(p.sync) + 1) & 0x7fffffff);
     const int* flag = p.offsets_scratch + k_max_ranks;
     std::uint64_t start = global_timer_ns();
     while (load_acquire_gpu(flag) != want) {

@@ -5,9 +5,11 @@
 namespace epkit::ep::kernels {
 namespace {
 
-__global__ void barrier_kernel(SyncParams s, std::uint64_t epoch) {
+__global__ void barrier_kernel(SyncParams s) {
+  const std::uint64_t epoch = epoch_base(s) + 1;
   __threadfence_system();
   rank_barrier_warp(s, epoch, true);
+  if (threadIdx.x == 0) *s.epoch = epoch;
 }
 
 // 16-byte vectors when both sides allow it (x rows always do), 4-byte words
@@ -38,8 +40,8 @@ __global__ void __launch_bounds__(1024) stage_kernel(StageParams p) {
 
 }  // namespace
 
-cudaError_t launch_barrier(const SyncParams& p, std::uint64_t epoch, cudaStream_t stream) {
-  barrier_kernel<<<1, 32, 0, stream>>>(p, epoch);
+cudaError_t launch_barrier(const SyncParams& p, cudaStream_t stream) {
+  barrier_kernel<<<1, 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
