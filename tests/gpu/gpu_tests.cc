@@ -1,4 +1,4 @@
-// GPU tests of `epkit test` and `epkit bench`: they run the real binary on
+// GPU tests of `epkit test`, `epkit test ep` and `epkit bench`: they run the real binary on
 // this machine's GPUs. A case that needs more GPUs than there are (or a build
 // without CUDA) prints why and exits 77, which ctest reports as SKIP.
 #include <gtest/gtest.h>
@@ -148,6 +148,46 @@ TEST(EpkitBench, P2pMatrixHasEveryMode) {
   auto j = shell(epkit() + " bench p2p -b 16M -n 2 --json");
   EXPECT_EQ(j.code, 0);
   EXPECT_NE(j.out.find("\"matrices\""), std::string::npos);
+}
+
+// The EP conformance suite: 1 layout case, DeepEP's 24-case sweep and 8 edge
+// cases (see ep/conformance.cc); every one must pass on every rank.
+constexpr std::size_t k_ep_cases = 33;
+
+void expect_ep_passed(const Shell& r, int ranks) {
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(count_of(r.out, " ... passed\n"), k_ep_cases);
+  EXPECT_EQ(count_of(r.out, "FAILED"), 0u);
+  EXPECT_NE(r.out.find(std::to_string(k_ep_cases) + " cases on " + std::to_string(ranks) +
+                       " ranks: " + std::to_string(k_ep_cases) + " passed, 0 failed"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("[testing] Running with FP8, with top-k (async=True, previous=True"),
+            std::string::npos);
+}
+
+TEST(EpConformance, TwoRanks) {
+  need_gpus(2);
+  expect_ep_passed(shell(epkit() + " test ep --nproc-per-node 2 --timeout 150"), 2);
+}
+
+TEST(EpConformance, FourRanks) {
+  need_gpus(4);
+  expect_ep_passed(shell(epkit() + " test ep --nproc-per-node 4 --timeout 150"), 4);
+}
+
+// --json: the summary object, and --seed reproduces a run (it is echoed).
+TEST(EpConformance, JsonSummary) {
+  need_gpus(2);
+  auto r =
+      shell(epkit() + " test ep --nproc-per-node 2 --tokens 1024 --seed 42 --json --timeout 150");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("\"ok\": true"), std::string::npos);
+  EXPECT_NE(r.out.find("\"ranks\": 2"), std::string::npos);
+  EXPECT_NE(r.out.find("\"cases\": " + std::to_string(k_ep_cases)), std::string::npos);
+  EXPECT_NE(r.out.find("\"passed\": " + std::to_string(k_ep_cases)), std::string::npos);
+  EXPECT_NE(r.out.find("\"failed\": 0"), std::string::npos);
+  EXPECT_NE(r.out.find("\"seed\": 42"), std::string::npos);
+  EXPECT_NE(r.out.find("\"failures\": []"), std::string::npos);
 }
 
 }  // namespace

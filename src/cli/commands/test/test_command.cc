@@ -2,14 +2,20 @@
 // bounded time. Per rank: a device allocation, a checked all-reduce, a ring
 // send/recv with a checked payload and a barrier; "[host:rank] OK" or the
 // reason; rank 0 summarises versions and the transport NCCL chose per peer.
+//
+// epkit test ep: the EP engine's conformance suite (ep/conformance.h), one
+// line per case on rank 0 and a summary with the seed that reproduces it.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cli/command.h"
@@ -19,12 +25,26 @@
 #ifdef EPKIT_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "ep/conformance.h"
 #include "runtime/gpu_rank.h"
 #include "runtime/nccl_transports.h"
 #endif
 
 namespace epkit::cli {
 namespace {
+
+struct EpTestOptions {
+  int tokens = 4096;
+  int hidden = 7168;
+  int topk = 8;
+  int experts = 256;
+  int sms = 24;
+  std::optional<std::uint64_t> seed;
+};
+
+// The suite takes minutes at the default shape on 8 GPUs; the watchdog ends a
+// rank 3 x --timeout + 10 s after it started.
+constexpr double k_ep_default_timeout_s = 120.0;
 
 #ifdef EPKIT_WITH_CUDA
 
@@ -275,6 +295,62 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
   return code;
 }
 
+void write_ep_summary(const ep::ConformanceReport& report, const EpTestOptions& e, bool json,
+                      std::ostream& out) {
+  if (json) {
+    nlohmann::json failures = nlohmann::json::array();
+    for (const auto& f : report.failures) {
+      failures.push_back({{"case", f.case_name}, {"rank", f.rank}, {"detail", f.detail}});
+    }
+    nlohmann::json j = {
+        {"ok", report.failed == 0}, {"ranks", report.ranks},   {"cases", report.cases},
+        {"passed", report.passed},  {"failed", report.failed}, {"seed", report.seed},
+        {"num_tokens", e.tokens},   {"hidden", e.hidden},      {"num_topk", e.topk},
+        {"num_experts", e.experts}, {"num_sms", e.sms},        {"failures", failures}};
+    out << j.dump(2) << "\n";
+    return;
+  }
+  out << fmt::format("epkit test ep: {} cases on {} ranks: {} passed, {} failed (seed {})\n",
+                     report.cases, report.ranks, report.passed, report.failed, report.seed);
+  for (const auto& f : report.failures) {
+    out << fmt::format("  FAILED {} on rank {}: {}\n", f.case_name, f.rank, f.detail);
+  }
+  if (report.failed != 0) {
+    out << fmt::format(
+        "  reproduce with: epkit test ep --seed {} --tokens {} --hidden {} --topk {} "
+        "--experts {} --sms {} --nproc-per-node {}\n",
+        report.seed, e.tokens, e.hidden, e.topk, e.experts, e.sms, report.ranks);
+  }
+}
+
+int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+                 const GpuLaunchOptions& opts, const EpTestOptions& e, std::uint64_t seed) {
+  std::unique_ptr<runtime::GpuRank> joined;
+  if (int rc = open_gpu_rank(host, launch, io, opts.timeout_s, joined); rc != k_gpu_ok) return rc;
+  auto& r = *joined;
+  ep::ConformanceOptions co;
+  co.shape.num_tokens = e.tokens;
+  co.shape.hidden = e.hidden;
+  co.shape.num_topk = e.topk;
+  co.shape.num_experts = e.experts;
+  co.num_sms = e.sms;
+  co.seed = seed;
+  co.timeout_s = opts.timeout_s;
+  auto report = ep::run_conformance(r, co, [&](const std::string& text) { io.line(text); });
+  if (!report) {
+    r.session->abort();
+    io.line("FAIL: " + report.error().message);
+    // A shape the rank count cannot split is the user's flags, not the GPU.
+    return report.error().code == ErrorCode::invalid ? k_exit_usage : exit_code_for(report.error());
+  }
+  if (launch.rank == 0) {
+    write_ep_summary(*report, e, opts.json, io.summary);
+    io.summary.flush();
+  }
+  int code = report->failed == 0 ? k_gpu_ok : k_gpu_wrong_data;
+  return close_gpu_rank(r, io, "test/ep/done", opts.timeout_s, code);
+}
+
 #endif
 
 }  // namespace
@@ -288,7 +364,74 @@ Command make_test_command() {
             app.footer(
                 "Exit codes: 0 all OK, 10 wrong data, 11 NCCL/CUDA error, 12 no GPU/driver/"
                 "libnccl, 75 a peer was lost, 124 timeout, 64 usage. See docs/gpu-commands.md.");
-            return [common, opts](Io& io) -> int {
+            auto ep_opts = std::make_shared<GpuLaunchOptions>();
+            ep_opts->timeout_s = k_ep_default_timeout_s;
+            auto e = std::make_shared<EpTestOptions>();
+            CLI::App* ep = app.add_subcommand(
+                "ep",
+                "EP engine conformance: DeepEP V1's intranode tests plus bitwise equality "
+                "with an NCCL reference");
+            ep->add_option("--tokens", e->tokens, "Tokens per rank (default 4096)")
+                ->check(CLI::Range(1, 1 << 20));
+            ep->add_option("--hidden", e->hidden, "Hidden size, a multiple of 128 (default 7168)")
+                ->check(CLI::Range(128, 1 << 16));
+            ep->add_option("--topk", e->topk, "Experts per token (default 8)")
+                ->check(CLI::Range(1, 64));
+            ep->add_option("--experts", e->experts,
+                           "Experts, a multiple of the rank count (default 256)")
+                ->check(CLI::Range(1, 1 << 16));
+            ep->add_option("--sms", e->sms, "SMs for the data kernels (default 24)")
+                ->check(CLI::Range(1, 1024));
+            ep->add_option("--seed", e->seed,
+                           "Seed of the random inputs (default: from the clock, printed)");
+            add_gpu_launch_options(*ep, *ep_opts);
+            ep->get_option("--timeout")
+                ->description(
+                    "Seconds every step may take before the job is aborted (default "
+                    "120)");
+            ep->footer(
+                "Exit codes: 0 every case passed, 10 wrong data, 11 NCCL/CUDA/engine error, 12 no "
+                "GPU/driver/libnccl, 75 a peer was lost, 124 timeout, 64 usage. See "
+                "docs/gpu-commands.md.");
+            return [common, opts, ep, ep_opts, e](Io& io) -> int {
+              if (ep->parsed()) {
+                if (e->hidden % 128 != 0) {
+                  io.err << "epkit test ep: --hidden " << e->hidden
+                         << " is not a multiple of 128 (FP8 scales cover 128 channels)\n";
+                  return k_exit_usage;
+                }
+                // Fresh inputs every run unless --seed asks for a repeat;
+                // the agent picks it once so every rank it starts agrees.
+                const std::uint64_t seed =
+                    e->seed ? *e->seed
+                            : static_cast<std::uint64_t>(
+                                  std::chrono::system_clock::now().time_since_epoch().count()) %
+                                  1000000007u;
+                std::vector<std::string> child = {"ep",
+                                                  "--tokens",
+                                                  std::to_string(e->tokens),
+                                                  "--hidden",
+                                                  std::to_string(e->hidden),
+                                                  "--topk",
+                                                  std::to_string(e->topk),
+                                                  "--experts",
+                                                  std::to_string(e->experts),
+                                                  "--sms",
+                                                  std::to_string(e->sms),
+                                                  "--seed",
+                                                  std::to_string(seed),
+                                                  "--timeout",
+                                                  fmt::format("{}", ep_opts->timeout_s)};
+                if (ep_opts->json) child.push_back("--json");
+                RankMain ep_main;
+#ifdef EPKIT_WITH_CUDA
+                ep_main = [ep_opts, e, seed](const host::Host& h, const runtime::LaunchInfo& l,
+                                             RankIo& rio) {
+                  return ep_rank_main(h, l, rio, *ep_opts, *e, seed);
+                };
+#endif
+                return run_gpu_command(io, "test", *common, *ep_opts, child, ep_main);
+              }
               std::vector<std::string> child = {"--timeout", fmt::format("{}", opts->timeout_s)};
               if (opts->json) child.push_back("--json");
               RankMain main;
