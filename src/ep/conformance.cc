@@ -60,6 +60,10 @@ struct CaseSpec {
   int zero_tokens_rank = -1;
   int masked_rank = -1;  // 1.0 of its slots masked, 0.3 on the other ranks
   int only_rank = -1;
+  /// Where the combine reads its input: the dispatch's recv_x (in the
+  /// Buffer), a copy outside the Buffer (the engine stages it), or a copy
+  /// written into Buffer::combine_input().
+  enum class CombineFrom { recv_x, outside, combine_input } combine_from = CombineFrom::recv_x;
 };
 
 struct Suite {
@@ -461,6 +465,41 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     CombineArgs ca;
     ca.x = d.recv_x;
     if (c.with_topk) ca.topk_weights = d.recv_topk_weights;
+    // The other two inputs are copies of the same rows: the result must not change.
+    DeviceTensor outside_x, outside_w;
+    if (c.combine_from != CaseSpec::CombineFrom::recv_x) {
+      const std::int64_t rows = d.recv_x.rows();
+      if (c.combine_from == CaseSpec::CombineFrom::outside) {
+        auto ox = DeviceTensor::zeros(DType::bf16, rows, hidden);
+        if (!ox) return ox.error();
+        outside_x = std::move(*ox);
+        ca.x = outside_x.view;
+        if (c.with_topk) {
+          auto ow = DeviceTensor::zeros(DType::fp32, rows, topk);
+          if (!ow) return ow.error();
+          outside_w = std::move(*ow);
+          ca.topk_weights = outside_w.view;
+        }
+      } else {
+        auto ix = s.buffer->combine_input(rows, hidden);
+        if (!ix) return ix.error();
+        ca.x = *ix;
+        if (c.with_topk) {
+          auto iw = s.buffer->combine_weights_input(rows, topk);
+          if (!iw) return iw.error();
+          ca.topk_weights = *iw;
+        }
+      }
+      auto copy_rows = [&](const TensorView& to, const TensorView& from) {
+        std::size_t bytes = static_cast<std::size_t>(from.numel()) * dtype_size(from.dtype);
+        return cuda_ok(cudaMemcpy(to.data, from.data, bytes, cudaMemcpyDeviceToDevice),
+                       "copying the combine input");
+      };
+      if (rows > 0) {
+        EPKIT_TRY(copy_rows(ca.x, d.recv_x));
+        if (c.with_topk) EPKIT_TRY(copy_rows(ca.topk_weights, d.recv_topk_weights));
+      }
+    }
     ca.handle = d.handle;
     ca.config.num_sms = s.opts.num_sms;
     ca.order = order->order;
@@ -635,6 +674,12 @@ std::vector<CaseSpec> make_cases(const ConformanceOptions& o, int ranks) {
   rc.kind = XKind::rank_constant;
   rc.alignment = 128;
   cases.push_back(rc);
+  CaseSpec outside = edge("combine of rows outside the Buffer");
+  outside.combine_from = CaseSpec::CombineFrom::outside;
+  cases.push_back(outside);
+  CaseSpec in_place = edge("combine of rows written into combine_input()");
+  in_place.combine_from = CaseSpec::CombineFrom::combine_input;
+  cases.push_back(in_place);
   return cases;
 }
 

@@ -152,7 +152,7 @@ TEST(EpkitBench, P2pMatrixHasEveryMode) {
 
 // The EP conformance suite: 1 layout case, DeepEP's 24-case sweep and 8 edge
 // cases (see ep/conformance.cc); every one must pass on every rank.
-constexpr std::size_t k_ep_cases = 33;
+constexpr std::size_t k_ep_cases = 35;
 
 void expect_ep_passed(const Shell& r, int ranks) {
   EXPECT_EQ(r.code, 0);
