@@ -468,24 +468,24 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     // The other two inputs are copies of the same rows: the result must not change.
     DeviceTensor outside_x, outside_w;
     if (c.combine_from != CaseSpec::CombineFrom::recv_x) {
-      const std::int64_t rows = d.recv_x.rows();
+      const std::int64_t in_rows = d.recv_x.rows();
       if (c.combine_from == CaseSpec::CombineFrom::outside) {
-        auto ox = DeviceTensor::zeros(DType::bf16, rows, hidden);
+        auto ox = DeviceTensor::zeros(DType::bf16, in_rows, hidden);
         if (!ox) return ox.error();
         outside_x = std::move(*ox);
         ca.x = outside_x.view;
         if (c.with_topk) {
-          auto ow = DeviceTensor::zeros(DType::fp32, rows, topk);
+          auto ow = DeviceTensor::zeros(DType::fp32, in_rows, topk);
           if (!ow) return ow.error();
           outside_w = std::move(*ow);
           ca.topk_weights = outside_w.view;
         }
       } else {
-        auto ix = s.buffer->combine_input(rows, hidden);
+        auto ix = s.buffer->combine_input(in_rows, hidden);
         if (!ix) return ix.error();
         ca.x = *ix;
         if (c.with_topk) {
-          auto iw = s.buffer->combine_weights_input(rows, topk);
+          auto iw = s.buffer->combine_weights_input(in_rows, topk);
           if (!iw) return iw.error();
           ca.topk_weights = *iw;
         }
@@ -495,7 +495,7 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
         return cuda_ok(cudaMemcpy(to.data, from.data, bytes, cudaMemcpyDeviceToDevice),
                        "copying the combine input");
       };
-      if (rows > 0) {
+      if (in_rows > 0) {
         EPKIT_TRY(copy_rows(ca.x, d.recv_x));
         if (c.with_topk) EPKIT_TRY(copy_rows(ca.topk_weights, d.recv_topk_weights));
       }
