@@ -4,6 +4,8 @@
 // checks what must hold (rows constant and equal to their source rank,
 // combined = x * ranks reached), then times cached dispatch and combine.
 // Usage: epkit_ep_smoke RANKS [TOKENS HIDDEN TOPK EXPERTS SMS CHUNK]
+// EP_SMOKE_KILL=r: rank r dies after making the Buffer; the run passes when
+// every other rank's dispatch fails within the timeout naming rank r.
 #include <cuda_bf16.h>
 #include <epkit/ep.h>
 #include <sys/wait.h>
@@ -25,6 +27,10 @@ using namespace epkit;
 using namespace std::chrono_literals;
 
 namespace {
+
+constexpr int k_skip = 77;
+constexpr int k_killed = 9;
+constexpr int k_named_the_dead_rank = 42;
 
 #define CHECK_OK(expr)                                                                    \
   do {                                                                                    \
@@ -67,7 +73,8 @@ int rank_main(int rank, int ranks, std::uint16_t port, int tokens, int hidden, i
   std::fprintf(stderr, "rank %d: buffer made\n", rank);
   // EP_SMOKE_KILL=r: rank r dies here; the others must fail naming it
   // within the Buffer's timeout instead of hanging.
-  if (const char* kill = std::getenv("EP_SMOKE_KILL"); kill != nullptr && std::atoi(kill) == rank) ::_exit(9);
+  if (const char* kill = std::getenv("EP_SMOKE_KILL"); kill != nullptr && std::atoi(kill) == rank)
+    ::_exit(k_killed);
   ep::Buffer& buf = **buffer;
 
   // Inputs: x = rank everywhere; top-k from random scores.
@@ -109,6 +116,14 @@ int rank_main(int rank, int ranks, std::uint16_t port, int tokens, int hidden, i
   da.config.nvl_chunk = chunk;
   std::fprintf(stderr, "rank %d: layout queued\n", rank);
   auto d = buf.dispatch(da);
+  if (const char* kill = std::getenv("EP_SMOKE_KILL"); kill != nullptr) {
+    // The killed rank never reaches the count exchange: this rank must fail
+    // within the Buffer's timeout, naming it.
+    std::string want = std::string("rank ") + kill + " did not reach the engine's barrier";
+    std::string got = d ? std::string("dispatch succeeded") : d.error().message;
+    std::fprintf(stderr, "rank %d: %s\n", rank, got.c_str());
+    return got.find(want) != std::string::npos ? k_named_the_dead_rank : 2;
+  }
   CHECK_OK(d);
   std::fprintf(stderr, "rank %d: dispatch queued, %lld rows\n", rank,
                static_cast<long long>(d->recv_x.rows()));
@@ -168,7 +183,8 @@ int rank_main(int rank, int ranks, std::uint16_t port, int tokens, int hidden, i
   // path) must give the same bits.
   auto copy = ep::DeviceTensor::zeros(ep::DType::bf16, rows, hidden);
   CHECK_OK(copy);
-  cudaMemcpy(copy->view.data, d->recv_x.data, static_cast<std::size_t>(rows) * hidden * 2, cudaMemcpyDeviceToDevice);
+  cudaMemcpy(copy->view.data, d->recv_x.data, static_cast<std::size_t>(rows) * hidden * 2,
+             cudaMemcpyDeviceToDevice);
   ep::CombineArgs outside = ca;
   outside.x = copy->view;
   auto c2 = buf.combine(outside);
@@ -210,20 +226,24 @@ int rank_main(int rank, int ranks, std::uint16_t port, int tokens, int hidden, i
   // FP8: the same routing, 1-byte rows and 56 scales per token.
   auto x8 = ep::DeviceTensor::zeros(ep::DType::fp8_e4m3, tokens, hidden);
   CHECK_OK(x8);
-  auto sc = ep::DeviceTensor::zeros(ep::DType::fp32, hidden / 128, tokens);  // column-major [tokens, hidden/128]
+  auto sc = ep::DeviceTensor::zeros(ep::DType::fp32, hidden / 128,
+                                    tokens);  // column-major [tokens, hidden/128]
   CHECK_OK(sc);
   ep::DispatchArgs cached8;
   cached8.x = x8->view;
-  cached8.x_scales = ep::TensorView::column_major(sc->view.data, ep::DType::fp32, tokens, hidden / 128);
+  cached8.x_scales =
+      ep::TensorView::column_major(sc->view.data, ep::DType::fp32, tokens, hidden / 128);
   cached8.handle = d->handle;
   cached8.config = da.config;
   double t_fp8 = time([&] { (void)buf.dispatch(cached8); });
   double bytes = static_cast<double>(rows) * hidden * 2;
   if (rank == 0)
-    std::printf("SMs %d chunk %d: dispatch %.2f us %.2f GB/s | fp8 %.2f us %.2f GB/s | combine %.2f us %.2f GB/s | "
-                "combine (staged) %.2f us %.2f GB/s\n",
-                sms, chunk, t_disp, bytes / t_disp / 1e3, t_fp8, bytes * (1 + 4.0 / 128) / 2 / t_fp8 / 1e3, t_comb,
-                bytes / t_comb / 1e3, t_comb_out, bytes / t_comb_out / 1e3);
+    std::printf(
+        "SMs %d chunk %d: dispatch %.2f us %.2f GB/s | fp8 %.2f us %.2f GB/s | combine %.2f us "
+        "%.2f GB/s | "
+        "combine (staged) %.2f us %.2f GB/s\n",
+        sms, chunk, t_disp, bytes / t_disp / 1e3, t_fp8, bytes * (1 + 4.0 / 128) / 2 / t_fp8 / 1e3,
+        t_comb, bytes / t_comb / 1e3, t_comb_out, bytes / t_comb_out / 1e3);
   CHECK_OK(buf.barrier());
   buffer->reset();
   session->store.close();
@@ -241,6 +261,21 @@ int main(int argc, char** argv) {
   int experts = argc > 5 ? std::atoi(argv[5]) : 256;
   int sms = argc > 6 ? std::atoi(argv[6]) : 24;
   int chunk = argc > 7 ? std::atoi(argv[7]) : 4;
+  // Count the GPUs in a child: CUDA must not start in the parent, whose
+  // forked ranks could not use it.
+  int gpus = 0;
+  if (pid_t probe = ::fork(); probe == 0) {
+    int n = 0;
+    ::_exit(cudaGetDeviceCount(&n) == cudaSuccess ? std::min(n, 64) : 0);
+  } else {
+    int status = 0;
+    ::waitpid(probe, &status, 0);
+    gpus = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+  }
+  if (gpus < ranks) {
+    std::printf("SKIP: needs %d GPUs, this machine has %d\n", ranks, gpus);
+    return k_skip;
+  }
   std::uint16_t port = [] {
     auto probe = runtime::listen_tcp("127.0.0.1", 0);
     return probe ? runtime::local_port(probe->get()).value_or(0) : std::uint16_t{0};
@@ -254,11 +289,16 @@ int main(int argc, char** argv) {
     }
     kids.push_back(pid);
   }
+  const char* kill = std::getenv("EP_SMOKE_KILL");
+  const int killed = kill != nullptr ? std::atoi(kill) : -1;
   int worst = 0;
-  for (pid_t pid : kids) {
+  for (int r = 0; r < ranks; ++r) {
     int status = 0;
-    ::waitpid(pid, &status, 0);
+    ::waitpid(kids[static_cast<std::size_t>(r)], &status, 0);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    // With a killed rank, success is: it died, and every other rank named it.
+    if (killed >= 0)
+      code = code == (r == killed ? k_killed : k_named_the_dead_rank) ? 0 : std::max(code, 1);
     worst = std::max(worst, code);
   }
   std::printf("ep_smoke: exit %d\n", worst);
