@@ -20,6 +20,7 @@
 
 #include "ep/device_memory.h"
 #include "ep/store_bootstrap.h"
+#include "ep_ceiling.h"
 #include "runtime/socket.h"
 #include "runtime/store.h"
 
@@ -245,6 +246,73 @@ int rank_main(int rank, int ranks, std::uint16_t port, int tokens, int hidden, i
         sms, chunk, t_disp, bytes / t_disp / 1e3, t_fp8, bytes * (1 + 4.0 / 128) / 2 / t_fp8 / 1e3,
         t_comb, bytes / t_comb / 1e3, t_comb_out, bytes / t_comb_out / 1e3);
   CHECK_OK(buf.barrier());
+
+  // The ceiling: contiguous all-to-all SM stores (64 MiB to every peer),
+  // after a store barrier so that every rank writes at once.
+  if (ranks > 1) {
+    const std::int64_t per_peer = std::int64_t{64} << 20;
+    auto src = ep::DeviceMemory::allocate(static_cast<std::size_t>(per_peer));
+    CHECK_OK(src);
+    auto dst = ep::DeviceMemory::allocate(static_cast<std::size_t>(per_peer * ranks));
+    CHECK_OK(dst);
+    cudaIpcMemHandle_t handle;
+    cudaIpcGetMemHandle(&handle, dst->get());
+    std::string mine(reinterpret_cast<const char*>(&handle), sizeof(handle));
+    std::string hex;
+    for (unsigned char ch : mine)
+      hex += "0123456789abcdef"[ch >> 4], hex += "0123456789abcdef"[ch & 15];
+    auto all = boot.all_gather(hex);
+    CHECK_OK(all);
+    CeilingArgs args;
+    args.src = static_cast<const std::uint8_t*>(src->get());
+    args.bytes_per_peer = per_peer;
+    args.rank = rank;
+    args.ranks = ranks;
+    for (int r = 0; r < ranks; ++r) {
+      if (r == rank) {
+        args.peers[r] = static_cast<std::uint8_t*>(dst->get());
+        continue;
+      }
+      cudaIpcMemHandle_t peer;
+      const std::string& h = (*all)[static_cast<std::size_t>(r)];
+      for (std::size_t i = 0; i < sizeof(peer); ++i)
+        reinterpret_cast<unsigned char*>(&peer)[i] =
+            static_cast<unsigned char>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
+      void* mapped = nullptr;
+      if (cudaIpcOpenMemHandle(&mapped, peer, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess)
+        return 5;
+      args.peers[r] = static_cast<std::uint8_t*>(mapped);
+    }
+    for (int blocks : {sms, 132}) {
+      std::vector<float> ms;
+      for (int rep = 0; rep < 7; ++rep) {
+        CHECK_OK(
+            session->store.barrier("ceiling/" + std::to_string(blocks) + "/" + std::to_string(rep),
+                                   runtime::Deadline::after(20s)));
+        cudaEvent_t a, b;
+        cudaEventCreate(&a);
+        cudaEventCreate(&b);
+        cudaEventRecord(a, nullptr);
+        launch_all_to_all_write(args, blocks, nullptr);
+        cudaEventRecord(b, nullptr);
+        cudaEventSynchronize(b);
+        float m = 0;
+        cudaEventElapsedTime(&m, a, b);
+        if (rep > 0) ms.push_back(m);
+      }
+      std::sort(ms.begin(), ms.end());
+      double us = ms[ms.size() / 2] * 1000.0;
+      if (rank == 0)
+        std::printf(
+            "ceiling: %d blocks, %lld MiB to each of %d peers: %.1f us, %.1f GB/s out of each "
+            "GPU\n",
+            blocks, static_cast<long long>(per_peer >> 20), ranks - 1, us,
+            static_cast<double>(per_peer) * (ranks - 1) / us / 1e3);
+    }
+    CHECK_OK(boot.all_gather("ceiling done"));
+    for (int r = 0; r < ranks; ++r)
+      if (r != rank) cudaIpcCloseMemHandle(args.peers[r]);
+  }
   buffer->reset();
   session->store.close();
   return bad == 0 ? 0 : 1;
