@@ -2,7 +2,9 @@
 // CLI: forks one process per GPU, meets through the rendezvous store, runs
 // layout / dispatch / cached dispatch / combine on rank-constant input and
 // checks what must hold (rows constant and equal to their source rank,
-// combined = x * ranks reached), then times cached dispatch and combine.
+// combined = x * ranks reached; a combine staged from outside the Buffer
+// gives the same bits), then times cached dispatch (BF16, FP8) and combine,
+// and the all-to-all write ceiling of contiguous SM stores (ep_ceiling.cu).
 // Usage: epkit_ep_smoke RANKS [TOKENS HIDDEN TOPK EXPERTS SMS CHUNK]
 // EP_SMOKE_KILL=r: rank r dies after making the Buffer; the run passes when
 // every other rank's dispatch fails within the timeout naming rank r.
