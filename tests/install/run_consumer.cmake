@@ -1,0 +1,22 @@
+# Installs the build, configures and builds the consumer against it, runs it.
+file(REMOVE_RECURSE ${PREFIX} ${CONSUMER_BUILD})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX}
+  RESULT_VARIABLE rc OUTPUT_QUIET)
+if(rc)
+  message(FATAL_ERROR "cmake --install failed: ${rc}")
+endif()
+get_filename_component(cuda_root ${CUDA_COMPILER} DIRECTORY)
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER_SRC} -B ${CONSUMER_BUILD} -G Ninja
+  -DCMAKE_PREFIX_PATH=${PREFIX} -DCUDAToolkit_ROOT=${cuda_root}/.. RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "configuring the consumer failed: ${rc}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${CONSUMER_BUILD} RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "building the consumer failed: ${rc}")
+endif()
+execute_process(COMMAND ${CONSUMER_BUILD}/consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+message("${out}")
+if(rc OR NOT out MATCHES "bytes per GPU at 8 ranks: [0-9]+")
+  message(FATAL_ERROR "the consumer exited ${rc}")
+endif()
