@@ -121,7 +121,8 @@ TEST(EpkitBench, EveryCollectiveChecksItsData) {
   need_gpus(2);
   for (const char* op :
        {"all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", "broadcast"}) {
-    auto r = shell(epkit() + " bench nccl " + op + " --nproc-per-node 2 -b 1K -e 4M -f 16 -n 5 -w 1");
+    auto r =
+        shell(epkit() + " bench nccl " + op + " --nproc-per-node 2 -b 1K -e 4M -f 16 -n 5 -w 1");
     EXPECT_EQ(r.code, 0) << op;
     EXPECT_NE(r.out.find("Out of bounds values : 0 OK"), std::string::npos) << op;
     EXPECT_NE(r.out.find("     4194304 "), std::string::npos) << op;
@@ -130,7 +131,8 @@ TEST(EpkitBench, EveryCollectiveChecksItsData) {
 
 TEST(EpkitBench, MinBusbwFailsTheRun) {
   need_gpus(2);
-  auto r = shell(epkit() + " bench nccl all_reduce --nproc-per-node 2 -b 1M -e 1M --min-busbw 100000");
+  auto r =
+      shell(epkit() + " bench nccl all_reduce --nproc-per-node 2 -b 1M -e 1M --min-busbw 100000");
   EXPECT_EQ(r.code, 13);
   auto ok = shell(epkit() + " bench nccl all_reduce --nproc-per-node 2 -b 1M -e 1M --json");
   EXPECT_EQ(ok.code, 0);

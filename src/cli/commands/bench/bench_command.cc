@@ -121,9 +121,8 @@ int bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo
     } else {
       io.summary << fmt::format(
           "# epkit bench nccl {}: {} ranks on {} node{}, NCCL {}, {}, -n {} -w {} -c {}\n",
-          bench::to_string(p.kind), launch.world_size, launch.nnodes,
-          launch.nnodes == 1 ? "" : "s", f0.nccl_version, r.gpu.name, o.iters, o.warmup,
-          o.check);
+          bench::to_string(p.kind), launch.world_size, launch.nnodes, launch.nnodes == 1 ? "" : "s",
+          f0.nccl_version, r.gpu.name, o.iters, o.warmup, o.check);
       io.summary << bench::table_header();
       for (const auto& row : *rows) io.summary << bench::table_row(row);
       io.summary << bench::table_footer(*rows);
@@ -313,11 +312,13 @@ int run_p2p_command(Io& io, const std::string& size, int iters, bool json) {
   if (json) {
     nlohmann::json j = {{"bytes", po.bytes}, {"iters", po.iters}};
     nlohmann::json ms = nlohmann::json::array();
-    for (const auto& m : *matrices) ms.push_back({{"mode", bench::to_string(m.mode)}, {"gbps", m.gbps}});
+    for (const auto& m : *matrices)
+      ms.push_back({{"mode", bench::to_string(m.mode)}, {"gbps", m.gbps}});
     j["matrices"] = ms;
     io.out << j.dump(2) << "\n";
   } else {
-    io.out << fmt::format("epkit bench p2p: {} bytes per copy, {} iterations\n\n", po.bytes, po.iters);
+    io.out << fmt::format("epkit bench p2p: {} bytes per copy, {} iterations\n\n", po.bytes,
+                          po.iters);
     for (const auto& m : *matrices) io.out << bench::render_p2p(m) << "\n";
   }
   return k_gpu_ok;
@@ -332,99 +333,103 @@ int run_p2p_command(Io& io, const std::string& size, int iters, bool json) {
 }  // namespace
 
 Command make_bench_command() {
-  return {"bench", "GPU benchmarks: NCCL collectives (nccl-tests' table)",
-          [](CLI::App& app) -> Runner {
-            auto common = std::make_shared<CommonOptions>();
-            auto lo = std::make_shared<GpuLaunchOptions>();
-            auto o = std::make_shared<NcclBenchOptions>();
-            app.require_subcommand(1);
-            CLI::App* nccl = app.add_subcommand(
-                "nccl", "all_reduce, all_gather, reduce_scatter, alltoall, sendrecv or broadcast");
-            nccl->add_option("collective", o->collective, "The collective")->required();
-            nccl->add_option("-b,--minbytes", o->min_bytes, "Smallest size (default 32M)");
-            nccl->add_option("-e,--maxbytes", o->max_bytes, "Largest size (default 32M)");
-            nccl->add_option("-f,--stepfactor", o->factor, "Size multiplier (default 2)");
-            nccl->add_option("-n,--iters", o->iters, "Timed iterations (default 20)")
-                ->check(CLI::Range(1, 1000000));
-            nccl->add_option("-w,--warmup_iters", o->warmup, "Warm-up iterations (default 5)")
-                ->check(CLI::Range(0, 1000000));
-            nccl->add_option("-c,--check", o->check, "Check the data (default 1)")
-                ->check(CLI::Range(0, 1));
-            nccl->add_option("-d,--datatype", o->type, "float, double, int32 or int64");
-            nccl->add_option("-r,--root", o->root, "Broadcast root (default 0)")
-                ->check(CLI::Range(0, 1 << 20));
-            nccl->add_option("--min-busbw", o->min_busbw,
-                             "Exit 13 when the average bus bandwidth (GB/s) is below this");
-            add_gpu_launch_options(*nccl, *lo);
-            CLI::App* p2p = app.add_subcommand(
-                "p2p", "GPU x GPU copy bandwidth matrix: copy engine and SM kernel, uni/bidirectional");
-            auto p2p_size = std::make_shared<std::string>("256M");
-            auto p2p_iters = std::make_shared<int>(10);
-            auto p2p_json = std::make_shared<bool>(false);
-            p2p->add_option("-b,--bytes", *p2p_size, "Bytes per copy (default 256M)");
-            p2p->add_option("-n,--iters", *p2p_iters, "Timed copies per pair (default 10)")
-                ->check(CLI::Range(1, 100000));
-            p2p->add_flag("--json", *p2p_json, "Write the matrices as JSON");
-            nccl->footer(
-                "Exit codes: 0 OK, 10 wrong data, 11 NCCL/CUDA error, 12 no GPU/libnccl, "
-                "13 below --min-busbw, 75 peer lost, 124 timeout, 64 usage.");
-            CLI::App* ep = app.add_subcommand(
-                "ep", "EP engine: checks against the reference, then DeepEP's tuning sweep");
-            auto eo = std::make_shared<EpBenchCliOptions>();
-            auto ep_lo = std::make_shared<GpuLaunchOptions>();
-            ep->add_option("--tokens", eo->tokens, "Tokens per rank (default 4096)")
-                ->check(CLI::Range(1, 1 << 20));
-            ep->add_option("--hidden", eo->hidden, "Hidden size, a multiple of 128 (default 7168)")
-                ->check(CLI::Range(128, 1 << 16));
-            ep->add_option("--topk", eo->topk, "Experts per token (default 8)")
-                ->check(CLI::Range(1, 1024));
-            ep->add_option("--experts", eo->experts, "Experts in all (default 256)")
-                ->check(CLI::Range(1, 1 << 16));
-            ep->add_option("--sms", eo->sms,
-                           "SM counts to sweep: --sms 24,12 or repeated (default 24)")
-                ->delimiter(',');
-            ep->add_option("--chunks", eo->chunks, "NVL chunks to sweep (default 1,2,4,8)")
-                ->delimiter(',');
-            ep->add_option("--warmup", eo->warmup, "Untimed calls per configuration (default 20)")
-                ->check(CLI::Range(0, 1000000));
-            ep->add_option("--iters", eo->iters, "Timed calls per configuration (default 50)")
-                ->check(CLI::Range(1, 1000000));
-            ep->add_option("--seed", eo->seed, "Seed of the random inputs (default 0)");
-            ep->add_option("--dump", eo->dump,
-                           "Write every rank's inputs and outputs as .npy under this folder");
-            add_gpu_launch_options(*ep, *ep_lo);
-            ep->footer(
-                "Exit codes: 0 OK, 10 the engine differs from the reference, 11 NCCL/CUDA error, "
-                "12 no GPU/libnccl or the engine cannot run here, 75 peer lost, 124 timeout, "
-                "64 usage.");
-            return [common, lo, o, p2p, p2p_size, p2p_iters, p2p_json, ep, eo,
-                    ep_lo](Io& io) -> int {
-              if (p2p->parsed()) return run_p2p_command(io, *p2p_size, *p2p_iters, *p2p_json);
-              if (ep->parsed()) return run_ep_command(io, *common, *ep_lo, eo);
-              auto p = parse(*o);
-              if (!p) {
-                io.err << "epkit bench nccl: " << p.error().message << "\n";
-                return k_exit_usage;
-              }
-              std::vector<std::string> child = {
-                  "nccl", o->collective, "-b", o->min_bytes, "-e", o->max_bytes, "-f",
-                  std::to_string(o->factor), "-n", std::to_string(o->iters), "-w",
-                  std::to_string(o->warmup), "-c", std::to_string(o->check), "-d", o->type, "-r",
-                  std::to_string(o->root), "--timeout", fmt::format("{}", lo->timeout_s)};
-              if (lo->json) child.push_back("--json");
-              if (o->min_busbw) {
-                child.push_back("--min-busbw");
-                child.push_back(fmt::format("{}", *o->min_busbw));
-              }
-              RankMain main;
+  return {
+      "bench", "GPU benchmarks: NCCL collectives (nccl-tests' table)", [](CLI::App& app) -> Runner {
+        auto common = std::make_shared<CommonOptions>();
+        auto lo = std::make_shared<GpuLaunchOptions>();
+        auto o = std::make_shared<NcclBenchOptions>();
+        app.require_subcommand(1);
+        CLI::App* nccl = app.add_subcommand(
+            "nccl", "all_reduce, all_gather, reduce_scatter, alltoall, sendrecv or broadcast");
+        nccl->add_option("collective", o->collective, "The collective")->required();
+        nccl->add_option("-b,--minbytes", o->min_bytes, "Smallest size (default 32M)");
+        nccl->add_option("-e,--maxbytes", o->max_bytes, "Largest size (default 32M)");
+        nccl->add_option("-f,--stepfactor", o->factor, "Size multiplier (default 2)");
+        nccl->add_option("-n,--iters", o->iters, "Timed iterations (default 20)")
+            ->check(CLI::Range(1, 1000000));
+        nccl->add_option("-w,--warmup_iters", o->warmup, "Warm-up iterations (default 5)")
+            ->check(CLI::Range(0, 1000000));
+        nccl->add_option("-c,--check", o->check, "Check the data (default 1)")
+            ->check(CLI::Range(0, 1));
+        nccl->add_option("-d,--datatype", o->type, "float, double, int32 or int64");
+        nccl->add_option("-r,--root", o->root, "Broadcast root (default 0)")
+            ->check(CLI::Range(0, 1 << 20));
+        nccl->add_option("--min-busbw", o->min_busbw,
+                         "Exit 13 when the average bus bandwidth (GB/s) is below this");
+        add_gpu_launch_options(*nccl, *lo);
+        CLI::App* p2p = app.add_subcommand(
+            "p2p", "GPU x GPU copy bandwidth matrix: copy engine and SM kernel, uni/bidirectional");
+        auto p2p_size = std::make_shared<std::string>("256M");
+        auto p2p_iters = std::make_shared<int>(10);
+        auto p2p_json = std::make_shared<bool>(false);
+        p2p->add_option("-b,--bytes", *p2p_size, "Bytes per copy (default 256M)");
+        p2p->add_option("-n,--iters", *p2p_iters, "Timed copies per pair (default 10)")
+            ->check(CLI::Range(1, 100000));
+        p2p->add_flag("--json", *p2p_json, "Write the matrices as JSON");
+        nccl->footer(
+            "Exit codes: 0 OK, 10 wrong data, 11 NCCL/CUDA error, 12 no GPU/libnccl, "
+            "13 below --min-busbw, 75 peer lost, 124 timeout, 64 usage.");
+        CLI::App* ep = app.add_subcommand(
+            "ep", "EP engine: checks against the reference, then DeepEP's tuning sweep");
+        auto eo = std::make_shared<EpBenchCliOptions>();
+        auto ep_lo = std::make_shared<GpuLaunchOptions>();
+        ep->add_option("--tokens", eo->tokens, "Tokens per rank (default 4096)")
+            ->check(CLI::Range(1, 1 << 20));
+        ep->add_option("--hidden", eo->hidden, "Hidden size, a multiple of 128 (default 7168)")
+            ->check(CLI::Range(128, 1 << 16));
+        ep->add_option("--topk", eo->topk, "Experts per token (default 8)")
+            ->check(CLI::Range(1, 1024));
+        ep->add_option("--experts", eo->experts, "Experts in all (default 256)")
+            ->check(CLI::Range(1, 1 << 16));
+        ep->add_option("--sms", eo->sms, "SM counts to sweep: --sms 24,12 or repeated (default 24)")
+            ->delimiter(',');
+        ep->add_option("--chunks", eo->chunks, "NVL chunks to sweep (default 1,2,4,8)")
+            ->delimiter(',');
+        ep->add_option("--warmup", eo->warmup, "Untimed calls per configuration (default 20)")
+            ->check(CLI::Range(0, 1000000));
+        ep->add_option("--iters", eo->iters, "Timed calls per configuration (default 50)")
+            ->check(CLI::Range(1, 1000000));
+        ep->add_option("--seed", eo->seed, "Seed of the random inputs (default 0)");
+        ep->add_option("--dump", eo->dump,
+                       "Write every rank's inputs and outputs as .npy under this folder");
+        add_gpu_launch_options(*ep, *ep_lo);
+        ep->footer(
+            "Exit codes: 0 OK, 10 the engine differs from the reference, 11 NCCL/CUDA error, "
+            "12 no GPU/libnccl or the engine cannot run here, 75 peer lost, 124 timeout, "
+            "64 usage.");
+        return [common, lo, o, p2p, p2p_size, p2p_iters, p2p_json, ep, eo, ep_lo](Io& io) -> int {
+          if (p2p->parsed()) return run_p2p_command(io, *p2p_size, *p2p_iters, *p2p_json);
+          if (ep->parsed()) return run_ep_command(io, *common, *ep_lo, eo);
+          auto p = parse(*o);
+          if (!p) {
+            io.err << "epkit bench nccl: " << p.error().message << "\n";
+            return k_exit_usage;
+          }
+          std::vector<std::string> child = {"nccl",      o->collective,
+                                            "-b",        o->min_bytes,
+                                            "-e",        o->max_bytes,
+                                            "-f",        std::to_string(o->factor),
+                                            "-n",        std::to_string(o->iters),
+                                            "-w",        std::to_string(o->warmup),
+                                            "-c",        std::to_string(o->check),
+                                            "-d",        o->type,
+                                            "-r",        std::to_string(o->root),
+                                            "--timeout", fmt::format("{}", lo->timeout_s)};
+          if (lo->json) child.push_back("--json");
+          if (o->min_busbw) {
+            child.push_back("--min-busbw");
+            child.push_back(fmt::format("{}", *o->min_busbw));
+          }
+          RankMain main;
 #ifdef EPKIT_WITH_CUDA
-              Parsed parsed = *p;
-              main = [o, lo, parsed](const host::Host& h, const runtime::LaunchInfo& l,
-                                     RankIo& rio) { return bench_rank(h, l, rio, *o, *lo, parsed); };
+          Parsed parsed = *p;
+          main = [o, lo, parsed](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
+            return bench_rank(h, l, rio, *o, *lo, parsed);
+          };
 #endif
-              return run_gpu_command(io, "bench", *common, *lo, child, main);
-            };
-          }};
+          return run_gpu_command(io, "bench", *common, *lo, child, main);
+        };
+      }};
 }
 
 }  // namespace epkit::cli

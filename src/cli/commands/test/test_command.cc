@@ -92,39 +92,39 @@ Result<RankResult> run_collectives(runtime::GpuRank& r, double timeout_s) {
   // All-reduce of rank + 1 everywhere: every element must be n(n+1)/2
   // (exact in float for any realistic world size).
   std::vector<float> values(k_count, static_cast<float>(me + 1));
-  EPKIT_TRY(cuda_ok(cudaMemcpy(reduce.ptr, values.data(), k_count * sizeof(float),
-                               cudaMemcpyHostToDevice),
-                    "cudaMemcpy"));
-  EPKIT_TRY(s.check(api.all_reduce(reduce.ptr, reduce.ptr, k_count, ncclFloat32, ncclSum,
-                                   s.comm(), s.stream()),
-                    "ncclAllReduce"));
+  EPKIT_TRY(cuda_ok(
+      cudaMemcpy(reduce.ptr, values.data(), k_count * sizeof(float), cudaMemcpyHostToDevice),
+      "cudaMemcpy"));
+  EPKIT_TRY(s.check(
+      api.all_reduce(reduce.ptr, reduce.ptr, k_count, ncclFloat32, ncclSum, s.comm(), s.stream()),
+      "ncclAllReduce"));
   EPKIT_TRY(s.wait("all_reduce", runtime::Deadline::after_seconds(timeout_s)));
-  EPKIT_TRY(cuda_ok(cudaMemcpy(values.data(), reduce.ptr, k_count * sizeof(float),
-                               cudaMemcpyDeviceToHost),
-                    "cudaMemcpy"));
+  EPKIT_TRY(cuda_ok(
+      cudaMemcpy(values.data(), reduce.ptr, k_count * sizeof(float), cudaMemcpyDeviceToHost),
+      "cudaMemcpy"));
   const float expect = static_cast<float>(n) * static_cast<float>(n + 1) / 2.0f;
   for (float v : values) out.wrong_allreduce += v != expect ? 1 : 0;
 
   // Ring: send to the next rank, receive from the previous one.
   std::vector<std::int32_t> payload(k_count);
   for (std::size_t i = 0; i < k_count; ++i) payload[i] = ring_value(me, i);
-  EPKIT_TRY(cuda_ok(cudaMemcpy(send.ptr, payload.data(), k_count * sizeof(std::int32_t),
-                               cudaMemcpyHostToDevice),
-                    "cudaMemcpy"));
+  EPKIT_TRY(cuda_ok(
+      cudaMemcpy(send.ptr, payload.data(), k_count * sizeof(std::int32_t), cudaMemcpyHostToDevice),
+      "cudaMemcpy"));
   const int next = (me + 1) % n;
   const int prev = (me + n - 1) % n;
   EPKIT_TRY(s.check(api.group_start(), "ncclGroupStart"));
-  auto sent = s.check(api.send(send.ptr, k_count, ncclInt32, next, s.comm(), s.stream()),
-                      "ncclSend");
-  auto got = s.check(api.recv(recv.ptr, k_count, ncclInt32, prev, s.comm(), s.stream()),
-                     "ncclRecv");
+  auto sent =
+      s.check(api.send(send.ptr, k_count, ncclInt32, next, s.comm(), s.stream()), "ncclSend");
+  auto got =
+      s.check(api.recv(recv.ptr, k_count, ncclInt32, prev, s.comm(), s.stream()), "ncclRecv");
   EPKIT_TRY(s.check(api.group_end(), "ncclGroupEnd"));
   EPKIT_TRY(sent);
   EPKIT_TRY(got);
   EPKIT_TRY(s.wait("ring", runtime::Deadline::after_seconds(timeout_s)));
-  EPKIT_TRY(cuda_ok(cudaMemcpy(payload.data(), recv.ptr, k_count * sizeof(std::int32_t),
-                               cudaMemcpyDeviceToHost),
-                    "cudaMemcpy"));
+  EPKIT_TRY(cuda_ok(
+      cudaMemcpy(payload.data(), recv.ptr, k_count * sizeof(std::int32_t), cudaMemcpyDeviceToHost),
+      "cudaMemcpy"));
   for (std::size_t i = 0; i < k_count; ++i) out.wrong_ring += payload[i] != ring_value(prev, i);
 
   if (out.wrong_allreduce != 0 || out.wrong_ring != 0) {
@@ -132,8 +132,8 @@ Result<RankResult> run_collectives(runtime::GpuRank& r, double timeout_s) {
     out.exit_code = k_gpu_wrong_data;
     std::vector<std::string> parts;
     if (out.wrong_allreduce != 0) {
-      parts.push_back(fmt::format("all-reduce: {} of {} values differ from {}",
-                                  out.wrong_allreduce, k_count, expect));
+      parts.push_back(fmt::format("all-reduce: {} of {} values differ from {}", out.wrong_allreduce,
+                                  k_count, expect));
     }
     if (out.wrong_ring != 0) {
       parts.push_back(fmt::format("ring recv from {}: {} of {} values wrong", s.label(prev),
@@ -192,7 +192,8 @@ void write_summary(runtime::GpuRank& r, const std::vector<nlohmann::json>& resul
                       {"transports_known", transports_known}};
   nlohmann::json mm = nlohmann::json::array();
   for (const auto& m : mismatches) {
-    mm.push_back({{"kind", runtime::to_string(m.kind)}, {"summary", m.summary}, {"ranks", m.ranks}});
+    mm.push_back(
+        {{"kind", runtime::to_string(m.kind)}, {"summary", m.summary}, {"ranks", m.ranks}});
   }
   j["mismatches"] = mm;
   if (json) {
