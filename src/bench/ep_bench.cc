@@ -20,19 +20,17 @@
 #include "ep/reference.h"
 #include "ep/store_bootstrap.h"
 #include "ep/testdata.h"
+#include "runtime/cuda_error.h"
 #include "util/npy.h"
 
 namespace epkit::bench {
 namespace {
 
+using runtime::cuda_ok;
+
 using ep::DType;
 using ep::TensorView;
 using runtime::Deadline;
-
-Result<void> cuda_ok(cudaError_t rc, const std::string& what) {
-  if (rc == cudaSuccess) return {};
-  return ep::cuda_error(rc, what);
-}
 
 // The caller's stream of DeepEP's tests (its compute stream): every engine
 // call waits for it and makes it wait, so events recorded on it around a

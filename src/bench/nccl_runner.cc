@@ -6,8 +6,12 @@
 
 #include <algorithm>
 
+#include "runtime/cuda_error.h"
+
 namespace epkit::bench {
 namespace {
+
+using runtime::cuda_ok;
 
 using runtime::Deadline;
 
@@ -26,11 +30,6 @@ struct Event {
     if (ev != nullptr) cudaEventDestroy(ev);
   }
 };
-
-Result<void> cuda_ok(cudaError_t rc, const std::string& what) {
-  if (rc == cudaSuccess) return {};
-  return make_error(ErrorCode::cuda, fmt::format("{}: {}", what, runtime::describe_cuda(rc)));
-}
 
 ncclDataType_t nccl_type(const DataType& t) {
   if (t.name == "double") return ncclFloat64;

@@ -8,16 +8,14 @@
 #include <algorithm>
 
 #include "bench/kernels/copy.h"
+#include "runtime/cuda_error.h"
 #include "runtime/gpu_rank.h"
 #include "runtime/nccl_session.h"
 
 namespace epkit::bench {
 namespace {
 
-Result<void> cuda_ok(cudaError_t rc, const std::string& what) {
-  if (rc == cudaSuccess) return {};
-  return make_error(ErrorCode::cuda, fmt::format("{}: {}", what, runtime::describe_cuda(rc)));
-}
+using runtime::cuda_ok;
 
 // Per-GPU resources, released in the destructor.
 struct Gpu {
@@ -44,10 +42,12 @@ struct Gpu {
 Result<void> copy_once(CopyMode mode, Gpu& from, Gpu& to, std::size_t bytes) {
   EPKIT_TRY(cuda_ok(cudaSetDevice(from.device), "cudaSetDevice"));
   if (mode == CopyMode::ce_unidir || mode == CopyMode::ce_bidir) {
-    return cuda_ok(cudaMemcpyPeerAsync(to.dst, to.device, from.src, from.device, bytes, from.stream),
-                   "cudaMemcpyPeerAsync");
+    return cuda_ok(
+        cudaMemcpyPeerAsync(to.dst, to.device, from.src, from.device, bytes, from.stream),
+        "cudaMemcpyPeerAsync");
   }
-  return cuda_ok(kernels::sm_copy(to.dst, from.src, bytes, from.sms * 2, from.stream), "copy kernel");
+  return cuda_ok(kernels::sm_copy(to.dst, from.src, bytes, from.sms * 2, from.stream),
+                 "copy kernel");
 }
 
 // Times `iters` copies in each listed direction at once; returns GB/s summed.
@@ -76,8 +76,8 @@ Result<double> measure(CopyMode mode, std::vector<std::unique_ptr<Gpu>>& gpus,
     EPKIT_TRY(cuda_ok(cudaSetDevice(a), "cudaSetDevice"));
     EPKIT_TRY(cuda_ok(cudaEventSynchronize(gpus[a]->stop), "cudaEventSynchronize"));
     float ms = 0;
-    EPKIT_TRY(cuda_ok(cudaEventElapsedTime(&ms, gpus[a]->start, gpus[a]->stop),
-                      "cudaEventElapsedTime"));
+    EPKIT_TRY(
+        cuda_ok(cudaEventElapsedTime(&ms, gpus[a]->start, gpus[a]->stop), "cudaEventElapsedTime"));
     worst_ms = std::max(worst_ms, static_cast<double>(ms));
   }
   if (worst_ms <= 0) return 0.0;
@@ -92,7 +92,8 @@ Result<std::vector<P2pMatrix>> run_p2p(const P2pOptions& o) {
   if (!count) return count.error();
   const int n = *count;
   std::vector<std::unique_ptr<Gpu>> gpus;
-  std::vector<std::vector<bool>> peer(static_cast<std::size_t>(n), std::vector<bool>(static_cast<std::size_t>(n), false));
+  std::vector<std::vector<bool>> peer(static_cast<std::size_t>(n),
+                                      std::vector<bool>(static_cast<std::size_t>(n), false));
   for (int i = 0; i < n; ++i) {
     auto g = std::make_unique<Gpu>();
     g->device = i;
@@ -100,10 +101,12 @@ Result<std::vector<P2pMatrix>> run_p2p(const P2pOptions& o) {
     EPKIT_TRY(cuda_ok(cudaMalloc(&g->src, o.bytes), fmt::format("cudaMalloc on GPU{}", i)));
     EPKIT_TRY(cuda_ok(cudaMalloc(&g->dst, o.bytes), fmt::format("cudaMalloc on GPU{}", i)));
     EPKIT_TRY(cuda_ok(cudaMemset(g->src, 1, o.bytes), "cudaMemset"));
-    EPKIT_TRY(cuda_ok(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
+    EPKIT_TRY(
+        cuda_ok(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "cudaStreamCreate"));
     EPKIT_TRY(cuda_ok(cudaEventCreate(&g->start), "cudaEventCreate"));
     EPKIT_TRY(cuda_ok(cudaEventCreate(&g->stop), "cudaEventCreate"));
-    EPKIT_TRY(cuda_ok(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, i), "cudaDeviceGetAttribute"));
+    EPKIT_TRY(cuda_ok(cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, i),
+                      "cudaDeviceGetAttribute"));
     for (int j = 0; j < n; ++j) {
       int can = 0;
       if (i == j) {
@@ -113,15 +116,20 @@ Result<std::vector<P2pMatrix>> run_p2p(const P2pOptions& o) {
       EPKIT_TRY(cuda_ok(cudaDeviceCanAccessPeer(&can, i, j), "cudaDeviceCanAccessPeer"));
       if (can == 0) continue;
       cudaError_t rc = cudaDeviceEnablePeerAccess(j, 0);
-      if (rc == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
-      else EPKIT_TRY(cuda_ok(rc, fmt::format("cudaDeviceEnablePeerAccess GPU{} -> GPU{}", i, j)));
+      if (rc == cudaErrorPeerAccessAlreadyEnabled)
+        cudaGetLastError();
+      else
+        EPKIT_TRY(cuda_ok(rc, fmt::format("cudaDeviceEnablePeerAccess GPU{} -> GPU{}", i, j)));
       peer[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] = true;
     }
     gpus.push_back(std::move(g));
   }
   std::vector<P2pMatrix> out;
-  for (CopyMode mode : {CopyMode::ce_unidir, CopyMode::ce_bidir, CopyMode::sm_unidir, CopyMode::sm_bidir}) {
-    P2pMatrix m{mode, std::vector<std::vector<double>>(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(n), 0.0))};
+  for (CopyMode mode :
+       {CopyMode::ce_unidir, CopyMode::ce_bidir, CopyMode::sm_unidir, CopyMode::sm_bidir}) {
+    P2pMatrix m{mode, std::vector<std::vector<double>>(
+                          static_cast<std::size_t>(n),
+                          std::vector<double>(static_cast<std::size_t>(n), 0.0))};
     const bool sm = mode == CopyMode::sm_unidir || mode == CopyMode::sm_bidir;
     const bool bidir = mode == CopyMode::ce_bidir || mode == CopyMode::sm_bidir;
     for (int i = 0; i < n; ++i) {
@@ -129,7 +137,8 @@ Result<std::vector<P2pMatrix>> run_p2p(const P2pOptions& o) {
         // A kernel can only reach a peer it has access to; both directions
         // at once make sense only between two GPUs.
         if (sm && !(peer[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] &&
-                    peer[static_cast<std::size_t>(j)][static_cast<std::size_t>(i)])) continue;
+                    peer[static_cast<std::size_t>(j)][static_cast<std::size_t>(i)]))
+          continue;
         if (bidir && i == j) continue;
         std::vector<std::pair<int, int>> dirs = {{i, j}};
         if (bidir) dirs.push_back({j, i});

@@ -22,11 +22,6 @@ using Bytes = std::vector<std::uint8_t>;
 constexpr double k_combine_limit = 5e-6;
 constexpr double k_weights_limit = 1e-9;
 
-Result<void> cuda_ok(cudaError_t rc, const std::string& what) {
-  if (rc == cudaSuccess) return {};
-  return cuda_error(rc, what);
-}
-
 // The caller's compute stream of the suite (the engine runs on its own).
 class Stream {
  public:

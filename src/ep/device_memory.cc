@@ -7,11 +7,6 @@
 
 namespace epkit::ep {
 
-Error cuda_error(cudaError_t rc, const std::string& what) {
-  return make_error(ErrorCode::cuda,
-                    fmt::format("{}: {} ({})", what, cudaGetErrorString(rc), cudaGetErrorName(rc)));
-}
-
 Result<DeviceMemory> DeviceMemory::allocate(std::size_t bytes) {
   DeviceMemory m;
   if (bytes == 0) return m;
@@ -40,17 +35,23 @@ DeviceMemory::~DeviceMemory() {
   if (m_ptr != nullptr) cudaFree(m_ptr);
 }
 
-Result<DeviceTensor> DeviceTensor::zeros(DType dtype, std::int64_t rows, std::int64_t cols) {
-  std::size_t bytes = static_cast<std::size_t>(rows * cols) * dtype_size(dtype);
-  auto mem = DeviceMemory::allocate(bytes);
+Result<DeviceTensor> DeviceTensor::uninitialised(DType dtype, std::int64_t rows,
+                                                 std::int64_t cols) {
+  auto mem = DeviceMemory::allocate(static_cast<std::size_t>(rows * cols) * dtype_size(dtype));
   if (!mem) return mem.error();
-  if (bytes > 0) {
-    cudaError_t rc = cudaMemset(mem->get(), 0, bytes);
-    if (rc != cudaSuccess) return cuda_error(rc, "cudaMemset");
-  }
   DeviceTensor t;
   t.memory = std::move(*mem);
   t.view = TensorView::matrix(t.memory.get(), dtype, rows, cols);
+  return t;
+}
+
+Result<DeviceTensor> DeviceTensor::zeros(DType dtype, std::int64_t rows, std::int64_t cols) {
+  auto t = uninitialised(dtype, rows, cols);
+  if (!t) return t;
+  if (t->memory.size() > 0) {
+    cudaError_t rc = cudaMemset(t->memory.get(), 0, t->memory.size());
+    if (rc != cudaSuccess) return cuda_error(rc, "cudaMemset");
+  }
   return t;
 }
 

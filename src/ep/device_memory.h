@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cuda_error.h"
+
 namespace epkit::ep {
 
 /// cudaMalloc'd bytes, freed on destruction (move-only).
@@ -35,14 +37,18 @@ struct DeviceTensor {
   DeviceMemory memory;
   TensorView view;
 
+  /// Contents undefined: for memory that stream work fills (zeros()
+  /// memsets on the legacy stream, which a non-blocking stream does not
+  /// wait for).
+  static Result<DeviceTensor> uninitialised(DType dtype, std::int64_t rows, std::int64_t cols);
   static Result<DeviceTensor> zeros(DType dtype, std::int64_t rows, std::int64_t cols);
   static Result<DeviceTensor> from_host(DType dtype, std::int64_t rows, std::int64_t cols,
                                         const void* host);
 };
 
-/// A CUDA error with what failed: "cudaMalloc(1024 bytes): out of memory
-/// (cudaErrorMemoryAllocation)".
-Error cuda_error(cudaError_t rc, const std::string& what);
+// The engine words CUDA failures like the rest of epkit.
+using runtime::cuda_error;
+using runtime::cuda_ok;
 
 /// Copies a view (any strides) to host memory, row-major and densely
 /// packed: rows() * cols() * dtype_size bytes. Synchronous.

@@ -20,11 +20,6 @@ namespace {
 // calls in becomes a timeout error, not a hang.
 constexpr double k_timeout_s = 120.0;
 
-Result<void> cuda_ok(cudaError_t rc, const std::string& what) {
-  if (rc == cudaSuccess) return {};
-  return cuda_error(rc, what);
-}
-
 Error nccl_failed(const NcclContext& c, ncclResult_t rc, const std::string& what) {
   const char* last = c.api->get_last_error != nullptr ? c.api->get_last_error(c.comm) : nullptr;
   return make_error(
@@ -99,18 +94,6 @@ Result<void> check_matrix(const TensorView& v, const char* name, std::int64_t ro
     return make_error(ErrorCode::invalid,
                       fmt::format("reference path: {} ({}) has no data", name, v.describe()));
   return {};
-}
-
-// Row-major outputs are filled by stream work only; DeviceTensor::zeros
-// would memset on the legacy stream, which a non-blocking NCCL stream does
-// not wait for.
-Result<DeviceTensor> uninitialised(DType dtype, std::int64_t rows, std::int64_t cols) {
-  auto mem = DeviceMemory::allocate(static_cast<std::size_t>(rows * cols) * dtype_size(dtype));
-  if (!mem) return mem.error();
-  DeviceTensor t;
-  t.memory = std::move(*mem);
-  t.view = TensorView::matrix(t.memory.get(), dtype, rows, cols);
-  return t;
 }
 
 Result<DeviceMemory> upload(const NcclContext& c, const void* host, std::size_t bytes,
@@ -223,7 +206,7 @@ Transfer combine_transfer(const DispatchPlan& p, std::size_t row_bytes) {
 // rows as a [received, cols] tensor.
 Result<DeviceTensor> exchange_rows(const NcclContext& c, const DispatchPlan& p, const void* packed,
                                    DType dtype, std::int64_t cols, const std::string& what) {
-  auto out = uninitialised(dtype, p.num_recv_tokens, cols);
+  auto out = DeviceTensor::uninitialised(dtype, p.num_recv_tokens, cols);
   if (!out) return out;
   std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(dtype);
   EPKIT_TRY(exchange(c, packed, out->memory.get(), dispatch_transfer(p, row_bytes), what));
@@ -650,7 +633,7 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
     if (!back) return back.error();
     EPKIT_TRY(
         exchange(c, send, back->get(), combine_transfer(p, row_bytes), "reference_combine: x"));
-    auto combined = uninitialised(DType::bf16, tokens, hidden);
+    auto combined = DeviceTensor::uninitialised(DType::bf16, tokens, hidden);
     if (!combined) return combined.error();
     EPKIT_TRY(
         cuda_ok(kernels::reference_combine_bf16(combined->memory.get(), back->get(), packed_row,
@@ -671,7 +654,7 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
     if (!back) return back.error();
     EPKIT_TRY(exchange(c, send->get(), back->get(), combine_transfer(p, row_bytes),
                        "reference_combine: topk_weights"));
-    auto combined = uninitialised(DType::fp32, tokens, topk_n);
+    auto combined = DeviceTensor::uninitialised(DType::fp32, tokens, topk_n);
     if (!combined) return combined.error();
     EPKIT_TRY(
         cuda_ok(kernels::reference_combine_fp32(static_cast<float*>(combined->memory.get()),

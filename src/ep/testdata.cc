@@ -29,22 +29,6 @@ std::uint64_t mix64(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Memory filled by work on `stream` only (DeviceTensor::zeros memsets on the
-// legacy stream, which a non-blocking stream does not wait for).
-Result<DeviceTensor> uninitialised(DType dtype, std::int64_t rows, std::int64_t cols) {
-  auto mem = DeviceMemory::allocate(static_cast<std::size_t>(rows * cols) * dtype_size(dtype));
-  if (!mem) return mem.error();
-  DeviceTensor t;
-  t.memory = std::move(*mem);
-  t.view = TensorView::matrix(t.memory.get(), dtype, rows, cols);
-  return t;
-}
-
-Result<void> cuda_ok(cudaError_t rc, const std::string& what) {
-  if (rc == cudaSuccess) return {};
-  return cuda_error(rc, what);
-}
-
 }  // namespace
 
 std::uint64_t test_stream_key(std::uint64_t seed, int rank, std::uint64_t tag) {
@@ -142,7 +126,7 @@ Result<TestInputs> make_test_inputs(const TestInputOptions& o, cudaStream_t stre
   const std::int64_t groups = hidden / 128;
 
   TestInputs in;
-  auto x = uninitialised(DType::bf16, tokens, hidden);
+  auto x = DeviceTensor::uninitialised(DType::bf16, tokens, hidden);
   if (!x) return x.error();
   in.x = std::move(*x);
   if (o.kind == XKind::rank_constant) {
@@ -156,7 +140,7 @@ Result<TestInputs> make_test_inputs(const TestInputOptions& o, cudaStream_t stre
         "test inputs: filling x"));
   }
 
-  auto fp8 = uninitialised(DType::fp8_e4m3, tokens, hidden);
+  auto fp8 = DeviceTensor::uninitialised(DType::fp8_e4m3, tokens, hidden);
   if (!fp8) return fp8.error();
   in.x_fp8 = std::move(*fp8);
   auto scales = DeviceMemory::allocate(static_cast<std::size_t>(tokens * groups) * sizeof(float));

@@ -23,10 +23,6 @@ std::string join_labels(const std::vector<std::string>& labels) {
 
 }  // namespace
 
-std::string describe_cuda(cudaError_t rc) {
-  return fmt::format("{} ({})", cudaGetErrorName(rc), cudaGetErrorString(rc));
-}
-
 const std::string& NcclSession::label(int rank) const {
   static const std::string unknown = "?";
   if (rank < 0 || static_cast<std::size_t>(rank) >= m_options.labels.size()) return unknown;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "host/dl/nccl.h"
+#include "runtime/cuda_error.h"
 #include "runtime/deadline.h"
 #include "runtime/store.h"
 
@@ -100,9 +101,6 @@ class NcclSession {
   ncclComm_t m_blocking = nullptr;
   cudaStream_t m_stream = nullptr;
 };
-
-/// "cudaErrorNoDevice (no CUDA-capable device is detected)".
-std::string describe_cuda(cudaError_t rc);
 
 }  // namespace epkit::runtime
 

@@ -26,6 +26,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ep/conformance.h"
+#include "runtime/cuda_error.h"
 #include "runtime/gpu_rank.h"
 #include "runtime/nccl_transports.h"
 #endif
@@ -48,6 +49,8 @@ constexpr double k_ep_default_timeout_s = 120.0;
 
 #ifdef EPKIT_WITH_CUDA
 
+using runtime::cuda_ok;
+
 constexpr std::size_t k_count = 1 << 20;  // 4 MiB per buffer: big enough to use every channel
 
 // Device memory owned for the life of the test.
@@ -69,11 +72,6 @@ struct RankResult {
   std::size_t wrong_allreduce = 0;
   std::size_t wrong_ring = 0;
 };
-
-Result<void> cuda_ok(cudaError_t rc, const std::string& what) {
-  if (rc == cudaSuccess) return {};
-  return make_error(ErrorCode::cuda, fmt::format("{}: {}", what, runtime::describe_cuda(rc)));
-}
 
 // The collectives of the test, on a joined rank with NCCL started.
 Result<RankResult> run_collectives(runtime::GpuRank& r, double timeout_s) {
