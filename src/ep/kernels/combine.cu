@@ -128,9 +128,7 @@ template <int Ranks>
 cudaError_t launch_for_ranks(const CombineParams& p, cudaStream_t stream) {
   dim3 grid(p.num_blocks), block(std::min(p.num_warps * 32, k_combine_max_threads));
   // Registers hold Ranks x Chunk vectors per lane: cap the product at 16.
-  int chunk = p.chunk;
-  while (chunk > 1 && chunk * Ranks > 16) chunk /= 2;
-  switch (chunk) {
+  switch (combine_effective_chunk(p.chunk, Ranks)) {
     case 1:
       combine_kernel<Ranks, 1><<<grid, block, 0, stream>>>(p);
       break;
