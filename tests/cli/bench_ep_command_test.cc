@@ -2,10 +2,7 @@
 // rank starts (exit 64 naming the flag), and the run itself fails with exit
 // 12, never a pass.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -26,16 +23,8 @@ CliRun run(std::vector<std::string> args) {
 // The real binary with every GPU hidden, as tests/cli/test_command_test.cc
 // runs `epkit test`: in-process, a GPU machine would start ranks.
 CliRun shell_no_gpu(const std::string& args) {
-  CliRun r;
-  std::string command =
-      std::string("env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY + " bench ep " + args + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe) != nullptr) r.out += buf.data();
-  int status = ::pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return test::run_shell(std::string("env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY + " bench ep " +
+                         args);
 }
 
 TEST(BenchEpCommand, HelpListsTheSweepAndDumpFlags) {

@@ -1,40 +1,24 @@
 // `epkit test` without a usable GPU must fail loudly, and the binary must not
 // need libnccl or libcuda to start (doctor runs on broken nodes).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <string>
 
 #include "host/elf.h"
 #include "host/sysroot.h"
+#include "support/cli_run.h"
 #include "support/temp_tree.h"
 
 namespace epkit {
 namespace {
 
-struct Shell {
-  int code = -1;
-  std::string out;
-};
-
-Shell shell(const std::string& command) {
-  Shell r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe) != nullptr) r.out += buf.data();
-  int status = ::pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using test::run_shell;
 
 TEST(TestCommand, BinaryNeedsNeitherNcclNorLibcuda) {
   // The debug build is larger than the ELF reader loads: read a stripped copy.
   test::TempTree tree;
   std::string copy = tree.path("/epkit");
-  ASSERT_EQ(shell("strip -o " + copy + " " + EPKIT_BINARY).code, 0);
+  ASSERT_EQ(run_shell("strip -o " + copy + " " + EPKIT_BINARY).code, 0);
   auto elf = host::read_elf(host::Sysroot("/"), copy);
   ASSERT_TRUE(elf.ok()) << elf.error().message;
   for (const auto& lib : elf->needed) {
@@ -47,8 +31,8 @@ TEST(TestCommand, BinaryNeedsNeitherNcclNorLibcuda) {
 // No GPU visible (CUDA_VISIBLE_DEVICES empty hides them on a GPU machine; CI
 // has none): a named cause and exit 12, never a pass.
 TEST(TestCommand, NoGpuIsAFailureNamingTheCause) {
-  auto r = shell(std::string("env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY +
-                 " test --timeout 5");
+  auto r =
+      run_shell(std::string("env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY + " test --timeout 5");
   EXPECT_EQ(r.code, 12) << r.out;
   EXPECT_NE(r.out.find("FAIL: "), std::string::npos) << r.out;
   EXPECT_TRUE(r.out.find("CUDA") != std::string::npos || r.out.find("driver") != std::string::npos)
@@ -56,7 +40,7 @@ TEST(TestCommand, NoGpuIsAFailureNamingTheCause) {
 }
 
 TEST(TestCommand, BadTimeoutIsAUsageError) {
-  auto r = shell(std::string(EPKIT_BINARY) + " test --timeout -1");
+  auto r = run_shell(std::string(EPKIT_BINARY) + " test --timeout -1");
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.code, 12) << r.out;
 }

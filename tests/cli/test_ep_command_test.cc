@@ -1,33 +1,19 @@
 // `epkit test ep` without a usable GPU fails loudly like `epkit test`, and
 // bad shapes are usage errors before any rank starts.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <string>
+
+#include "support/cli_run.h"
 
 namespace epkit {
 namespace {
 
-struct Shell {
-  int code = -1;
-  std::string out;
-};
-
-Shell shell(const std::string& command) {
-  Shell r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe) != nullptr) r.out += buf.data();
-  int status = ::pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using test::run_shell;
 
 TEST(TestEpCommand, NoGpuIsUnavailableNamingTheCause) {
-  auto r = shell(std::string("env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY + " test ep --timeout 5");
+  auto r =
+      run_shell(std::string("env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY + " test ep --timeout 5");
   EXPECT_EQ(r.code, 12) << r.out;
   EXPECT_TRUE(r.out.find("CUDA") != std::string::npos || r.out.find("GPU") != std::string::npos ||
               r.out.find("driver") != std::string::npos)
@@ -35,25 +21,25 @@ TEST(TestEpCommand, NoGpuIsUnavailableNamingTheCause) {
 }
 
 TEST(TestEpCommand, HiddenNotAMultipleOf128IsAUsageError) {
-  auto r = shell(std::string(EPKIT_BINARY) + " test ep --hidden 1000 --nproc-per-node 1");
+  auto r = run_shell(std::string(EPKIT_BINARY) + " test ep --hidden 1000 --nproc-per-node 1");
   EXPECT_EQ(r.code, 64) << r.out;
   EXPECT_NE(r.out.find("multiple of 128"), std::string::npos) << r.out;
 }
 
 TEST(TestEpCommand, BadFlagsAreUsageErrors) {
-  EXPECT_NE(shell(std::string(EPKIT_BINARY) + " test ep --tokens 0").code, 0);
-  EXPECT_NE(shell(std::string(EPKIT_BINARY) + " test ep --topk 0").code, 0);
-  EXPECT_NE(shell(std::string(EPKIT_BINARY) + " test ep --no-such-flag").code, 0);
+  EXPECT_NE(run_shell(std::string(EPKIT_BINARY) + " test ep --tokens 0").code, 0);
+  EXPECT_NE(run_shell(std::string(EPKIT_BINARY) + " test ep --topk 0").code, 0);
+  EXPECT_NE(run_shell(std::string(EPKIT_BINARY) + " test ep --no-such-flag").code, 0);
 }
 
 TEST(TestEpCommand, HelpListsTheFlags) {
-  auto r = shell(std::string(EPKIT_BINARY) + " test ep --help");
+  auto r = run_shell(std::string(EPKIT_BINARY) + " test ep --help");
   EXPECT_EQ(r.code, 0) << r.out;
   for (const char* flag : {"--tokens", "--hidden", "--topk", "--experts", "--sms", "--seed",
                            "--nproc-per-node", "--timeout", "--json"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
-  auto parent = shell(std::string(EPKIT_BINARY) + " test --help");
+  auto parent = run_shell(std::string(EPKIT_BINARY) + " test --help");
   EXPECT_NE(parent.out.find("ep"), std::string::npos) << parent.out;
 }
 

@@ -1,5 +1,9 @@
 #include "support/cli_run.h"
 
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
 #include <sstream>
 
 #include "cli/command.h"
@@ -18,6 +22,17 @@ CliRun run_epkit(std::vector<std::string> args) {
   result.out = out.str();
   result.err = err.str();
   return result;
+}
+
+CliRun run_shell(const std::string& command) {
+  CliRun r;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), pipe) != nullptr) r.out += buf.data();
+  int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 }  // namespace epkit::test
