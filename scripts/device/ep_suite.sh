@@ -11,16 +11,8 @@ OUT=${OUT:-./ep-suite-$(hostname)}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on lent machines
 
-step() {  # step NAME COMMAND...: runs, keeps the log, prints the verdict
-  local name=$1
-  shift
-  local start=$SECONDS
-  "$@" >"$OUT/$name.txt" 2>&1
-  local rc=$?
-  echo "== $name: exit $rc in $((SECONDS - start)) s ($*)"
-  tail -n 4 "$OUT/$name.txt"
-  return 0
-}
+# shellcheck source=scripts/device/steps.sh
+source "$(dirname "${BASH_SOURCE[0]}")/steps.sh"
 
 nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
 step test "$EPKIT" test --nproc-per-node "$NPROC" --timeout 60

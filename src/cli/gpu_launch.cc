@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "host/dl/nccl.h"
+#include "runtime/gpu_share.h"
 #include "runtime/spawner.h"
 
 #ifdef EPKIT_WITH_CUDA
@@ -48,6 +49,31 @@ int default_gpu_count() {
 #endif
 }
 
+// A node agent with more ranks than GPUs: refuse without --oversubscribe
+// (before any rank starts, so the reason is said once), or say that the GPUs
+// are shared and whether MPS runs. A build without CUDA has no GPUs to count:
+// its ranks report that themselves.
+int check_gpu_sharing(Io& io, const std::string& name, const host::Host& host,
+                      const runtime::LaunchInfo& launch) {
+#ifdef EPKIT_WITH_CUDA
+  auto count = runtime::cuda_device_count();
+  if (!count || launch.local_world_size <= *count) return k_gpu_ok;
+  if (!launch.share_gpus) {
+    io.err << fmt::format(
+        "epkit {}: {} ranks on this node but {} GPU{} visible; pass --oversubscribe to let ranks "
+        "share GPUs (checks only: timings are not representative)\n",
+        name, launch.local_world_size, *count, *count == 1 ? "" : "s");
+    return k_gpu_unavailable;
+  }
+  io.out << runtime::shared_gpu_notice(launch.local_world_size, *count,
+                                       runtime::detect_mps(host.env(), host.fs()));
+  io.out.flush();
+#else
+  (void)io, (void)name, (void)host, (void)launch;
+#endif
+  return k_gpu_ok;
+}
+
 }  // namespace
 
 void RankIo::line(const std::string& text) const {
@@ -68,6 +94,9 @@ void add_gpu_launch_options(CLI::App& app, GpuLaunchOptions& opts) {
                  "Seconds every step may take before the job is aborted (default 60)")
       ->check(CLI::Range(0.1, 86400.0));
   app.add_flag("--json", opts.json, "Write the summary as JSON");
+  app.add_flag("--oversubscribe", opts.oversubscribe,
+               "Let ranks share GPUs round-robin when there are more ranks than GPUs (checks "
+               "only: timings are not representative; start MPS so ranks run concurrently)");
 }
 
 int exit_code_for(const Error& error) {
@@ -91,14 +120,25 @@ int open_gpu_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
     io.line("FAIL: " + why);
     return code;
   };
-  if (auto count = runtime::cuda_device_count(); !count) {
-    return fail(k_gpu_unavailable, count.error().message);
+  auto count = runtime::cuda_device_count();
+  if (!count) return fail(k_gpu_unavailable, count.error().message);
+  if (auto device = runtime::choose_device(launch.local_rank, launch.local_world_size, *count,
+                                           launch.share_gpus);
+      !device) {
+    return fail(k_gpu_unavailable, device.error().message);
   }
   if (auto nccl = host::dl::load_nccl(); !nccl) {
     return fail(k_gpu_unavailable, "NCCL cannot be loaded: " + nccl.error().message);
   }
   auto joined = runtime::join_gpu_job(host, launch, runtime::Deadline::after_seconds(timeout_s));
   if (!joined) return fail(exit_code_for(joined.error()), joined.error().message);
+  if (launch.rank == 0 && (*joined)->shared_gpu &&
+      launch.launcher != runtime::Launcher::epkit_spawn) {
+    // Ranks another launcher started: no epkit agent said it for them.
+    std::istringstream lines(runtime::shared_gpu_notice(
+        launch.local_world_size, *count, runtime::detect_mps(host.env(), host.fs())));
+    for (std::string l; std::getline(lines, l);) io.line(l);
+  }
   if (launch.rank == 0) {
     for (const auto& m : runtime::compare_facts((*joined)->facts)) {
       io.line(fmt::format("mismatch ({}): {}", runtime::to_string(m.kind), m.summary));
@@ -112,8 +152,8 @@ int open_gpu_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
   return k_gpu_ok;
 }
 
-int close_gpu_rank(runtime::GpuRank& rank, RankIo& io, const std::string& barrier,
-                   double timeout_s, int code) {
+int close_gpu_rank(runtime::GpuRank& rank, RankIo& io, const std::string& barrier, double timeout_s,
+                   int code) {
   auto step = [&] { return runtime::Deadline::after_seconds(timeout_s); };
   if (auto done = rank.store().barrier(barrier, step()); !done) {
     io.line("FAIL: " + done.error().message);
@@ -141,6 +181,7 @@ int run_gpu_command(Io& io, const std::string& name, const CommonOptions& common
   lo.nnodes = opts.nnodes;
   lo.node_rank = opts.node_rank;
   lo.master = opts.master;
+  lo.share_gpus = opts.oversubscribe;
   const bool spawned = host->env().has("EPKIT_SPAWNED");
   if (!spawned && !opts.nproc_per_node) lo.default_nproc = default_gpu_count();
   auto launch = runtime::discover(host->env(), lo);
@@ -162,6 +203,7 @@ int run_gpu_command(Io& io, const std::string& name, const CommonOptions& common
              << "); pass --nproc-per-node to force\n";
       return k_gpu_unavailable;
     }
+    if (int code = check_gpu_sharing(io, name, *host, *launch); code != k_gpu_ok) return code;
     char path[] = "/tmp/epkit-summary-XXXXXX";
     int fd = ::mkstemp(path);
     if (fd < 0) {
@@ -211,8 +253,9 @@ int run_gpu_command(Io& io, const std::string& name, const CommonOptions& common
   RankIo rio{io.out, summary_file.is_open() ? static_cast<std::ostream&>(summary_file) : io.out,
              spawned ? std::string() : fmt::format("[{}:{}] ", label, launch->rank)};
   if (!rank_main) {
-    rio.line("FAIL: this epkit was built without CUDA (no nvcc at build time); GPU commands need a "
-             "build with the CUDA toolkit");
+    rio.line(
+        "FAIL: this epkit was built without CUDA (no nvcc at build time); GPU commands need a "
+        "build with the CUDA toolkit");
     return k_gpu_unavailable;
   }
   return rank_main(*host, *launch, rio);

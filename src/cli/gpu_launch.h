@@ -38,6 +38,9 @@ struct GpuLaunchOptions {
   std::optional<std::string> master;
   double timeout_s = 60.0;
   bool json = false;
+  /// Ranks share GPUs round-robin when there are more ranks than GPUs
+  /// (runtime/gpu_share.h): for checks on small machines, never for timings.
+  bool oversubscribe = false;
 };
 
 void add_gpu_launch_options(CLI::App& app, GpuLaunchOptions& opts);
@@ -52,8 +55,8 @@ struct RankIo {
   void line(const std::string& text) const;
 };
 
-using RankMain = std::function<int(const host::Host& host, const runtime::LaunchInfo& launch,
-                                   RankIo& io)>;
+using RankMain =
+    std::function<int(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io)>;
 
 /// Discovers the launch; a node agent spawns `child_args` (epkit's own
 /// arguments for one rank, without the launch flags) once per local GPU and
@@ -72,8 +75,8 @@ int open_gpu_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
 /// The end they share: a store barrier (rank 0's summary is out before
 /// anyone leaves), the communicator closed, the store left. Returns `code`,
 /// or the failure's exit code after printing it.
-int close_gpu_rank(runtime::GpuRank& rank, RankIo& io, const std::string& barrier,
-                   double timeout_s, int code);
+int close_gpu_rank(runtime::GpuRank& rank, RankIo& io, const std::string& barrier, double timeout_s,
+                   int code);
 #endif
 
 /// The exit code for a runtime error: timeout, peer lost, unavailable, NCCL.

@@ -65,6 +65,7 @@ void compare_field(const std::vector<RankFacts>& facts, MismatchKind kind, const
 void compare_gpus(const std::vector<RankFacts>& facts, std::vector<Mismatch>& out) {
   std::map<std::pair<std::string, std::string>, std::vector<int>> users;
   for (const auto& f : facts) {
+    if (f.shared_gpu) continue;  // --oversubscribe: sharing is the point
     std::string id = !f.gpu_uuid.empty() ? f.gpu_uuid : f.pci_bus_id;
     if (!id.empty()) users[{f.host_id, id}].push_back(f.rank);
   }
@@ -187,7 +188,8 @@ std::string facts_to_json(const RankFacts& f) {
          {"nccl_version", f.nccl_version},
          {"nccl_library", f.nccl_library},
          {"network_env", f.network_env},
-         {"hcas", f.hcas}};
+         {"hcas", f.hcas},
+         {"shared_gpu", f.shared_gpu}};
   return j.dump();
 }
 
@@ -210,6 +212,7 @@ Result<RankFacts> facts_from_json(std::string_view text) {
     f.nccl_library = j.at("nccl_library").get<std::string>();
     f.network_env = j.at("network_env").get<std::map<std::string, std::string>>();
     f.hcas = j.at("hcas").get<std::vector<std::string>>();
+    f.shared_gpu = j.value("shared_gpu", false);
     return f;
   } catch (const Json::exception& e) {
     return make_error(ErrorCode::invalid, fmt::format("rank facts: {}", e.what()));

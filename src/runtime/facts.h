@@ -37,6 +37,9 @@ struct RankFacts {
   std::map<std::string, std::string> network_env;
   /// RDMA devices present on the host (sorted names, e.g. mlx5_0).
   std::vector<std::string> hcas;
+  /// The rank shares its GPU on purpose (--oversubscribe): not a
+  /// duplicate_gpu mismatch.
+  bool shared_gpu = false;
 };
 
 std::string facts_to_json(const RankFacts& facts);

@@ -8,6 +8,7 @@
 #include <cctype>
 
 #include "host/dl/nvml.h"
+#include "runtime/gpu_share.h"
 
 namespace epkit::runtime {
 
@@ -19,8 +20,9 @@ Result<int> cuda_device_count() {
   int count = 0;
   cudaError_t rc = cudaGetDeviceCount(&count);
   if (rc == cudaErrorNoDevice || (rc == cudaSuccess && count == 0)) {
-    return make_error(ErrorCode::unavailable, "no CUDA device is visible (check nvidia-smi and "
-                                              "CUDA_VISIBLE_DEVICES)");
+    return make_error(ErrorCode::unavailable,
+                      "no CUDA device is visible (check nvidia-smi and "
+                      "CUDA_VISIBLE_DEVICES)");
   }
   if (rc == cudaErrorInsufficientDriver) {
     return make_error(ErrorCode::unavailable,
@@ -52,8 +54,8 @@ Result<GpuInfo> gpu_info(int device) {
     g.uuid += fmt::format("{:02x}", u[i]);
     if (i == 3 || i == 5 || i == 7 || i == 9) g.uuid += "-";
   }
-  g.pci_bus_id = host::dl::normalize_bus_id(fmt::format(
-      "{:04x}:{:02x}:{:02x}.0", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID));
+  g.pci_bus_id = host::dl::normalize_bus_id(
+      fmt::format("{:04x}:{:02x}:{:02x}.0", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID));
   cudaDriverGetVersion(&g.driver_version);
   cudaRuntimeGetVersion(&g.runtime_version);
   return g;
@@ -65,12 +67,11 @@ Result<std::unique_ptr<GpuRank>> join_gpu_job(const host::Host& host, const Laun
   r->launch = launch;
   auto count = cuda_device_count();
   if (!count) return count.error();
-  if (launch.local_rank >= *count) {
-    return make_error(ErrorCode::unavailable,
-                      fmt::format("local rank {} has no GPU: only {} visible", launch.local_rank,
-                                  *count));
-  }
-  auto gpu = gpu_info(launch.local_rank);
+  auto choice =
+      choose_device(launch.local_rank, launch.local_world_size, *count, launch.share_gpus);
+  if (!choice) return choice.error();
+  r->shared_gpu = choice->shared;
+  auto gpu = gpu_info(choice->device);
   if (!gpu) return gpu.error();
   r->gpu = *gpu;
   auto nccl = host::dl::load_nccl();
@@ -81,6 +82,11 @@ Result<std::unique_ptr<GpuRank>> join_gpu_job(const host::Host& host, const Laun
   r->nccl = *nccl;
 
   RankFacts mine = collect_host_facts(host, launch.rank, launch.local_rank);
+  mine.shared_gpu = r->shared_gpu;
+  if (r->shared_gpu) {
+    if (auto claimed = claim_nccl_host_identity(host.env(), mine.host, launch.rank); !claimed)
+      return claimed.error();
+  }
   mine.gpu_uuid = r->gpu.uuid;
   mine.pci_bus_id = r->gpu.pci_bus_id;
   mine.cuda_version = cuda_version_string(r->gpu.runtime_version);

@@ -43,6 +43,9 @@ struct GpuRank {
   LaunchInfo launch;
   const host::dl::NcclLibrary* nccl = nullptr;
   GpuInfo gpu;
+  /// This node has more ranks than GPUs and this rank shares its GPU
+  /// (runtime/gpu_share.h): NCCL sees it as a host of its own.
+  bool shared_gpu = false;
   std::optional<StoreSession> rendezvous;  // set once joined
   Store& store() { return rendezvous->store; }
   std::vector<RankFacts> facts;  // every rank's, by rank

@@ -5,6 +5,7 @@
 
 #include <charconv>
 
+#include "runtime/gpu_share.h"
 #include "runtime/hostlist.h"
 #include "runtime/socket.h"
 
@@ -475,11 +476,22 @@ Result<LaunchInfo> discover(const host::Env& env, const LaunchOptions& options) 
         fmt::format("{} nodes x {} ranks is too many", info.nnodes, info.local_world_size));
   }
   if (auto ok = check_consistent(info); !ok) return ok.error();
+  if (options.share_gpus) {
+    info.share_gpus = true;
+    info.sources.push_back("--oversubscribe");
+  } else if (auto share = env.get_nonempty(k_share_gpus_var)) {
+    if (*share != "0" && *share != "1") {
+      return make_error(ErrorCode::invalid,
+                        fmt::format("{}='{}': must be 0 or 1", k_share_gpus_var, *share));
+    }
+    info.share_gpus = *share == "1";
+    info.sources.push_back(fmt::format("{}={}", k_share_gpus_var, *share));
+  }
   return info;
 }
 
 std::map<std::string, std::string> child_env(const LaunchInfo& agent, int local_rank) {
-  return {
+  std::map<std::string, std::string> vars{
       {"EPKIT_SPAWNED", "1"},
       {"EPKIT_PARENT_LAUNCHER", to_string(agent.launcher)},
       {"RANK", std::to_string(agent.rank + local_rank)},
@@ -491,6 +503,8 @@ std::map<std::string, std::string> child_env(const LaunchInfo& agent, int local_
       {"MASTER_ADDR", agent.master_addr},
       {"MASTER_PORT", std::to_string(agent.master_port)},
   };
+  if (agent.share_gpus) vars[k_share_gpus_var] = "1";
+  return vars;
 }
 
 }  // namespace epkit::runtime

@@ -47,6 +47,9 @@ struct LaunchOptions {
   /// Local ranks to spawn when nothing else says (the CLI passes the GPU
   /// count); 0 means one process.
   int default_nproc = 0;
+  /// --oversubscribe: ranks may share GPUs (round-robin) when there are more
+  /// local ranks than GPUs. Children learn it through EPKIT_SHARE_GPUS=1.
+  bool share_gpus = false;
 };
 
 struct LaunchInfo {
@@ -62,6 +65,9 @@ struct LaunchInfo {
   /// True when this process is a node agent that must start local_world_size
   /// ranks itself (Spawner); rank is then the first local rank's.
   bool spawn = false;
+  /// Ranks may share GPUs (runtime/gpu_share.h): --oversubscribe, or
+  /// EPKIT_SHARE_GPUS=1 from the agent or the user.
+  bool share_gpus = false;
   /// NAME=value of the variables (or flags) that decided the fields above.
   std::vector<std::string> sources;
 

@@ -45,5 +45,17 @@ TEST(TestCommand, BadTimeoutIsAUsageError) {
   EXPECT_NE(r.code, 12) << r.out;
 }
 
+// A sweep that cannot be (-b above -e) is the command's usage error, said
+// once and without a rank prefix, before any rank starts.
+TEST(TestCommand, BenchSweepUsageErrorIsSaidOnce) {
+  auto r = run_shell(std::string(EPKIT_BINARY) + " bench nccl all_reduce -b 1G -e 16M");
+  EXPECT_EQ(r.code, 64) << r.out;
+  EXPECT_NE(r.out.find("epkit bench nccl: -b 1073741824 is larger than -e 16777216"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("]"), std::string::npos) << r.out;  // no "[host:rank]"
+}
+
 }  // namespace
 }  // namespace epkit

@@ -36,6 +36,17 @@ void need_gpus(int n) {
   std::_Exit(k_skip);
 }
 
+// The flag that runs `ranks` ranks on this machine: nothing where there are
+// enough GPUs, --oversubscribe (ranks share GPUs round-robin) where there are
+// fewer. Only a machine without a GPU skips.
+std::string ranks_flag(int ranks) {
+  int have = gpu_count();
+  if (have >= ranks) return "";
+  need_gpus(1);
+  std::cout << "note: " << ranks << " ranks share " << have << " GPU(s) (--oversubscribe)\n";
+  return " --oversubscribe";
+}
+
 struct Shell {
   int code = -1;
   std::string out;
@@ -69,8 +80,7 @@ std::size_t count_of(const std::string& text, const std::string& what) {
 }
 
 TEST(EpkitTest, TwoRanks) {
-  need_gpus(2);
-  auto r = shell(epkit() + " test --nproc-per-node 2 --timeout 60");
+  auto r = shell(epkit() + " test --nproc-per-node 2 --timeout 60" + ranks_flag(2));
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(count_of(r.out, "] OK\n"), 2u);
   EXPECT_NE(r.out.find("2 of 2 ranks OK"), std::string::npos);
@@ -78,16 +88,14 @@ TEST(EpkitTest, TwoRanks) {
 }
 
 TEST(EpkitTest, FourRanks) {
-  need_gpus(4);
-  auto r = shell(epkit() + " test --nproc-per-node 4 --timeout 60");
+  auto r = shell(epkit() + " test --nproc-per-node 4 --timeout 60" + ranks_flag(4));
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(count_of(r.out, "] OK\n"), 4u);
   EXPECT_NE(r.out.find("4 of 4 ranks OK"), std::string::npos);
 }
 
 TEST(EpkitTest, JsonSummary) {
-  need_gpus(2);
-  auto r = shell(epkit() + " test --nproc-per-node 2 --json");
+  auto r = shell(epkit() + " test --nproc-per-node 2 --json" + ranks_flag(2));
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("\"ok\": true"), std::string::npos);
   EXPECT_NE(r.out.find("\"nccl_version\""), std::string::npos);
@@ -96,33 +104,60 @@ TEST(EpkitTest, JsonSummary) {
 // One rank dies after NCCL started: the others must name it and exit well
 // within the timeout instead of hanging in the all-reduce.
 TEST(EpkitTest, KilledRankIsNamed) {
-  need_gpus(2);
-  auto r = shell("env EPKIT_TEST_KILL_RANK=1 " + epkit() + " test --nproc-per-node 2 --timeout 20");
+  auto r = shell("env EPKIT_TEST_KILL_RANK=1 " + epkit() + " test --nproc-per-node 2 --timeout 20" +
+                 ranks_flag(2));
   EXPECT_NE(r.code, 0);
   EXPECT_LT(r.seconds, 20.0);
   EXPECT_NE(r.out.find("rank 1"), std::string::npos);
   EXPECT_NE(r.out.find(":1 disconnected"), std::string::npos);
 }
 
-// Two "nodes" on one host: two agents, each with its own NCCL_HOSTID and GPU,
-// joined through --nnodes/--node-rank/--master.
+// Two "nodes" on one host: two agents, each with its own NCCL_HOSTID (and GPU
+// where there are two), joined through --nnodes/--node-rank/--master.
 TEST(EpkitTest, FakeTwoNodes) {
-  need_gpus(2);
+  need_gpus(1);
+  const bool two = gpu_count() >= 2;
   std::string common = " test --nnodes 2 --nproc-per-node 1 --master 127.0.0.1:29611 --timeout 60";
-  auto r = shell("( env CUDA_VISIBLE_DEVICES=1 NCCL_HOSTID=fake-b " + epkit() + common +
-                 " --node-rank 1 & env CUDA_VISIBLE_DEVICES=0 NCCL_HOSTID=fake-a " + epkit() +
-                 common + " --node-rank 0; rc=$?; wait $!; rb=$?; exit $((rc + rb)) )");
+  auto r = shell(std::string("( env ") + (two ? "CUDA_VISIBLE_DEVICES=1 " : "") +
+                 "NCCL_HOSTID=fake-b " + epkit() + common + " --node-rank 1 & env " +
+                 (two ? "CUDA_VISIBLE_DEVICES=0 " : "") + "NCCL_HOSTID=fake-a " + epkit() + common +
+                 " --node-rank 0; rc=$?; wait $!; rb=$?; exit $((rc + rb)) )");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("2 of 2 ranks OK on 2 nodes"), std::string::npos);
 }
 
+// Two faked nodes of two ranks each, all four on one GPU: the path the
+// internode engine's checks take on a one-GPU machine.
+TEST(EpkitTest, FakeTwoNodesSharingOneGpu) {
+  need_gpus(1);
+  std::string common =
+      " test --nnodes 2 --nproc-per-node 2 --oversubscribe --master 127.0.0.1:29613 --timeout 60";
+  auto r = shell("( env CUDA_VISIBLE_DEVICES=0 NCCL_HOSTID=fake-b " + epkit() + common +
+                 " --node-rank 1 & env CUDA_VISIBLE_DEVICES=0 NCCL_HOSTID=fake-a " + epkit() +
+                 common + " --node-rank 0; rc=$?; wait $!; rb=$?; exit $((rc + rb)) )");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("4 of 4 ranks OK on 2 nodes"), std::string::npos);
+  EXPECT_NE(r.out.find("GPUs shared (--oversubscribe): 2 ranks on 1 GPU"), std::string::npos);
+}
+
+// More ranks than GPUs without the flag: refused once, naming the flag,
+// exit 12 (no GPU for a rank), before any rank starts.
+TEST(EpkitTest, MoreRanksThanGpusNeedsTheFlag) {
+  need_gpus(1);
+  int ranks = gpu_count() + 1;
+  auto r = shell(epkit() + " test --nproc-per-node " + std::to_string(ranks) + " --timeout 20");
+  EXPECT_EQ(r.code, 12);
+  EXPECT_NE(r.out.find("pass --oversubscribe"), std::string::npos);
+  EXPECT_EQ(r.out.find("] OK"), std::string::npos);
+}
+
 // Every collective on two GPUs with the data check: no wrong element.
 TEST(EpkitBench, EveryCollectiveChecksItsData) {
-  need_gpus(2);
+  const std::string share = ranks_flag(2);
   for (const char* op :
        {"all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", "broadcast"}) {
-    auto r =
-        shell(epkit() + " bench nccl " + op + " --nproc-per-node 2 -b 1K -e 4M -f 16 -n 5 -w 1");
+    auto r = shell(epkit() + " bench nccl " + op +
+                   " --nproc-per-node 2 -b 1K -e 4M -f 16 -n 5 -w 1" + share);
     EXPECT_EQ(r.code, 0) << op;
     EXPECT_NE(r.out.find("Out of bounds values : 0 OK"), std::string::npos) << op;
     EXPECT_NE(r.out.find("     4194304 "), std::string::npos) << op;
@@ -130,11 +165,11 @@ TEST(EpkitBench, EveryCollectiveChecksItsData) {
 }
 
 TEST(EpkitBench, MinBusbwFailsTheRun) {
-  need_gpus(2);
-  auto r =
-      shell(epkit() + " bench nccl all_reduce --nproc-per-node 2 -b 1M -e 1M --min-busbw 100000");
+  const std::string share = ranks_flag(2);
+  auto r = shell(
+      epkit() + " bench nccl all_reduce --nproc-per-node 2 -b 1M -e 1M --min-busbw 100000" + share);
   EXPECT_EQ(r.code, 13);
-  auto ok = shell(epkit() + " bench nccl all_reduce --nproc-per-node 2 -b 1M -e 1M --json");
+  auto ok = shell(epkit() + " bench nccl all_reduce --nproc-per-node 2 -b 1M -e 1M --json" + share);
   EXPECT_EQ(ok.code, 0);
   EXPECT_NE(ok.out.find("\"avg_busbw_gbps\""), std::string::npos);
 }
@@ -168,20 +203,18 @@ void expect_ep_passed(const Shell& r, int ranks) {
 }
 
 TEST(EpConformance, TwoRanks) {
-  need_gpus(2);
-  expect_ep_passed(shell(epkit() + " test ep --nproc-per-node 2 --timeout 150"), 2);
+  expect_ep_passed(shell(epkit() + " test ep --nproc-per-node 2 --timeout 150" + ranks_flag(2)), 2);
 }
 
 TEST(EpConformance, FourRanks) {
-  need_gpus(4);
-  expect_ep_passed(shell(epkit() + " test ep --nproc-per-node 4 --timeout 150"), 4);
+  expect_ep_passed(shell(epkit() + " test ep --nproc-per-node 4 --timeout 150" + ranks_flag(4)), 4);
 }
 
 // --json: the summary object, and --seed reproduces a run (it is echoed).
 TEST(EpConformance, JsonSummary) {
-  need_gpus(2);
   auto r =
-      shell(epkit() + " test ep --nproc-per-node 2 --tokens 1024 --seed 42 --json --timeout 150");
+      shell(epkit() + " test ep --nproc-per-node 2 --tokens 1024 --seed 42 --json --timeout 150" +
+            ranks_flag(2));
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("\"ok\": true"), std::string::npos);
   EXPECT_NE(r.out.find("\"ranks\": 2"), std::string::npos);

@@ -76,6 +76,11 @@ TEST(Facts, OneGpuUsedTwiceOnAHost) {
   auto by_pci = find_kind(compare_facts(facts), MismatchKind::duplicate_gpu);
   ASSERT_TRUE(by_pci.has_value());
   EXPECT_EQ(by_pci->ranks.size(), 2u);
+  // Ranks that share a GPU on purpose (--oversubscribe) say so.
+  facts = cluster();
+  facts[1].gpu_uuid = "GPU-a0";
+  facts[0].shared_gpu = facts[1].shared_gpu = true;
+  EXPECT_FALSE(find_kind(compare_facts(facts), MismatchKind::duplicate_gpu).has_value());
 }
 
 TEST(Facts, NetworkEnvDifferingBetweenNodes) {
@@ -124,6 +129,9 @@ TEST(Facts, JsonRoundTripAndBadInput) {
   EXPECT_EQ(back->host, "a");
   EXPECT_EQ(back->network_env, f.network_env);
   EXPECT_EQ(back->hcas, f.hcas);
+  EXPECT_FALSE(back->shared_gpu);
+  f.shared_gpu = true;
+  EXPECT_TRUE(facts_from_json(facts_to_json(f))->shared_gpu);
   for (const char* bad : {"", "[]", "{\"rank\": 1}", "{\"rank\": \"x\"}", "\xff\xfe"}) {
     auto parsed = facts_from_json(bad);
     ASSERT_FALSE(parsed.ok()) << bad;

@@ -52,6 +52,11 @@ Result<Parsed> parse(const NcclBenchOptions& o) {
   if (!lo) return lo.error();
   auto hi = bench::parse_size(o.max_bytes);
   if (!hi) return hi.error();
+  // The sweep's own rules (-b <= -e, -f >= 2) checked once here, so a usage
+  // error is said once by the command rather than by every rank it spawned.
+  if (auto sweep = bench::size_sweep(*lo, *hi, o.factor, type->size, 1); !sweep) {
+    return sweep.error();
+  }
   return Parsed{*kind, *type, *lo, *hi};
 }
 
