@@ -54,7 +54,7 @@ int default_gpu_count() {
 // are shared and whether MPS runs. A build without CUDA has no GPUs to count:
 // its ranks report that themselves.
 int check_gpu_sharing(Io& io, const std::string& name, const host::Host& host,
-                      const runtime::LaunchInfo& launch) {
+                      const runtime::LaunchInfo& launch, bool json) {
 #ifdef EPKIT_WITH_CUDA
   auto count = runtime::cuda_device_count();
   if (!count || launch.local_world_size <= *count) return k_gpu_ok;
@@ -65,11 +65,13 @@ int check_gpu_sharing(Io& io, const std::string& name, const host::Host& host,
         name, launch.local_world_size, *count, *count == 1 ? "" : "s");
     return k_gpu_unavailable;
   }
-  io.out << runtime::shared_gpu_notice(launch.local_world_size, *count,
+  // With --json, standard output holds the JSON document alone.
+  std::ostream& notice = json ? io.err : io.out;
+  notice << runtime::shared_gpu_notice(launch.local_world_size, *count,
                                        runtime::detect_mps(host.env(), host.fs()));
-  io.out.flush();
+  notice.flush();
 #else
-  (void)io, (void)name, (void)host, (void)launch;
+  (void)io, (void)name, (void)host, (void)launch, (void)json;
 #endif
   return k_gpu_ok;
 }
@@ -203,7 +205,8 @@ int run_gpu_command(Io& io, const std::string& name, const CommonOptions& common
              << "); pass --nproc-per-node to force\n";
       return k_gpu_unavailable;
     }
-    if (int code = check_gpu_sharing(io, name, *host, *launch); code != k_gpu_ok) return code;
+    if (int code = check_gpu_sharing(io, name, *host, *launch, opts.json); code != k_gpu_ok)
+      return code;
     char path[] = "/tmp/epkit-summary-XXXXXX";
     int fd = ::mkstemp(path);
     if (fd < 0) {
