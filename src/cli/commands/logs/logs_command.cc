@@ -299,7 +299,7 @@ void print_findings(const logs::Report& report, Io& io) {
                           styled(io.color, Style::bold, std::string(f.spec->id)), f.spec->title);
     std::string who;
     if (!f.hosts.empty()) {
-      who = fmt::format("{} host{} differ", f.count, f.count == 1 ? "" : "s");
+      who = f.count == 1 ? std::string("1 host differs") : fmt::format("{} hosts differ", f.count);
     } else {
       who = fmt::format("{} time{}", f.count, f.count == 1 ? "" : "s");
       if (f.rank_count > 0)
