@@ -10,8 +10,7 @@
 namespace epkit::logs {
 namespace {
 
-static_assert(static_cast<std::size_t>(Rule::other_warn) + 1 == 22,
-              "Analyzer::m_findings holds one slot per rule");
+constexpr std::uint64_t k_binary_sample = 64 * 1024;  // bytes per input checked for binary data
 
 constexpr std::size_t k_max_finding_ranks = 16;  // labels listed per finding
 constexpr std::size_t k_max_list = 64;           // devices, interfaces, HCAs per rank
@@ -116,6 +115,7 @@ std::string join(const std::vector<std::string>& v, std::string_view sep) {
 }  // namespace
 
 int Report::exit_code() const {
+  if (no_log_at_all()) return 64;
   if (findings.empty()) return 0;
   switch (worst) {
     case Severity::info:
@@ -126,6 +126,11 @@ int Report::exit_code() const {
       return 2;
   }
   return 2;
+}
+
+std::string Report::rank_label(int rank) const {
+  if (rank < 0 || static_cast<std::size_t>(rank) >= ranks.size()) return "?";
+  return ranks[static_cast<std::size_t>(rank)].label;
 }
 
 const Finding* Report::find(std::string_view id) const {
@@ -148,10 +153,15 @@ Result<Analyzer> Analyzer::create(const Options& options) {
     a.m_report.sliced = true;
     a.m_report.slices.push_back({});
   }
+  a.m_report.unranked.label = "?";
   return a;
 }
 
 void Analyzer::begin_file(const std::string& name) {
+  if (m_in_file) end_file();
+  m_in_file = true;
+  m_file_lines = m_file_text_lines = m_file_log_lines = 0;
+  m_file_sampled = m_file_bad_bytes = m_file_nul_bytes = 0;
   m_file = name;
   m_report.files.push_back(name);
   m_slice_in_file = 0;
@@ -159,8 +169,38 @@ void Analyzer::begin_file(const std::string& name) {
   m_last_key.clear();
 }
 
-Evidence Analyzer::evidence(Location at) const {
-  return {m_file, at.line_no, printable(at.line)};
+Evidence Analyzer::evidence(Location at, int rank) const {
+  return {m_file, at.line_no, printable(at.line), rank};
+}
+
+// A file is a log when one line is NCCL, NVSHMEM or DeepEP text or matched a
+// rule; binary content wins over a chance match (libnccl.so holds "NCCL WARN").
+void Analyzer::end_file() {
+  m_in_file = false;
+  // Mostly non-text is binary even with a chance "NCCL WARN" in it; a log
+  // with a NUL-padded tail (a node that died mid-write) is still a log.
+  bool binary = m_file_sampled > 0 &&
+                (m_file_bad_bytes * 2 > m_file_sampled ||
+                 (m_file_log_lines == 0 &&
+                  (m_file_nul_bytes > 0 || m_file_bad_bytes * 10 > m_file_sampled)));
+  NotLogFile note{m_file, NotLog::binary, {}};
+  if (binary) {
+    note.reason = fmt::format(
+        "{}: binary data, not a log ({} NUL and {} invalid UTF-8 bytes in the first {} KiB)",
+        m_file, m_file_nul_bytes, m_file_bad_bytes - m_file_nul_bytes,
+        std::min<std::uint64_t>(m_file_sampled, k_binary_sample) / 1024 + 1);
+  } else if (m_file_log_lines > 0) {
+    return;
+  } else if (m_file_text_lines == 0) {
+    note.kind = NotLog::empty;
+    note.reason = m_file_lines == 0 ? fmt::format("{}: empty file, no log in it", m_file)
+                                    : fmt::format("{}: only blank lines, no log in it", m_file);
+  } else {
+    note.kind = NotLog::no_log_lines;
+    note.reason = fmt::format("no NCCL/NVSHMEM/DeepEP line found in {} ({} line{} of other text)",
+                              m_file, m_file_text_lines, m_file_text_lines == 1 ? "" : "s");
+  }
+  m_report.not_logs.push_back(std::move(note));
 }
 
 int Analyzer::new_rank(std::string label) {
@@ -228,7 +268,9 @@ void Analyzer::add(Rule rule, Location at, int rank, std::string detail) {
   Finding& f = m_findings[slot];
   if (f.spec == nullptr) f.spec = &spec_of(rule);
   ++f.count;
-  if (f.evidence.size() < k_max_evidence) f.evidence.push_back(evidence(at));
+  ++m_adds;
+  if (rank < 0) ++f.unranked;
+  if (f.evidence.size() < k_max_evidence) f.evidence.push_back(evidence(at, rank));
   if (!detail.empty() && f.details.size() < k_max_details &&
       std::find(f.details.begin(), f.details.end(), detail) == f.details.end()) {
     f.details.push_back(std::move(detail));
@@ -254,13 +296,55 @@ void Analyzer::feed(std::string_view line, std::uint64_t line_no) {
     ++m_report.ranks[static_cast<std::size_t>(rank)].lines;
   } else if (!info.rank_key.empty() || info.launcher_rank >= 0) {
     ++m_report.unattributed_lines;
+  } else {
+    ++m_report.unranked.lines;
   }
   Location at{line, line_no};
+  ++m_file_lines;
+  if (m_file_sampled < k_binary_sample) {
+    NonText bad = count_non_text(line);
+    m_file_sampled += line.size() + 1;
+    m_file_nul_bytes += bad.nul;
+    m_file_bad_bytes += bad.nul + bad.invalid;
+  }
   if (info.level == Level::none) {
+    std::uint64_t adds = m_adds;
     on_other(info, at, rank);
+    if (m_file_log_lines == 0) {
+      // Until the first log line: is this input a log at all?
+      std::string_view m = info.message;
+      if (!trim(m).empty()) ++m_file_text_lines;
+      if (m_adds != adds || contains(m, "NCCL") || contains(m, "NVSHMEM") ||
+          contains(m, "nvshmem") || contains(m, "DeepEP"))
+        ++m_file_log_lines;
+    }
   } else {
+    ++m_file_log_lines;
     on_nccl(info, at, rank);
   }
+}
+
+RankFacts* Analyzer::facts_of(const LineInfo& info, int rank) {
+  if (rank >= 0) return &m_report.ranks[static_cast<std::size_t>(rank)];
+  // Lines of ranks beyond k_max_ranks are not "unknown": they are dropped.
+  if (info.rank_key.empty() && info.launcher_rank < 0) return &m_report.unranked;
+  return nullptr;
+}
+
+HostFacts* Analyzer::host_named(std::string_view name) {
+  if (name.empty()) return nullptr;
+  auto it = m_host_index.find(name);
+  if (it != m_host_index.end()) return &m_report.hosts[static_cast<std::size_t>(it->second)];
+  if (m_report.hosts.size() >= k_max_hosts) return nullptr;
+  m_host_index.emplace(std::string(name), static_cast<int>(m_report.hosts.size()));
+  m_report.hosts.push_back({});
+  m_report.hosts.back().name = printable(name, 128);
+  return &m_report.hosts.back();
+}
+
+// Only fact lines look their host up: the hot path (COLL lines) never does.
+HostFacts* Analyzer::host_of(const LineInfo& info) {
+  return host_named(info.host.empty() ? info.pod : info.host);
 }
 
 void Analyzer::count_collective(RankFacts* facts, std::string_view name) {
@@ -273,11 +357,17 @@ void Analyzer::count_collective(RankFacts* facts, std::string_view name) {
 
 void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
   std::string_view m = info.message;
-  RankFacts* facts = rank >= 0 ? &m_report.ranks[static_cast<std::size_t>(rank)] : nullptr;
   if (info.level == Level::warn) {
+    if (contains(m, "Failed to initialize any NET plugin")) {
+      if (HostFacts* host = host_of(info)) {
+        host->plugin = "none initialised";
+        host->plugin_at = evidence(at, rank);
+      }
+    }
     if (!on_problem(m, at, rank) && !is_benign(m)) add(Rule::other_warn, at, rank);
     return;
   }
+  RankFacts* facts = facts_of(info, rank);
   // The hot path: COLL lines, "AllReduce: opCount 1a sendbuff ...".
   if (!m.empty() && m[0] >= 'A' && m[0] <= 'Z') {
     std::size_t colon = m.substr(0, 32).find(':');
@@ -297,19 +387,32 @@ void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
     return;
   }
   if (m.starts_with("NCCL version ")) {
+    std::string version = printable(word_after(m, "NCCL version "), 64);
+    if (HostFacts* host = host_of(info)) {
+      host->nccl_version = version;
+      host->version_at = evidence(at, rank);
+    }
     if (facts != nullptr) {
-      facts->nccl_version = printable(word_after(m, "NCCL version "), 64);
-      facts->version_at = evidence(at);
+      facts->nccl_version = std::move(version);
+      facts->version_at = evidence(at, rank);
     }
     return;
   }
   if (m.starts_with("Using network ")) {
     std::string_view net = trim(m.substr(14));
+    if (HostFacts* host = host_of(info)) {
+      host->network = printable(net, 64);
+      host->network_at = evidence(at, rank);
+    }
     if (facts != nullptr) {
       facts->network = printable(net, 64);
-      facts->network_at = evidence(at);
+      facts->network_at = evidence(at, rank);
     }
     if (net == "Socket") add(Rule::socket_fallback, at, rank);
+    return;
+  }
+  if (m.starts_with("NET/Plugin") || m.starts_with("Plugin Path")) {
+    on_plugin(m, at, host_of(info));
     return;
   }
   if (m.starts_with("NET/")) {
@@ -317,6 +420,11 @@ void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
       on_gdr(m, at, rank);
     } else if (contains(m, " Using ") || contains(m, ": Using")) {
       on_net_using(m, at, rank);
+      HostFacts* host = host_of(info);
+      if (host != nullptr && facts != nullptr) {
+        host->net_devices = fmt::format("NET/{} {}", facts->net_name, facts->net_devices.size());
+        host->devices_at = evidence(at, rank);
+      }
     }
     return;
   }
@@ -345,7 +453,8 @@ void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
 }
 
 void Analyzer::on_net_using(std::string_view m, Location at, int rank) {
-  RankFacts* facts = rank >= 0 ? &m_report.ranks[static_cast<std::size_t>(rank)] : nullptr;
+  RankFacts* facts =
+      rank >= 0 ? &m_report.ranks[static_cast<std::size_t>(rank)] : &m_report.unranked;
   std::string_view name = m.substr(4);
   name = name.substr(0, name.find_first_of(" :"));
   std::size_t using_at = find_bytes(m, "Using");
@@ -392,7 +501,7 @@ void Analyzer::on_net_using(std::string_view m, Location at, int rank) {
   if (facts != nullptr) {
     facts->net_name = printable(name, 32);
     facts->net_devices = std::move(devices);
-    facts->devices_at = evidence(at);
+    facts->devices_at = evidence(at, rank);
     if (!oob_ifs.empty()) facts->oob = std::move(oob_ifs);
   }
 }
@@ -408,7 +517,8 @@ void Analyzer::check_interfaces(const std::vector<Interface>& ifs, std::string_v
 }
 
 void Analyzer::on_gdr(std::string_view m, Location at, int rank) {
-  RankFacts* facts = rank >= 0 ? &m_report.ranks[static_cast<std::size_t>(rank)] : nullptr;
+  RankFacts* facts =
+      rank >= 0 ? &m_report.ranks[static_cast<std::size_t>(rank)] : &m_report.unranked;
   bool disabled = contains(m, "RDMA Disabled") || contains(m, "RDMA disabled");
   // "... for HCA 0 'mlx5_0'" names the HCA; the distance form names a GPU/NIC pair.
   std::string hca;
@@ -456,13 +566,18 @@ void Analyzer::on_init(std::string_view m, Location at, int rank) {
     c.nranks = static_cast<int>(*nranks);
     c.owner.assign(static_cast<std::size_t>(c.nranks), -1);
     c.complete.assign(static_cast<std::size_t>(c.nranks), false);
-    c.first_at = evidence(at);
+    c.unranked_seen.assign(static_cast<std::size_t>(c.nranks), false);
+    c.first_at = evidence(at, rank);
     m_report.communicators.push_back(std::move(c));
   }
   Communicator& c = m_report.communicators[it->second];
   auto r = static_cast<std::size_t>(*nccl_rank);
   if (r >= c.owner.size()) return;  // same commId printed with another nranks: ignore
-  if (rank >= 0) c.owner[r] = rank;
+  if (rank >= 0) {
+    c.owner[r] = rank;
+  } else {
+    c.unranked_seen[r] = true;
+  }
   if (contains(m, "Init COMPLETE")) {
     if (!c.complete[r]) {
       c.complete[r] = true;
@@ -471,8 +586,94 @@ void Analyzer::on_init(std::string_view m, Location at, int rank) {
     c.pending.erase(static_cast<int>(r));
   } else if (!c.complete[r] && c.pending.size() < k_max_pending) {
     // Evidence only: the missing ranks themselves are known from `complete`.
-    c.pending.try_emplace(static_cast<int>(r), evidence(at));
+    c.pending.try_emplace(static_cast<int>(r), evidence(at, rank));
   }
+}
+
+// The NET plugin lines of NCCL 2.4 to 2.28: "Loaded net plugin X (vN)" and
+// "Plugin Path : /p/libnccl-net.so" when one loads; "Plugin load (lib)
+// returned 2", "No plugin found", "Using internal network plugin" and "Could
+// not find: libnccl-net.so" when none does. A loaded plugin is never undone
+// by a later "not found" line of another plugin kind.
+void Analyzer::on_plugin(std::string_view m, Location at, HostFacts* host) {
+  if (host == nullptr) return;
+  std::string_view path;
+  if (std::size_t p = find_bytes(m, "Plugin Path"); p != std::string_view::npos) {
+    std::string_view rest = m.substr(p + 11);
+    path = trim(rest.substr(rest.find(':') == std::string_view::npos ? 0 : rest.find(':') + 1));
+    if (!host->plugin.starts_with("external")) {
+      host->plugin = "external";
+      host->plugin_at = evidence(at, -1);
+    }
+  } else if (std::size_t l = find_bytes(m, "Loaded net plugin "); l != std::string_view::npos) {
+    std::string_view name = m.substr(l + 18);
+    name = trim(name.substr(0, name.find(" (")));
+    host->plugin = "external " + printable(name, 64);
+    host->plugin_at = evidence(at, -1);
+  } else if (contains(m, "Plugin load") || contains(m, "No plugin found") ||
+             contains(m, "internal network plugin") || contains(m, "internal implementation") ||
+             contains(m, "Could not find: libnccl-net")) {
+    if (!host->plugin.starts_with("external") && host->plugin != "internal (none found)") {
+      host->plugin = "internal (none found)";
+      host->plugin_at = evidence(at, -1);
+    }
+    if (std::size_t open = find_bytes(m, "Plugin load ("); open != std::string_view::npos) {
+      path = m.substr(open + 13);
+      path = path.substr(0, path.find(')'));
+    } else if (std::size_t cnf = find_bytes(m, "Could not find: "); cnf != std::string_view::npos) {
+      path = word_after(m, "Could not find: ");
+      if (path.ends_with('.')) path.remove_suffix(1);
+    } else if (contains(m, "when loading ")) {
+      path = word_after(m, "when loading ");
+    }
+    if (!path.empty() && host->plugin.starts_with("external")) return;
+  }
+  if (!path.empty()) {
+    host->plugin_path = printable(path, 128);
+    host->path_at = evidence(at, -1);
+  }
+}
+
+// "mpirun -np 16 -H a:8,b:8 -x NCCL_DEBUG=INFO ./all_reduce_perf" (also after
+// a shell prompt "$ " or "+ "): the hosts it names and the settings it passes.
+bool Analyzer::on_launch(std::string_view m, Location at) {
+  std::string_view s = trim(m);
+  if (s.starts_with("$ ") || s.starts_with("+ ") || s.starts_with("# ")) s = trim(s.substr(2));
+  if (!s.starts_with("mpirun ") && !s.starts_with("mpiexec ") && !s.starts_with("prterun "))
+    return false;
+  if (m_report.launches.size() >= k_max_launches) return true;
+  Launch launch;
+  launch.command = printable(s, 240);
+  launch.at = evidence(at, -1);
+  std::string_view rest = s;
+  std::string_view previous;
+  while (!rest.empty()) {
+    rest = trim(rest);
+    std::size_t end = rest.find(' ');
+    std::string_view word = rest.substr(0, end);
+    if (previous == "-H" || previous == "--host" || previous == "-host") {
+      while (!word.empty() && launch.hosts.size() < 64) {
+        std::size_t comma = word.find(',');
+        std::string_view host = word.substr(0, comma);
+        host = host.substr(0, host.find(':'));  // "a:8" = 8 slots on a
+        if (!host.empty()) {
+          launch.hosts.push_back(printable(host, 128));
+          host_named(host);
+        }
+        if (comma == std::string_view::npos) break;
+        word.remove_prefix(comma + 1);
+      }
+    } else if (previous == "-x" && launch.env.size() < 32 &&
+               (word.starts_with("NCCL_") || word.starts_with("NVSHMEM_") ||
+                word.starts_with("UCX_"))) {
+      launch.env.push_back(printable(word, 128));
+    }
+    previous = word;
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end + 1);
+  }
+  m_report.launches.push_back(std::move(launch));
+  return true;
 }
 
 bool Analyzer::on_problem(std::string_view m, Location at, int rank) {
@@ -505,6 +706,11 @@ bool Analyzer::on_problem(std::string_view m, Location at, int rank) {
     } else {
       return false;
     }
+  } else if (contains(m, "Duplicate GPU detected")) {
+    std::string detail;
+    if (auto dev = word_after(m, "CUDA device "); !dev.empty())
+      detail = fmt::format("CUDA device (bus id) {}", printable(dev, 32));
+    add(Rule::duplicate_gpu, at, rank, std::move(detail));
   } else if (is_shm_failure(m)) {
     add(Rule::shm, at, rank);
   } else if ((contains(m, "ibv_reg_mr") || contains(m, "ibv_create_cq") ||
@@ -526,6 +732,28 @@ void Analyzer::on_other(const LineInfo& info, Location at, int rank) {
       m_report.slices.push_back({printable(m, 120), {}});
     return;
   }
+  if (m.starts_with("NCCL version ")) {
+    // Printed without a prefix by rank 0 of NCCL <= 2.2x and by nccl-tests.
+    if (RankFacts* facts = facts_of(info, rank)) {
+      facts->nccl_version = printable(word_after(m, "NCCL version "), 64);
+      facts->version_at = evidence(at, rank);
+    }
+    if (HostFacts* host = host_of(info)) {
+      host->nccl_version = printable(word_after(m, "NCCL version "), 64);
+      host->version_at = evidence(at, rank);
+    }
+    return;
+  }
+  if (m.starts_with("#  Rank ") || m.starts_with("#   Rank ")) {
+    // nccl-tests: "#  Rank  0 Group  0 Pid  1234 on node-a device  0 [...]".
+    std::size_t on = find_bytes(m, " on ");
+    if (on != std::string_view::npos) {
+      std::string_view host = trim(m.substr(on + 4));
+      host_named(host.substr(0, host.find(' ')));
+    }
+    return;
+  }
+  if (on_launch(m, at)) return;
   if (contains(m, "couldn't load driver") || contains(m, "no userspace device-specific driver") ||
       (contains(m, "IBVERBS_PRIVATE_") && contains(m, "not found"))) {
     add(Rule::provider_abi, at, rank);
@@ -546,7 +774,7 @@ void Analyzer::on_other(const LineInfo& info, Location at, int rank) {
   }
 }
 
-void Analyzer::cross_rank_rules() {
+std::array<bool, 3> Analyzer::cross_rank_rules() {
   auto& ranks = m_report.ranks;
   // Values a job must agree on across ranks.
   struct Group {
@@ -562,7 +790,7 @@ void Analyzer::cross_rank_rules() {
   };
   auto report_split = [&](Rule rule, const std::map<std::string, Group>& groups,
                           std::string_view what, auto evidence_of) {
-    if (groups.size() < 2) return;
+    if (groups.size() < 2) return false;
     // The largest group is "normal"; evidence comes from the others.
     const std::string* majority = nullptr;
     std::size_t best = 0;
@@ -587,17 +815,21 @@ void Analyzer::cross_rank_rules() {
         m_finding_ranks[static_cast<std::size_t>(rule)].add(m);
       }
     }
+    return true;
   };
-  report_split(Rule::version_mismatch, group_by([](const RankFacts& r) { return r.nccl_version; }),
-               "NCCL", [](const RankFacts& r) -> const Evidence& { return r.version_at; });
-  report_split(Rule::net_mismatch, group_by([](const RankFacts& r) { return r.network; }),
-               "network", [](const RankFacts& r) -> const Evidence& { return r.network_at; });
-  report_split(Rule::net_mismatch, group_by([](const RankFacts& r) {
-                 return r.net_name.empty()
-                            ? std::string()
-                            : fmt::format("NET/{} devices {}", r.net_name, r.net_devices.size());
-               }),
-               "", [](const RankFacts& r) -> const Evidence& { return r.devices_at; });
+  std::array<bool, 3> split{};
+  split[0] = report_split(Rule::version_mismatch,
+                          group_by([](const RankFacts& r) { return r.nccl_version; }), "NCCL",
+                          [](const RankFacts& r) -> const Evidence& { return r.version_at; });
+  split[1] =
+      report_split(Rule::net_mismatch, group_by([](const RankFacts& r) { return r.network; }),
+                   "network", [](const RankFacts& r) -> const Evidence& { return r.network_at; });
+  split[2] = report_split(Rule::net_mismatch, group_by([](const RankFacts& r) {
+                            return r.net_name.empty() ? std::string()
+                                                      : fmt::format("NET/{} devices {}", r.net_name,
+                                                                    r.net_devices.size());
+                          }),
+                          "", [](const RankFacts& r) -> const Evidence& { return r.devices_at; });
 
   for (const auto& c : m_report.communicators) {
     if (c.complete_count >= c.nranks) continue;
@@ -605,8 +837,8 @@ void Analyzer::cross_rank_rules() {
     // logged nothing are most often files left out of the input.
     bool seen_stuck = false;
     for (int r = 0; r < c.nranks; ++r) {
-      if (!c.complete[static_cast<std::size_t>(r)] && c.owner[static_cast<std::size_t>(r)] >= 0)
-        seen_stuck = true;
+      auto i = static_cast<std::size_t>(r);
+      if (!c.complete[i] && (c.owner[i] >= 0 || c.unranked_seen[i])) seen_stuck = true;
     }
     Rule rule = seen_stuck ? Rule::init_incomplete : Rule::init_unseen;
     Finding& f = m_findings[static_cast<std::size_t>(rule)];
@@ -622,9 +854,13 @@ void Analyzer::cross_rank_rules() {
       ++listed;
       int owner = c.owner[static_cast<std::size_t>(r)];
       if (!missing.empty()) missing += ", ";
-      missing += owner >= 0
-                     ? fmt::format("{} ({})", r, ranks[static_cast<std::size_t>(owner)].label)
-                     : fmt::format("{} (no log line)", r);
+      if (owner >= 0) {
+        missing += fmt::format("{} ({})", r, ranks[static_cast<std::size_t>(owner)].label);
+      } else if (c.unranked_seen[static_cast<std::size_t>(r)]) {
+        missing += fmt::format("{} (rank ?: its lines have no rank prefix)", r);
+      } else {
+        missing += fmt::format("{} (no log line)", r);
+      }
       if (owner >= 0) {
         m_finding_ranks[static_cast<std::size_t>(rule)].add(owner);
       }
@@ -642,10 +878,79 @@ void Analyzer::cross_rank_rules() {
     }
     if (!any_pending && f.evidence.size() < k_max_evidence) f.evidence.push_back(c.first_at);
   }
+  return split;
+}
+
+// Hosts compared fact by fact, whether or not their lines name ranks. Where
+// the per-rank comparison already split on a fact it has said so (with rank
+// labels); the host view adds what ranks cannot show: plugin loading and
+// lines without a rank.
+void Analyzer::cross_host_rules(const std::array<bool, 3>& rank_split) {
+  const auto& hosts = m_report.hosts;
+  if (hosts.size() < 2) return;
+  struct Fact {
+    Rule rule;
+    std::string_view what;
+    const std::string HostFacts::*value;
+    const Evidence HostFacts::*at;
+    bool skip;
+    bool loaded_only;  // compare only hosts that loaded an external plugin
+  };
+  const Fact facts[] = {
+      {Rule::host_version, "NCCL", &HostFacts::nccl_version, &HostFacts::version_at, rank_split[0],
+       false},
+      {Rule::host_plugin, "NET plugin", &HostFacts::plugin, &HostFacts::plugin_at, false, false},
+      // Where no plugin loaded, the library tried is the default name: the
+      // loaded-or-not comparison above already tells those hosts apart.
+      {Rule::host_plugin, "NET plugin library", &HostFacts::plugin_path, &HostFacts::path_at, false,
+       true},
+      {Rule::host_net, "network", &HostFacts::network, &HostFacts::network_at, rank_split[1],
+       false},
+      {Rule::host_net, "NET devices", &HostFacts::net_devices, &HostFacts::devices_at,
+       rank_split[2], false},
+  };
+  for (const auto& fact : facts) {
+    if (fact.skip) continue;
+    std::map<std::string, std::vector<std::size_t>> groups;
+    for (std::size_t i = 0; i < hosts.size(); ++i) {
+      const std::string& v = hosts[i].*fact.value;
+      if (fact.loaded_only && !hosts[i].plugin.starts_with("external")) continue;
+      if (!v.empty()) groups[v].push_back(i);
+    }
+    if (groups.size() < 2) continue;
+    Finding f;
+    f.spec = &spec_of(fact.rule);
+    // Smaller sides first: they are the likely odd ones out.
+    std::vector<const std::pair<const std::string, std::vector<std::size_t>>*> sides;
+    for (const auto& g : groups) sides.push_back(&g);
+    std::stable_sort(sides.begin(), sides.end(),
+                     [](auto* a, auto* b) { return a->second.size() < b->second.size(); });
+    for (const auto* side : sides) {
+      std::vector<std::string> names;
+      for (std::size_t i : side->second) {
+        if (names.size() < 8) names.push_back(hosts[i].name);
+        if (f.hosts.size() < k_max_finding_ranks) f.hosts.push_back(hosts[i].name);
+      }
+      std::string who = join(names, ", ");
+      if (side->second.size() > names.size())
+        who += fmt::format(", +{} more", side->second.size() - names.size());
+      if (f.details.size() < k_max_details) {
+        f.details.push_back(fmt::format("{} {}: {} host{} ({})", fact.what, side->first,
+                                        side->second.size(), side->second.size() == 1 ? "" : "s",
+                                        who));
+      }
+      const Evidence& e = hosts[side->second.front()].*fact.at;
+      if (f.evidence.size() < k_max_evidence && !e.file.empty()) f.evidence.push_back(e);
+    }
+    for (std::size_t i = 0; i + 1 < sides.size(); ++i) f.count += sides[i]->second.size();
+    m_report.findings.push_back(std::move(f));
+  }
 }
 
 Report Analyzer::finish() {
-  cross_rank_rules();
+  if (m_in_file) end_file();
+  std::array<bool, 3> rank_split = cross_rank_rules();
+  cross_host_rules(rank_split);
   // Socket between ranks of one host carries nothing (P2P/SHM do): info only.
   auto socket = static_cast<std::size_t>(Rule::socket_fallback);
   if (m_findings[socket].spec != nullptr) {

@@ -23,6 +23,8 @@ namespace epkit::logs {
 inline constexpr std::size_t k_max_ranks = 1 << 16;
 inline constexpr std::size_t k_max_names = 32;  // collective / transport kinds per rank
 inline constexpr std::size_t k_max_slices = 4096;
+inline constexpr std::size_t k_max_hosts = 4096;
+inline constexpr std::size_t k_max_launches = 8;
 
 struct Count {
   std::string name;
@@ -57,10 +59,44 @@ struct RankFacts {
   Evidence devices_at;
 };
 
+// Facts per host, from every line that names a host (an NCCL prefix or a
+// kubectl pod prefix), with or without a rank: hosts must agree on these.
+struct HostFacts {
+  std::string name;
+  std::string nccl_version;
+  std::string network;      // "Using network <X>"
+  std::string net_devices;  // "NET/IB 4": the plugin and its device count
+  std::string plugin;       // "external <name>", "internal (none found)" or "none initialised"
+  std::string plugin_path;  // the library loaded or tried
+  Evidence version_at;
+  Evidence network_at;
+  Evidence devices_at;
+  Evidence plugin_at;
+  Evidence path_at;
+};
+
+// Why an input holds no log (Report::not_logs).
+enum class NotLog { empty, binary, no_log_lines };
+
+struct NotLogFile {
+  std::string file;
+  NotLog kind = NotLog::empty;
+  std::string reason;  // one sentence naming the file
+};
+
+// A launcher command line found in the input (mpirun/mpiexec ... -H a,b).
+struct Launch {
+  std::string command;             // printable, cut
+  std::vector<std::string> hosts;  // from -H / --host / -host
+  std::vector<std::string> env;    // -x NAME=VALUE for NCCL_*, NVSHMEM_*, UCX_*
+  Evidence at;
+};
+
 struct Communicator {
   std::string comm_id;
   int nranks = 0;
-  std::vector<int> owner;  // NCCL rank -> index in Report::ranks, -1 if never seen
+  std::vector<int> owner;           // NCCL rank -> index in Report::ranks, -1 if never seen
+  std::vector<bool> unranked_seen;  // a line without a rank prefix named this NCCL rank
   std::vector<bool> complete;
   int complete_count = 0;
   std::unordered_map<int, Evidence> pending;  // Init START lines of ranks not yet complete
@@ -77,6 +113,10 @@ struct Report {
   std::uint64_t bytes = 0;
   std::uint64_t lines = 0;
   std::vector<RankFacts> ranks;
+  RankFacts unranked;  // facts of lines that name no rank (pasted excerpts); label "?"
+  std::vector<HostFacts> hosts;
+  std::vector<Launch> launches;
+  std::vector<NotLogFile> not_logs;      // inputs without a single log line
   std::uint64_t unattributed_lines = 0;  // ranks beyond k_max_ranks
   std::vector<Communicator> communicators;
   bool sliced = false;
@@ -84,8 +124,12 @@ struct Report {
   std::vector<Finding> findings;  // worst first, then table order
   Severity worst = Severity::info;
 
-  /// 0 when nothing or only info, 1 for warn, 2 for error.
+  /// 0 when nothing or only info, 1 for warn, 2 for error; 64 when no
+  /// input held a log line (all empty, binary or without NCCL text).
   int exit_code() const;
+  bool no_log_at_all() const { return !files.empty() && not_logs.size() == files.size(); }
+  /// "?" for -1 (a line without a rank prefix), else the rank's label.
+  std::string rank_label(int rank) const;
   const Finding* find(std::string_view id) const;
 };
 
@@ -119,7 +163,14 @@ class Analyzer {
   int rank_of(const LineInfo& info);
   int new_rank(std::string label);
   void add(Rule rule, Location at, int rank, std::string detail = {});
-  Evidence evidence(Location at) const;
+  Evidence evidence(Location at, int rank) const;
+  RankFacts* facts_of(const LineInfo& info, int rank);
+  HostFacts* host_of(const LineInfo& info);
+  HostFacts* host_named(std::string_view name);
+  void end_file();
+  void on_plugin(std::string_view message, Location at, HostFacts* host);
+  bool on_launch(std::string_view message, Location at);
+  void cross_host_rules(const std::array<bool, 3>& rank_split);
   void on_nccl(const LineInfo& info, Location at, int rank);
   void on_other(const LineInfo& info, Location at, int rank);
   bool on_problem(std::string_view message, Location at, int rank);
@@ -129,7 +180,7 @@ class Analyzer {
   void check_interfaces(const std::vector<Interface>& ifs, std::string_view what, Location at,
                         int rank);
   void count_collective(RankFacts* facts, std::string_view name);
-  void cross_rank_rules();
+  std::array<bool, 3> cross_rank_rules();  // which of version / network / devices split
 
   Report m_report;
   std::unique_ptr<std::regex> m_slice;
@@ -141,7 +192,17 @@ class Analyzer {
   std::string m_file;
   std::size_t m_slice_in_file = 0;
   std::size_t m_comm_slots = 0;  // sum of nranks over m_report.communicators
-  std::array<Finding, 22> m_findings{};
+  std::unordered_map<std::string, int, KeyHash, std::equal_to<>> m_host_index;
+  // The current input, to tell a log from an empty, binary or unrelated file.
+  bool m_in_file = false;
+  std::uint64_t m_file_lines = 0;
+  std::uint64_t m_file_text_lines = 0;  // lines that are not blank
+  std::uint64_t m_file_log_lines = 0;   // NCCL / NVSHMEM / DeepEP / matched lines
+  std::uint64_t m_file_sampled = 0;     // bytes looked at for binary content
+  std::uint64_t m_file_bad_bytes = 0;   // NUL bytes and invalid UTF-8 among them
+  std::uint64_t m_file_nul_bytes = 0;
+  std::uint64_t m_adds = 0;  // add() calls, to see a line matched a rule
+  std::array<Finding, k_rule_count> m_findings{};
   // Ranks named by one finding: O(1) membership, first ones kept in order.
   struct RankSet {
     std::vector<int> first;
@@ -149,7 +210,7 @@ class Analyzer {
     std::size_t count = 0;
     void add(int rank);
   };
-  std::array<RankSet, 22> m_finding_ranks{};
+  std::array<RankSet, k_rule_count> m_finding_ranks{};
 };
 
 }  // namespace epkit::logs

@@ -191,8 +191,43 @@ constexpr std::array k_rules = {
              "missing from the list is the one to look at. TORCH_NCCL_DUMP_ON_TIMEOUT=1 helps next "
              "time.",
              ""},
+    RuleSpec{Rule::duplicate_gpu, "nccl.duplicate-gpu", Severity::error,
+             "Two ranks of one communicator use the same GPU",
+             "NCCL refuses a communicator whose ranks share a GPU (\"Duplicate GPU detected\"): "
+             "every process saw the same CUDA device, usually because the script never called "
+             "torch.cuda.set_device(local_rank), or CUDA_VISIBLE_DEVICES was set to one GPU for "
+             "all processes of a node.",
+             "Bind each process to its own GPU: set the device from LOCAL_RANK (torchrun) or "
+             "OMPI_COMM_WORLD_LOCAL_RANK (mpirun) before creating the communicator. Ranks that "
+             "share a GPU on purpose (tests) need a distinct NCCL_HOSTID each.",
+             ""},
     RuleSpec{Rule::other_warn, "nccl.warn", Severity::info, "Other NCCL warnings",
              "NCCL printed WARN lines that no other rule explains.", "Read the evidence lines.",
+             ""},
+    RuleSpec{Rule::host_version, "nccl.host-mismatch", Severity::error,
+             "Hosts run different NCCL versions",
+             "The hosts named in the input load different NCCL libraries (another container "
+             "image, a pip wheel beside the system NCCL, or LD_LIBRARY_PATH); mixed versions may "
+             "refuse to connect or hang.",
+             "Run the same image and NCCL on every host; `python -c 'import torch; "
+             "print(torch.cuda.nccl.version())'` or the `NCCL version` line shows which one each "
+             "loads.",
+             ""},
+    RuleSpec{Rule::host_plugin, "nccl.host-mismatch", Severity::error,
+             "Hosts differ in loading the NCCL network plugin",
+             "One set of hosts loaded an external NET plugin (or loaded it from another path) "
+             "while the others used NCCL's internal network: the hosts then speak different "
+             "transports and init fails or hangs.",
+             "Give every host the same plugin: same image, same NCCL_NET_PLUGIN and "
+             "LD_LIBRARY_PATH; check the library exists on the hosts that did not load it.",
+             "nccl.net-plugin"},
+    RuleSpec{Rule::host_net, "nccl.host-mismatch", Severity::error,
+             "Hosts differ in their network or number of NET devices",
+             "The hosts chose different networks (IB on some, Socket on others) or see different "
+             "numbers of NICs: missing /dev/infiniband in some containers, a link down, or "
+             "NCCL_IB_HCA matching differently.",
+             "Make the hosts alike: expose the same RDMA devices, bring the links up, use one "
+             "NCCL_IB_HCA; `epkit doctor` on the odd hosts names the cause.",
              ""},
 };
 

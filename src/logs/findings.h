@@ -36,8 +36,15 @@ enum class Rule {
   ibgda_mapping,
   deepep_timeout,
   watchdog_timeout,
+  duplicate_gpu,
   other_warn,
+  // Cross-host comparisons: one finding per fact that differs between hosts.
+  host_version,
+  host_plugin,
+  host_net,
 };
+
+inline constexpr std::size_t k_rule_count = static_cast<std::size_t>(Rule::host_net) + 1;
 
 struct RuleSpec {
   Rule rule;
@@ -57,6 +64,7 @@ struct Evidence {
   std::string file;
   std::uint64_t line = 0;
   std::string text;
+  int rank = -1;  // index in Report::ranks; -1: the line names no rank
 };
 
 inline constexpr std::size_t k_max_evidence = 3;
@@ -69,6 +77,8 @@ struct Finding {
   std::vector<std::string> details;  // specifics: interface names, missing ranks
   std::vector<std::string> ranks;    // labels of the ranks involved (capped)
   std::uint64_t rank_count = 0;
+  std::uint64_t unranked = 0;      // matching lines that name no rank
+  std::vector<std::string> hosts;  // host comparisons: the hosts on every side (capped)
 };
 
 }  // namespace epkit::logs

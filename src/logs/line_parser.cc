@@ -9,15 +9,56 @@ bool is_digit(char c) {
   return c >= '0' && c <= '9';
 }
 
+// "[1,3]<stdout>:" (Open MPI --tag-output; PRRTE writes "[nspace@1,3]"):
+// `inner` is the text between the brackets, `after` what follows "]".
+bool open_mpi_tag(std::string_view inner, std::string_view after, int& rank) {
+  std::size_t comma = inner.rfind(',');
+  if (comma == std::string_view::npos || !after.starts_with('<')) return false;
+  std::string_view digits = inner.substr(comma + 1);
+  auto n = parse_uint(digits);
+  if (!n || digits.empty() || digits.size() > 7 || std::to_string(*n).size() != digits.size())
+    return false;
+  std::size_t close = after.find('>');
+  if (close == std::string_view::npos || close > 8 || close + 1 >= after.size() ||
+      after[close + 1] != ':')
+    return false;
+  rank = static_cast<int>(*n);
+  return true;
+}
+
+// "2026-11-24T09:42:05.123Z " and the like (kubectl logs --timestamps).
+bool rfc3339_length(std::string_view s, std::size_t& length) {
+  if (s.size() < 21 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
+      !is_digit(s[0]) || !is_digit(s[11]))
+    return false;
+  std::size_t space = s.substr(0, 40).find(' ');
+  if (space == std::string_view::npos) return false;
+  length = space + 1;
+  return true;
+}
+
 // Strips one launcher prefix from `s`; returns false when there is none.
-bool strip_launcher_prefix(std::string_view& s, int& rank) {
+bool strip_launcher_prefix(std::string_view& s, LineInfo& info) {
   if (s.empty()) return false;
   if (s[0] == '[') {
-    std::string_view inner = s.substr(1, 24);
+    std::string_view inner = s.substr(1, 96);
     std::size_t close = inner.find(']');
-    if (close == std::string_view::npos || close + 2 > s.size() || s[close + 2] != ':')
-      return false;
+    if (close == std::string_view::npos) return false;
     inner = inner.substr(0, close);
+    std::string_view after = s.substr(close + 2);
+    if (inner.starts_with("pod/") && inner.find('/', 4) != std::string_view::npos &&
+        after.starts_with(' ')) {
+      std::string_view name = inner.substr(4);
+      info.pod = name.substr(0, name.find('/'));
+      s = after.substr(1);
+      return true;
+    }
+    if (open_mpi_tag(inner, after, info.launcher_rank)) {
+      s = after.substr(after.find(':') + 1);
+      if (!s.empty() && s[0] == ' ') s.remove_prefix(1);
+      return true;
+    }
+    if (!after.starts_with(':')) return false;
     std::string_view digits;
     if (inner.starts_with("rank"))
       digits = inner.substr(4);
@@ -27,16 +68,21 @@ bool strip_launcher_prefix(std::string_view& s, int& rank) {
       return false;
     auto n = parse_uint(digits);
     if (!n || digits.size() > 7 || std::to_string(*n).size() != digits.size()) return false;
-    rank = static_cast<int>(*n);
+    info.launcher_rank = static_cast<int>(*n);
     s.remove_prefix(close + 3);
     if (!s.empty() && s[0] == ' ') s.remove_prefix(1);
     return true;
   }
   if (is_digit(s[0])) {
+    std::size_t length = 0;
+    if (rfc3339_length(s, length)) {
+      s.remove_prefix(length);
+      return true;
+    }
     std::size_t i = 0;
     while (i < s.size() && i < 7 && is_digit(s[i])) ++i;
     if (i + 1 < s.size() && s[i] == ':' && s[i + 1] == ' ') {
-      rank = static_cast<int>(*parse_uint(s.substr(0, i)));
+      info.launcher_rank = static_cast<int>(*parse_uint(s.substr(0, i)));
       s.remove_prefix(i + 2);
       return true;
     }
@@ -81,7 +127,7 @@ void parse_nccl_prefix(std::string_view head, LineInfo& info) {
 LineInfo parse_line(std::string_view line) {
   LineInfo info;
   std::string_view s = line;
-  for (int guard = 0; guard < 4 && strip_launcher_prefix(s, info.launcher_rank); ++guard) {
+  for (int guard = 0; guard < 4 && strip_launcher_prefix(s, info); ++guard) {
   }
   std::size_t at;
   if (s.starts_with("NCCL ")) {

@@ -4,6 +4,9 @@
 //   [rank3]:...            torchrun (--tee / local_ranks_filter)
 //   [default3]:...         torchrun's default log prefix
 //   3: ...                 srun --label
+//   [1,3]<stdout>:...      Open MPI --tag-output (also [nspace@1,3]<stderr>:)
+//   [pod/NAME/CONTAINER] ...  kubectl logs --prefix (names a host, no rank)
+//   2026-11-24T09:42:05.123456789Z ...  kubectl logs --timestamps (RFC 3339)
 //   node1:12345:12367 [0] NCCL INFO <message>
 // Everything else is an "other" line: its message is the line after the
 // launcher prefixes.
@@ -17,7 +20,8 @@ namespace epkit::logs {
 enum class Level { none, info, warn, trace, other };
 
 struct LineInfo {
-  int launcher_rank = -1;     // from [rankN]:, [defaultN]: or "N: "; -1 if none
+  int launcher_rank = -1;     // from [rankN]:, [defaultN]:, "N: " or [1,N]<stdout>:; -1 if none
+  std::string_view pod;       // NAME of a kubectl [pod/NAME/CONTAINER] prefix; empty if none
   std::string_view rank_key;  // "host:pid" of the NCCL prefix; empty if none
   std::string_view host;
   std::int64_t pid = -1;

@@ -80,6 +80,20 @@ std::size_t utf8_length(std::string_view s, std::size_t i) {
 
 }  // namespace
 
+NonText count_non_text(std::string_view s) {
+  NonText out;
+  for (std::size_t i = 0; i < s.size();) {
+    if (s[i] == '\0') ++out.nul;
+    std::size_t len = utf8_length(s, i);
+    if (len == 0) {
+      ++out.invalid;
+      len = 1;
+    }
+    i += len;
+  }
+  return out;
+}
+
 std::string printable(std::string_view raw, std::size_t max_bytes) {
   static constexpr std::string_view k_replacement = "\xEF\xBF\xBD";
   std::string out;

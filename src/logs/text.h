@@ -28,6 +28,13 @@ std::string_view trim(std::string_view s);
 /// Log bytes made fit to print and to put in JSON: invalid UTF-8 sequences
 /// and control characters become U+FFFD, and text beyond `max_bytes` is cut
 /// (on a character boundary) with a trailing " [...]".
+/// Bytes of `s` that are not text: NUL bytes and bytes of invalid UTF-8.
+struct NonText {
+  std::size_t nul = 0;
+  std::size_t invalid = 0;
+};
+NonText count_non_text(std::string_view s);
+
 std::string printable(std::string_view raw, std::size_t max_bytes = 240);
 
 }  // namespace epkit::logs

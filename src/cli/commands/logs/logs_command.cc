@@ -157,11 +157,11 @@ void print_facts(const logs::Report& report, Io& io) {
                                named_hosts == 1 ? "" : "s"))
          << "\n";
   if (ranks.empty()) {
-    io.out << "  no rank-prefixed lines (expected host:pid:tid [dev] NCCL ..., [rankN]: or N: "
-              "prefixes)\n";
-    return;
+    io.out << "  no line names its rank (host:pid:tid [dev] NCCL ..., or a launcher prefix such "
+              "as [rankN]:, N: or [1,N]<stdout>:); findings show rank ?\n";
+  } else {
+    print_hosts(ranks, io);
   }
-  print_hosts(ranks, io);
   for (const auto& fact : k_facts) {
     std::map<std::string, std::vector<const logs::RankFacts*>> groups;
     std::vector<const logs::RankFacts*> silent;
@@ -191,6 +191,58 @@ void print_facts(const logs::Report& report, Io& io) {
     if (!silent.empty())
       print_fact_row("", "(not in the log)", who_text(silent, hosts), Style::dim, io);
   }
+}
+
+// Facts read from lines that name no rank (an excerpt pasted from a chat or
+// an issue): shown on their own, never folded into the per-rank counts.
+void print_unranked(const logs::Report& report, Io& io) {
+  bool any = false;
+  for (const auto& fact : k_facts) {
+    std::string v = fact.value(report.unranked);
+    if (v.empty()) continue;
+    if (!any) {
+      io.out << "\n"
+             << styled(
+                    io.color, Style::bold,
+                    fmt::format("Lines without a rank ({} lines, rank ?)", report.unranked.lines))
+             << "\n";
+      any = true;
+    }
+    print_fact_row(fact.name, v, "rank ?", Style::plain, io);
+  }
+}
+
+// Hosts named by lines without a rank (kubectl pod prefixes, NCCL prefixes
+// of other ranks' lines, an mpirun -H list) and the launch command lines.
+void print_hosts_and_launches(const logs::Report& report, Io& io) {
+  std::vector<std::string> unseen;  // hosts with no rank in the table
+  for (const auto& h : report.hosts) {
+    bool has_rank = std::any_of(report.ranks.begin(), report.ranks.end(),
+                                [&](const logs::RankFacts& r) { return r.host == h.name; });
+    if (!has_rank) unseen.push_back(h.name);
+  }
+  if (unseen.empty() && report.launches.empty()) return;
+  io.out << "\n" << styled(io.color, Style::bold, "Hosts and launch") << "\n";
+  if (!unseen.empty()) {
+    print_fact_row("hosts", fmt::format("{} named without a rank", unseen.size()),
+                   join_names(unseen, 6), Style::plain, io);
+  }
+  for (const auto& l : report.launches) {
+    io.out << fmt::format("  {:<16} {}\n", "launch", l.command);
+    if (!l.hosts.empty())
+      io.out << fmt::format("  {:<16} {}\n", "", "hosts " + join_names(l.hosts, 8));
+    if (!l.env.empty()) io.out << fmt::format("  {:<16} {}\n", "", join_names(l.env, 8));
+  }
+}
+
+void print_not_logs(const logs::Report& report, Io& io) {
+  if (report.not_logs.empty()) return;
+  io.out << "\n"
+         << styled(io.color, Style::bold,
+                   fmt::format("Not logs ({} of {} inputs)", report.not_logs.size(),
+                               report.files.size()))
+         << "\n";
+  for (const auto& n : report.not_logs) io.out << "  " << n.reason << "\n";
 }
 
 void print_comms(const logs::Report& report, Io& io) {
@@ -245,18 +297,28 @@ void print_findings(const logs::Report& report, Io& io) {
     for (char& c : sev) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     io.out << fmt::format("  {} {}  {}", styled(io.color, severity_style(f.spec->severity), sev),
                           styled(io.color, Style::bold, std::string(f.spec->id)), f.spec->title);
-    io.out << styled(io.color, Style::dim,
-                     fmt::format("  ({} time{}{})", f.count, f.count == 1 ? "" : "s",
-                                 f.rank_count > 0 ? fmt::format(", {} rank{}", f.rank_count,
-                                                                f.rank_count == 1 ? "" : "s")
-                                                  : ""))
-           << "\n";
+    std::string who;
+    if (!f.hosts.empty()) {
+      who = f.count == 1 ? std::string("1 host differs") : fmt::format("{} hosts differ", f.count);
+    } else {
+      who = fmt::format("{} time{}", f.count, f.count == 1 ? "" : "s");
+      if (f.rank_count > 0)
+        who += fmt::format(", {} rank{}", f.rank_count, f.rank_count == 1 ? "" : "s");
+      if (f.unranked > 0) who += ", rank ?";
+    }
+    io.out << styled(io.color, Style::dim, fmt::format("  ({})", who)) << "\n";
     for (const auto& d : f.details) io.out << fmt::format("{:>16} {}\n", "detail", d);
     for (std::size_t i = 0; i < f.evidence.size(); ++i) {
       const auto& e = f.evidence[i];
       io.out << fmt::format("{:>16} {}:{}: {}\n", i == 0 ? "evidence" : "", e.file, e.line, e.text);
     }
-    if (!f.ranks.empty()) io.out << fmt::format("{:>16} {}\n", "ranks", join_names(f.ranks, 8));
+    std::string ranks = join_names(f.ranks, 8);
+    if (f.unranked > 0) {
+      ranks += fmt::format("{}? (rank unknown: {} line{} without a rank prefix)",
+                           ranks.empty() ? "" : ", ", f.unranked, f.unranked == 1 ? "" : "s");
+    }
+    if (!ranks.empty()) io.out << fmt::format("{:>16} {}\n", "ranks", ranks);
+    if (!f.hosts.empty()) io.out << fmt::format("{:>16} {}\n", "hosts", join_names(f.hosts, 8));
     io.out << fmt::format("{:>16} {}\n", "cause", f.spec->cause);
     io.out << fmt::format("{:>16} {}\n", "fix", f.spec->fix);
     if (!f.spec->doctor_check.empty()) {
@@ -271,7 +333,14 @@ void print_text(const logs::Report& report, double seconds, Io& io) {
   io.out << fmt::format("epkit logs: {} file{}, {} lines, {:.1f} MB in {:.2f} s ({:.0f} MB/s)\n",
                         report.files.size(), report.files.size() == 1 ? "" : "s", report.lines, mb,
                         seconds, seconds > 0 ? mb / seconds : 0.0);
+  print_not_logs(report, io);
+  if (report.no_log_at_all()) {
+    io.out << fmt::format("\nsummary: no log in the input; exit {}\n", report.exit_code());
+    return;
+  }
   print_facts(report, io);
+  print_unranked(report, io);
+  print_hosts_and_launches(report, io);
   print_comms(report, io);
   print_slices(report, io);
   print_findings(report, io);
@@ -307,8 +376,8 @@ Command make_logs_command() {
             ->type_name("REGEX");
         app.add_flag("--list", opts->list, "List the finding ids and exit");
         app.footer(
-            "Exit codes: 0 no finding or info only, 1 warn, 2 error; 64 bad flags or unreadable "
-            "input.\n"
+            "Exit codes: 0 no finding or info only, 1 warn, 2 error; 64 bad flags, unreadable "
+            "input, or no input holding a log (empty, binary, no NCCL/NVSHMEM/DeepEP line).\n"
             "Details and the JSON schema: docs/logs.md.");
         return [opts](Io& io) -> int {
           if (opts->list) {
@@ -335,6 +404,11 @@ Command make_logs_command() {
                    << "\n";
           } else {
             print_text(*report, seconds, io);
+          }
+          // A scheduler acts on the exit code: 64 says the input was wrong
+          // (nothing to diagnose), never a silent pass.
+          if (report->no_log_at_all()) {
+            for (const auto& n : report->not_logs) io.err << "epkit logs: " << n.reason << "\n";
           }
           return report->exit_code();
         };
