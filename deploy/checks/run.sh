@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# The deploy kit's checks, offline (ctest runs this as deploy_checks):
+#   yamllint; shellcheck of every script; `kubectl kustomize` of every overlay
+#   and of node-prep, compared with the golden renderings in golden/; the
+#   rendered objects validated (validate.mjs: JobSet CRD schema with unknown
+#   fields rejected, core kinds, the kit's invariants); the Dockerfile
+#   (dockerfile.mjs); `epkit doctor --format prometheus` through a Prometheus
+#   parser; the node-problem-detector plugin's exit-code mapping; and
+#   mutations that must fail (a renamed field, replicas as a string, ...).
+# Usage: deploy/checks/run.sh EPKIT_BINARY     EPKIT_UPDATE_GOLDEN=1 rewrites golden/.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+epkit=${1:?usage: run.sh EPKIT_BINARY}
+checks=$root/deploy/checks
+# The JobSet CRD (kubernetes-sigs/jobset config/components/crd/bases/): named by
+# EPKIT_JOBSET_CRD, or found beside the checkout (../shared/k8s-schemas/) or
+# in deploy/checks/schemas/.
+crd=${EPKIT_JOBSET_CRD:-}
+for c in "$root/../shared/k8s-schemas/jobset.x-k8s.io_jobsets.yaml" \
+         "$root/deploy/checks/schemas/jobset.x-k8s.io_jobsets.yaml"; do
+  [[ -z $crd && -r $c ]] && crd=$c
+done
+renders=(overlays/gke-a4 overlays/gke-a3-ultra overlays/generic-ib overlays/single-node node-prep)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+passed=0
+
+ok() { passed=$((passed + 1)); echo "ok    $*"; }
+bad() { failures=$((failures + 1)); echo "FAIL  $*"; }
+# Runs a check that must pass; its output shows only when it fails.
+must_pass() {
+  local name=$1
+  shift
+  if "$@" >"$tmp/out" 2>&1; then ok "$name"; else bad "$name"; sed 's/^/      /' "$tmp/out"; fi
+}
+# Runs a check that must fail with output matching a pattern.
+must_fail() {
+  local name=$1 pattern=$2
+  shift 2
+  if "$@" >"$tmp/out" 2>&1; then
+    bad "$name: passed, but must fail"
+  elif grep -qE -- "$pattern" "$tmp/out"; then
+    ok "$name (fails: $(grep -oE -- "$pattern" "$tmp/out" | head -n 1))"
+  else
+    bad "$name: failed without '$pattern'"; sed 's/^/      /' "$tmp/out"
+  fi
+}
+
+if [[ -z $crd || ! -r $crd ]]; then
+  echo "FAIL  no JobSet CRD: set EPKIT_JOBSET_CRD, or put jobset.x-k8s.io_jobsets.yaml in ../shared/k8s-schemas/"
+  echo "      or deploy/checks/schemas/ (kubernetes-sigs/jobset, config/components/crd/bases/)"
+  exit 1
+fi
+if [[ ! -d $checks/node_modules ]]; then
+  echo "FAIL  deploy/checks/node_modules is missing: run 'npm ci' in deploy/checks (scripts/setup.sh test does)"
+  exit 1
+fi
+
+# --- lint
+must_pass "yamllint deploy/" yamllint -s -c "$checks/yamllint.yaml" "$root/deploy"
+mapfile -t scripts < <(find "$root/deploy" "$root/scripts" -name node_modules -prune -o -name '*.sh' -print | sort)
+must_pass "shellcheck (${#scripts[@]} scripts)" shellcheck -x "${scripts[@]}"
+
+# --- render and compare with the golden files
+kustomize_ok=0
+if command -v kubectl >/dev/null &&
+   kubectl version --client -o json 2>/dev/null | grep -q '"kustomizeVersion": "v5'; then
+  kustomize_ok=1
+else
+  echo "SKIP  kubectl kustomize: no kubectl with kustomize v5 (Debian's kubernetes-client is too old;"
+  echo "      install kubectl from pkgs.k8s.io or google-cloud-cli); the golden files are validated as committed"
+fi
+render() { kubectl kustomize "$1/deploy/k8s/$2"; }
+for r in "${renders[@]}"; do
+  golden=$checks/golden/${r##*/}.yaml
+  if ((kustomize_ok)); then
+    if ! render "$root" "$r" >"$tmp/render.yaml" 2>"$tmp/out"; then
+      bad "kubectl kustomize $r"; sed 's/^/      /' "$tmp/out"; continue
+    fi
+    if [[ ${EPKIT_UPDATE_GOLDEN:-0} == 1 ]]; then
+      cp "$tmp/render.yaml" "$golden"
+    fi
+    must_pass "kustomize $r matches golden/${golden##*/}" diff -u "$golden" "$tmp/render.yaml"
+  fi
+done
+
+# --- validate the renderings
+goldens=()
+for r in "${renders[@]}"; do goldens+=("$checks/golden/${r##*/}.yaml"); done
+must_pass "validate ${#goldens[@]} renderings (JobSet CRD strict, core kinds, invariants)" \
+  node "$checks/validate.mjs" "$crd" "${goldens[@]}"
+
+# --- mutations of the base must fail: rendered through kustomize when it is
+# here, otherwise applied to a copy of the golden rendering.
+mutate() { # name file-in-deploy/k8s sed-expression rendering pattern
+  local name=$1 file=$2 expr=$3 r=$4 pattern=$5
+  rm -rf "$tmp/m" && mkdir -p "$tmp/m/deploy"
+  if ((kustomize_ok)); then
+    cp -r "$root/deploy/k8s" "$tmp/m/deploy/k8s"
+    sed -i -e "$expr" "$tmp/m/deploy/k8s/$file"
+    cmp -s "$root/deploy/k8s/$file" "$tmp/m/deploy/k8s/$file" && { bad "$name: the mutation changed nothing"; return; }
+    render "$tmp/m" "$r" >"$tmp/m/render.yaml"
+  else
+    sed -e "$expr" "$checks/golden/${r##*/}.yaml" >"$tmp/m/render.yaml"
+  fi
+  must_fail "$name" "$pattern" node "$checks/validate.mjs" "$crd" "$tmp/m/render.yaml"
+}
+mutate "base: parallelism misspelt" base/jobset.yaml 's/parallelism:/paralelism:/' overlays/gke-a4 "additional properties 'paralelism'"
+mutate "base: replicas as a string" base/jobset.yaml 's/replicas: 1/replicas: "1"/' overlays/gke-a4 "replicas: must be integer"
+mutate "base: unknown container field" base/jobset.yaml 's/imagePullPolicy\|securityContext:/securityContxt:/' overlays/single-node "additional properties 'securityContxt'"
+mutate "base: NNODES disagrees with parallelism" base/jobset.yaml '0,/value: "2"/s//value: "3"/' overlays/gke-a4 "NNODES=3 but parallelism is 2"
+mutate "node-prep: misspelt pod field" node-prep/daemonset.yaml 's/serviceAccountName:/serviceAccountNme:/' node-prep "unknown field"
+mutate "node-prep: string where an object goes" node-prep/daemonset.yaml 's/cpu: 10m/cpu: {a: 1}/' node-prep "resources|must"
+
+# --- the image
+must_pass "Dockerfile (dockerfilelint, COPY sources, setup.sh build, runtime without driver)" \
+  node "$checks/dockerfile.mjs" "$root"
+sed 's#^COPY include include#COPY includes include#' "$root/deploy/docker/Dockerfile" >"$tmp/Dockerfile"
+must_fail "Dockerfile: a COPY source that does not exist" "COPY source includes does not exist" \
+  node "$checks/dockerfile.mjs" "$root" "$tmp/Dockerfile"
+sed 's#^RUN bash scripts/setup.sh doctor --list#RUN cmake -S . -B build \&\& cmake --build build#' "$root/deploy/docker/Dockerfile" >"$tmp/Dockerfile"
+must_fail "Dockerfile: build steps copied out of setup.sh" "setup.sh" \
+  node "$checks/dockerfile.mjs" "$root" "$tmp/Dockerfile"
+
+# --- epkit doctor --format prometheus through a Prometheus parser
+code=0
+"$epkit" doctor --format prometheus --sysroot "$root/examples/gke-a4" \
+  --env-file "$root/examples/env/gke-a4-seed000.env" >"$tmp/seed.prom" || code=$?
+must_pass "prometheus: seed environment parses (exit $code)" node "$checks/prometheus.mjs" "$tmp/seed.prom" "$code"
+code=0
+"$epkit" doctor --format prometheus --sysroot "$root/examples/gke-a4" \
+  --env-file "$root/examples/env/gke-a4-fixed.env" >"$tmp/fixed.prom" || code=$?
+must_pass "prometheus: fixed environment parses (exit $code)" node "$checks/prometheus.mjs" "$tmp/fixed.prom" "$code"
+grep -v 'status="skip"' "$tmp/seed.prom" >"$tmp/broken.prom"
+must_fail "prometheus: a check without its skip row" "5 and 1" node "$checks/prometheus.mjs" "$tmp/broken.prom"
+
+# --- node-problem-detector plugin: epkit 0/1 -> 0, 2 -> 1, 3/missing/stale -> 2
+npd=$root/deploy/k8s/node-prep/npd/epkit-npd-check.sh
+npd_case() { # epkit-code expected-npd-code [touch-date]
+  local state=$tmp/npd-$1-${3:-now} got=0
+  mkdir -p "$state"
+  if [[ $1 != none ]]; then
+    echo "$1" >"$state/doctor.exit"
+    echo "FAIL nccl.net-plugin" >"$state/doctor.summary"
+    [[ -n ${3:-} ]] && touch -d "$3" "$state/doctor.exit"
+  fi
+  EPKIT_STATE_DIR=$state sh "$npd" >/dev/null || got=$?
+  if [[ $got != "$2" ]]; then
+    echo "epkit $1 ${3:-} -> NPD $got, want $2"
+    return 1
+  fi
+  echo "epkit $1 -> NPD $got"
+}
+must_pass "npd plugin exit codes" bash -c "$(declare -f npd_case); tmp=$tmp npd=$npd; \
+  npd_case 0 0 && npd_case 1 0 && npd_case 2 1 && npd_case 3 2 && npd_case none 2 && npd_case 0 2 '1 hour ago'"
+
+echo "deploy checks: $passed passed, $failures failed"
+((failures == 0))
