@@ -8,6 +8,9 @@
 //    GPUS_PER_NODE = the nvidia.com/gpu limit, no env var with both value
 //    and valueFrom.
 // Usage: node validate.mjs CRD.yaml FILE.yaml...   exit 1 naming every error.
+//        node validate.mjs CRD.yaml --cases LIST    one schema compile for many
+//   cases; LIST lines are `pass|fail<TAB>pattern<TAB>name<TAB>file`: a fail
+//   case must fail with an error matching the pattern (a regular expression).
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
@@ -18,7 +21,7 @@ const Ajv = require('ajv');
 
 const [crdPath, ...files] = process.argv.slice(2);
 if (!crdPath || files.length === 0) {
-  console.error('usage: node validate.mjs JOBSET_CRD.yaml RENDERED.yaml...');
+  console.error('usage: node validate.mjs JOBSET_CRD.yaml RENDERED.yaml... | --cases LIST');
   process.exit(64);
 }
 
@@ -138,9 +141,12 @@ function jobsetInvariants(doc, errors) {
 }
 
 const validateJobSet = jobsetValidator();
-let failed = 0;
-let objects = 0;
-for (const file of files) {
+
+// Every error of every object in one file, each prefixed with where it is.
+async function validateFile(file) {
+  const messages = [];
+  let objects = 0;
+  let invalid = 0;
   const docs = YAML.parseAllDocuments(fs.readFileSync(file, 'utf8'));
   for (const [n, d] of docs.entries()) {
     const errors = d.errors.map((e) => `YAML: ${e.message}`);
@@ -171,9 +177,39 @@ for (const file of files) {
         }
       }
     }
-    for (const e of errors) console.error(`${where}: ${e}`);
-    if (errors.length) ++failed;
+    for (const e of errors) messages.push(`${where}: ${e}`);
+    if (errors.length) ++invalid;
   }
+  return { objects, invalid, messages };
+}
+
+if (files[0] === '--cases') {
+  let wrong = 0;
+  const lines = fs.readFileSync(files[1], 'utf8').split('\n').filter((l) => l.trim());
+  for (const line of lines) {
+    const [expect, pattern, name, file] = line.split('\t');
+    const { messages } = await validateFile(file);
+    const text = messages.join('\n');
+    if (expect === 'pass' && messages.length === 0) {
+      console.log(`ok    ${name}`);
+    } else if (expect === 'fail' && messages.length && new RegExp(pattern).test(text)) {
+      console.log(`ok    ${name} (fails: ${text.match(new RegExp(pattern))[0]})`);
+    } else {
+      ++wrong;
+      console.log(`FAIL  ${name}: ${expect === 'pass' ? 'invalid' : messages.length ? `failed without '${pattern}'` : 'passed, but must fail'}`);
+      for (const m of messages) console.log(`      ${m}`);
+    }
+  }
+  process.exit(wrong ? 1 : 0);
+}
+
+let failed = 0;
+let objects = 0;
+for (const file of files) {
+  const result = await validateFile(file);
+  objects += result.objects;
+  failed += result.invalid;
+  for (const m of result.messages) console.error(m);
 }
 console.log(`validate: ${objects} objects in ${files.length} files, ${failed} invalid`);
 process.exit(failed ? 1 : 0);
