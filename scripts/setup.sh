@@ -20,7 +20,7 @@ packages=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfm
           libibverbs-dev zlib1g-dev)
 if [[ $job == test ]]; then
   packages+=(libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev
-             yamllint shellcheck)
+             yamllint shellcheck jq)
   # The deploy checks (deploy/checks) run on Node.js; a NodeSource nodejs
   # brings its own npm, so ask for Debian's only when there is none.
   command -v npm >/dev/null || packages+=(nodejs npm)

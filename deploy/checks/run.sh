@@ -61,6 +61,7 @@ fi
 # --- lint
 must_pass "yamllint deploy/" yamllint -s -c "$checks/yamllint.yaml" "$root/deploy"
 mapfile -t scripts < <(find "$root/deploy" "$root/scripts" -name node_modules -prune -o -name '*.sh' -print | sort)
+scripts+=("$checks/fake/epkit")
 must_pass "shellcheck (${#scripts[@]} scripts)" shellcheck -x "${scripts[@]}"
 
 # --- render and compare with the golden files
@@ -147,6 +148,41 @@ code=0
 must_pass "prometheus: fixed environment parses (exit $code)" node "$checks/prometheus.mjs" "$tmp/fixed.prom" "$code"
 grep -v 'status="skip"' "$tmp/seed.prom" >"$tmp/broken.prom"
 must_fail "prometheus: a check without its skip row" "5 and 1" node "$checks/prometheus.mjs" "$tmp/broken.prom"
+
+# --- the pod scripts, with a stand-in epkit (fake/epkit) on PATH
+scripts_dir=$root/deploy/docker/scripts
+pod_run() { # doctor-exit-code
+  rm -rf "$tmp/pod" && mkdir -p "$tmp/pod"
+  env PATH="$checks/fake:$PATH" EPKIT_FAKE_LOG="$tmp/pod/log" EPKIT_FAKE_DOCTOR="$1" \
+    EPKIT_RUN_DIR="$tmp/pod/run" EPKIT_RESULTS_DIR="$tmp/pod/results" JOB_COMPLETION_INDEX=0 \
+    NNODES=2 GPUS_PER_NODE=8 MASTER_ADDR=host0 MASTER_PORT=29500 \
+    bash "$scripts_dir/epkit-jobset-run.sh"
+}
+pod_ok() {
+  pod_run 1 || return 1
+  local got
+  got=$(cut -d' ' -f1 "$tmp/pod/log" | tr '\n' ' ')
+  [[ $got == "env env place doctor doctor test bench bench " ]] || { echo "steps: $got"; return 1; }
+  grep -q -- '^test --nnodes 2 --node-rank 1 --master host0:29500 --nproc-per-node 8' "$tmp/pod/log" ||
+    { echo "test did not get the placement's rank"; cat "$tmp/pod/log"; return 1; }
+  grep -q '^bench nccl alltoall --nnodes 2 --node-rank 1' "$tmp/pod/log" || return 1
+  for f in doctor test nccl-alltoall ep; do
+    [[ -s $tmp/pod/results/$(hostname)/$f.json ]] || { echo "no $f.json"; return 1; }
+  done
+}
+must_pass "pod script: env, place, doctor, test and benchmarks in order, JSON written" pod_ok
+must_fail "pod script: doctor FAIL stops the job before the test" "doctor exit 2 stops the job" pod_run 2
+node_prep_once() {
+  rm -rf "$tmp/prep" && mkdir -p "$tmp/prep"
+  env PATH="$checks/fake:$PATH" EPKIT_FAKE_LOG="$tmp/prep/log" EPKIT_FAKE_DOCTOR=2 EPKIT_ONCE=1 NODE_NAME= \
+    EPKIT_STATE_DIR="$tmp/prep/state" EPKIT_TEXTFILE_DIR="$tmp/prep/textfile" \
+    bash "$scripts_dir/epkit-node-prep.sh" || return 1
+  [[ $(cat "$tmp/prep/state/doctor.exit") == 2 ]] || { echo "doctor.exit is not 2"; return 1; }
+  grep -q 'FAIL nccl.net-plugin' "$tmp/prep/state/doctor.summary" || { echo "summary misses the failing check"; return 1; }
+  grep -q 'epkit_doctor_exit_code 2' "$tmp/prep/textfile/epkit_doctor.prom" || { echo "no textfile metrics"; return 1; }
+  ! ls "$tmp/prep/textfile/"*.tmp 2>/dev/null
+}
+must_pass "node prep: doctor result, summary and textfile metrics" node_prep_once
 
 # --- node-problem-detector plugin: epkit 0/1 -> 0, 2 -> 1, 3/missing/stale -> 2
 npd=$root/deploy/k8s/node-prep/npd/epkit-npd-check.sh
