@@ -76,7 +76,9 @@ json_step nccl-alltoall epkit bench nccl alltoall "${launch[@]}" ${EPKIT_NCCL_AR
 
 step "bench ep (this node's $GPUS_PER_NODE GPUs)"
 # shellcheck disable=SC2086 # EPKIT_EP_ARGS is a list of flags
-json_step ep epkit bench ep --nproc-per-node "$GPUS_PER_NODE" ${EPKIT_EP_ARGS:-} || status=$?
+# --nnodes 1: one node on its own, whatever JOB_COMPLETION_INDEX and NNODES say.
+json_step ep epkit bench ep --nnodes 1 --node-rank 0 --nproc-per-node "$GPUS_PER_NODE" ${EPKIT_EP_ARGS:-} ||
+  status=$?
 
 echo "epkit $pod: node rank $EPKIT_NODE_RANK of $EPKIT_NNODES done, exit $status; results in $results"
 exit "$status"
