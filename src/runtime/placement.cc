@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "runtime/store.h"
@@ -132,6 +133,67 @@ Result<NodeOrder> order_nodes(std::vector<Placement> placements) {
   return NodeOrder{std::move(placements)};
 }
 
+namespace {
+
+// Index 0: waits for every node's placement and orders them.
+Result<NodeOrder> collect(Store& store, int nnodes, Deadline deadline) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < nnodes; ++i) keys.push_back(key_of(i));
+  if (auto ok = store.wait(keys, deadline); !ok) {
+    return make_error(ok.error().code,
+                      "placement: not every node reported its placement (the key of a node is "
+                      "placement/<JOB_COMPLETION_INDEX>): " +
+                          ok.error().message);
+  }
+  std::vector<Placement> placements;
+  for (const auto& key : keys) {
+    auto value = store.get(key, deadline);
+    if (!value) return make_error(value.error().code, "placement: " + value.error().message);
+    auto p = decode_placement(*value);
+    if (!p) return p.error();
+    if (key != key_of(p->index)) {
+      return make_error(ErrorCode::invalid,
+                        fmt::format("placement: {} holds index {}", key, p->index));
+    }
+    placements.push_back(std::move(*p));
+  }
+  return order_nodes(std::move(placements));
+}
+
+// The other nodes: wait for index 0's outcome and take it as their own.
+// Index 0 publishes one by its own deadline, and a lost index 0 fails the
+// wait at once, so the others wait past their deadline (pods start at
+// different times): a node that gave up first would leave without saying
+// goodbye and be blamed instead of the node that never came.
+Result<NodeOrder> await_order(Store& store, Deadline own) {
+  auto deadline = Deadline::after(own.remaining() * 2 + Millis(10000));
+  if (auto ok = store.add("placement/reported", 1, deadline); !ok) {
+    return make_error(ok.error().code, "placement: " + ok.error().message);
+  }
+  auto text = store.get("placement/outcome", deadline);
+  if (!text) return make_error(text.error().code, "placement: " + text.error().message);
+  (void)store.add("placement/read", 1, deadline);
+  store.close();
+  auto doc = nlohmann::json::parse(*text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return make_error(ErrorCode::invalid, "placement: index 0 published " + *text);
+  }
+  if (doc.contains("error")) {
+    auto code = doc.value("code", static_cast<int>(ErrorCode::internal));
+    return make_error(static_cast<ErrorCode>(code),
+                      doc["error"].get<std::string>() + " (as index 0 saw it)");
+  }
+  std::vector<Placement> placements;
+  for (const auto& node : doc.value("order", nlohmann::json::array())) {
+    auto p = decode_placement(node.dump());
+    if (!p) return p.error();
+    placements.push_back(std::move(*p));
+  }
+  return order_nodes(std::move(placements));
+}
+
+}  // namespace
+
 Result<NodeOrder> exchange_placements(const Placement& self, const ExchangeOptions& options,
                                       Deadline deadline) {
   if (options.nnodes < 1 || self.index < 0 || self.index >= options.nnodes) {
@@ -167,30 +229,33 @@ Result<NodeOrder> exchange_placements(const Placement& self, const ExchangeOptio
   if (auto ok = store->set(key_of(self.index), encode(self), deadline); !ok) {
     return wrap(ok.error());
   }
-  std::vector<std::string> keys;
-  for (int i = 0; i < options.nnodes; ++i) keys.push_back(key_of(i));
-  if (auto ok = store->wait(keys, deadline); !ok) {
-    return make_error(ok.error().code,
-                      "placement: not every node reported its placement (the key of a node is "
-                      "placement/<JOB_COMPLETION_INDEX>): " +
-                          ok.error().message);
+  if (self.index != 0) return await_order(*store, deadline);
+
+  // Index 0 collects, orders and publishes the outcome, success or the
+  // timeout naming who is missing, so that every node reports the same cause
+  // instead of the others seeing the store vanish.
+  auto order = collect(*store, options.nnodes, deadline);
+  nlohmann::json outcome;
+  if (order) {
+    nlohmann::json nodes = nlohmann::json::array();
+    for (const auto& p : order->nodes) nodes.push_back(nlohmann::json::parse(encode(p)));
+    outcome = {{"order", std::move(nodes)}};
+  } else {
+    outcome = {{"error", order.error().message}, {"code", static_cast<int>(order.error().code)}};
   }
-  std::vector<Placement> placements;
-  for (const auto& key : keys) {
-    auto value = store->get(key, deadline);
-    if (!value) return wrap(value.error());
-    auto p = decode_placement(*value);
-    if (!p) return p.error();
-    if (key != key_of(p->index)) {
-      return make_error(ErrorCode::invalid,
-                        fmt::format("placement: {} holds index {}", key, p->index));
+  // The others' deadlines differ from ours (pods start at different times):
+  // give them a short grace to read the outcome before the server goes.
+  auto grace = Deadline::after(Millis(5000));
+  auto reported = store->add("placement/reported", 0, grace);
+  if (store->set("placement/outcome", outcome.dump(), grace) && reported) {
+    while (!grace.expired()) {
+      auto read = store->add("placement/read", 0, grace);
+      if (!read || *read >= *reported) break;
+      std::this_thread::sleep_for(Millis(10));
     }
-    placements.push_back(std::move(*p));
   }
-  // Index 0 serves the store: nobody leaves before everyone has read.
-  if (auto ok = store->barrier("placement/read", deadline); !ok) return wrap(ok.error());
   store->close();
-  return order_nodes(std::move(placements));
+  return order;
 }
 
 }  // namespace epkit::runtime

@@ -64,9 +64,11 @@ struct ExchangeOptions {
   std::string tag = "placement";
 };
 
-/// Publishes `self`, waits for every node's placement, and returns the order.
-/// Index 0 serves the store and keeps it up until every node has read the
-/// placements. On timeout the error names the indexes that never reported.
+/// Publishes `self` and returns the order. Index 0 serves the store, waits
+/// for every placement, orders them and publishes the outcome (the order, or
+/// the error naming the nodes that never reported) for the others to take.
+/// On timeout the error names the nodes that never connected or reported
+/// (index 0's message, or the others' own when their deadline comes first).
 Result<NodeOrder> exchange_placements(const Placement& self, const ExchangeOptions& options,
                                       Deadline deadline);
 

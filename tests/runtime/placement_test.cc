@@ -166,6 +166,7 @@ TEST(Placement, ANodeThatNeverReportsIsNamedWithinTheTimeout) {
       return exchange_placements(p, options, Deadline::after(1500ms));
     }));
   }
+  // Index 0 decides; the others report its verdict.
   for (auto& node : nodes) {
     auto order = node.get();
     ASSERT_FALSE(order.ok());
@@ -176,6 +177,30 @@ TEST(Placement, ANodeThatNeverReportsIsNamedWithinTheTimeout) {
         << order.error().message;
   }
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 2.5);
+}
+
+TEST(Placement, TheOthersGetIndexZerosVerdictWhenTheyWouldWaitLonger) {
+  auto cluster = made_up_cluster();
+  ExchangeOptions options;
+  options.nnodes = 3;
+  options.bind_addr = "127.0.0.1";
+  options.port = free_port();
+  auto start = Clock::now();
+  auto zero = std::async(std::launch::async, [p = cluster[0], options] {
+    return exchange_placements(p, options, Deadline::after(1000ms));
+  });
+  auto one = std::async(std::launch::async, [p = cluster[1], options] {
+    return exchange_placements(p, options, Deadline::after(20s));
+  });
+  auto verdict = one.get();
+  ASSERT_FALSE(verdict.ok());
+  EXPECT_EQ(verdict.error().code, ErrorCode::timeout);
+  EXPECT_NE(verdict.error().message.find("'placement/2'"), std::string::npos)
+      << verdict.error().message;
+  EXPECT_NE(verdict.error().message.find("as index 0 saw it"), std::string::npos)
+      << verdict.error().message;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
+  EXPECT_FALSE(zero.get().ok());
 }
 
 }  // namespace
