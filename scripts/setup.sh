@@ -19,7 +19,11 @@ build=${EPKIT_BUILD_DIR:-$here/build}
 packages=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
           libibverbs-dev zlib1g-dev)
 if [[ $job == test ]]; then
-  packages+=(libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev)
+  packages+=(libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev
+             yamllint shellcheck jq)
+  # The deploy checks (deploy/checks) run on Node.js; a NodeSource nodejs
+  # brings its own npm, so ask for Debian's only when there is none.
+  command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -41,8 +45,19 @@ fi
 jobs=$(nproc 2>/dev/null || echo 2)
 testing=OFF
 [[ $job == test ]] && testing=ON
-cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=$testing >/dev/null
+cmake_args=()
+# CUDAARCHS is CMake's variable for the GPU architectures (the image builds
+# "90;100"); unset, CMakeLists.txt picks its default.
+[[ -n ${CUDAARCHS:-} ]] && cmake_args+=("-DCMAKE_CUDA_ARCHITECTURES=$CUDAARCHS")
+cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=$testing \
+  "${cmake_args[@]}" >/dev/null
 if [[ $job == test ]]; then
+  # The deploy checks' npm tools, pinned by the committed lockfile.
+  if [[ ! -d $here/deploy/checks/node_modules ]] ||
+     [[ $here/deploy/checks/package-lock.json -nt $here/deploy/checks/node_modules ]]; then
+    (cd "$here/deploy/checks" && npm ci --no-audit --no-fund --loglevel=error) ||
+      echo "setup: npm ci in deploy/checks failed; the deploy_checks test will say so" >&2
+  fi
   cmake --build "$build" -j "$jobs"
 else
   cmake --build "$build" -j "$jobs" --target epkit_bin

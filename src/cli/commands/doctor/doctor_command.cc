@@ -6,6 +6,7 @@
 
 #include "checks/registry.h"
 #include "checks/report_json.h"
+#include "checks/report_prometheus.h"
 #include "cli/command.h"
 #include "cli/text_style.h"
 #include "topo/probe.h"
@@ -16,6 +17,7 @@ namespace {
 struct DoctorOptions {
   CommonOptions common;
   std::vector<std::string> only;
+  std::string format = "text";
   bool list = false;
   bool verbose = false;
 };
@@ -107,12 +109,23 @@ Command make_doctor_command() {
             add_sysroot_option(app, opts->common);
             add_env_file_option(app, opts->common);
             app.add_option("--only", opts->only, "Run only these check ids")->type_name("ID...");
+            app.add_option("--format", opts->format,
+                           "text, json (same as --json) or prometheus (node-exporter textfile "
+                           "collector format)")
+                ->check(CLI::IsMember({"text", "json", "prometheus"}))
+                ->type_name("FORMAT");
             app.add_flag("--list", opts->list, "List the checks and exit");
             app.add_flag("-v,--verbose", opts->verbose, "Show evidence for passing checks too");
             app.footer(
                 "Exit codes: 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (Nagios/NHC); 64 bad usage.\n"
-                "JSON schema: docs/doctor-json.md.");
+                "JSON schema: docs/doctor-json.md; Prometheus metrics: docs/deploy.md.");
             return [opts](Io& io) -> int {
+              if (opts->common.json && opts->format != "text" && opts->format != "json") {
+                io.err << "epkit doctor: --json and --format " << opts->format
+                       << " ask for two formats; give one\n";
+                return k_exit_usage;
+              }
+              if (opts->common.json) opts->format = "json";
               if (opts->list) {
                 print_list(io);
                 return k_exit_ok;
@@ -132,8 +145,10 @@ Command make_doctor_command() {
               topo::Snapshot snapshot = topo::probe(*host);
               checks::Context ctx{*host, snapshot};
               checks::Report report = checks::run(ctx, opts->only);
-              if (opts->common.json) {
+              if (opts->format == "json") {
                 io.out << checks::to_json(report, ctx).dump(2) << "\n";
+              } else if (opts->format == "prometheus") {
+                io.out << checks::to_prometheus(report, ctx);
               } else {
                 print_text(report, ctx, opts->verbose, io);
               }

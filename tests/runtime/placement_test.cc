@@ -1,0 +1,207 @@
+// Topology-ordered node ranks: made-up GKE placements in shuffled index order
+// come out grouped by block, subblock and host, over the real TCP store; a
+// node that never reports is named within the timeout.
+#include "runtime/placement.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <future>
+#include <random>
+#include <thread>
+
+#include "runtime/socket.h"
+
+namespace epkit::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+
+Placement at(int index, std::string block, std::string subblock, std::string host_label,
+             std::string node = {}) {
+  Placement p;
+  p.index = index;
+  p.addr = fmt::format("job-w-0-{}.job", index);
+  p.node = node.empty() ? fmt::format("gke-a4-pool-{}", 100 - index) : std::move(node);
+  p.block = std::move(block);
+  p.subblock = std::move(subblock);
+  p.physical_host = std::move(host_label);
+  return p;
+}
+
+// Eight nodes over two blocks and three subblocks; the indexes Kubernetes
+// gave them follow neither.
+std::vector<Placement> made_up_cluster() {
+  return {
+      at(0, "blk-b", "sb-2", "h-07"), at(1, "blk-a", "sb-1", "h-03"),
+      at(2, "blk-b", "sb-1", "h-01"), at(3, "blk-a", "sb-0", "h-09"),
+      at(4, "blk-a", "sb-1", "h-02"), at(5, "blk-b", "sb-2", "h-05"),
+      at(6, "blk-a", "sb-0", "h-04"), at(7, "blk-b", "sb-1", "h-08"),
+  };
+}
+const std::vector<int> k_expected_indexes = {6, 3, 4, 1, 2, 7, 5, 0};
+
+std::vector<int> indexes(const NodeOrder& order) {
+  std::vector<int> out;
+  for (const auto& p : order.nodes) out.push_back(p.index);
+  return out;
+}
+
+TEST(Placement, OrdersByBlockSubblockHostWhateverTheIndexes) {
+  auto cluster = made_up_cluster();
+  std::mt19937 shuffle(7);
+  for (int round = 0; round < 5; ++round) {
+    std::shuffle(cluster.begin(), cluster.end(), shuffle);
+    auto order = order_nodes(cluster);
+    ASSERT_TRUE(order.ok()) << order.error().message;
+    EXPECT_EQ(indexes(*order), k_expected_indexes);
+    EXPECT_EQ(order->node_rank_of(0), 7);
+    EXPECT_EQ(order->node_rank_of(6), 0);
+    EXPECT_EQ(order->node_rank_of(42), -1);
+  }
+}
+
+TEST(Placement, UnlabelledNodesGoLastAndThenByNodeName) {
+  std::vector<Placement> mixed = {at(0, "", "", "", "node-c"), at(1, "blk-a", "sb-0", "h-1"),
+                                  at(2, "", "", "", "node-a"), at(3, "blk-a", "", "", "node-z"),
+                                  at(4, "", "", "", "node-b")};
+  auto order = order_nodes(mixed);
+  ASSERT_TRUE(order.ok());
+  EXPECT_EQ(indexes(*order), (std::vector<int>{1, 3, 2, 4, 0}));
+}
+
+TEST(Placement, ADuplicateIndexIsAnError) {
+  auto order = order_nodes({at(1, "a", "b", "c"), at(1, "a", "b", "d")});
+  ASSERT_FALSE(order.ok());
+  EXPECT_NE(order.error().message.find("index 1 reported twice"), std::string::npos);
+}
+
+TEST(Placement, EncodeDecodeRoundTripsAndBadInputIsNamed) {
+  auto p = at(5, "blk-b", "sb-2", "h-05");
+  auto back = decode_placement(encode(p));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->index, 5);
+  EXPECT_EQ(back->addr, p.addr);
+  EXPECT_EQ(back->node, p.node);
+  EXPECT_EQ(back->block, "blk-b");
+  EXPECT_EQ(back->subblock, "sb-2");
+  EXPECT_EQ(back->physical_host, "h-05");
+  EXPECT_FALSE(decode_placement("not json").ok());
+  auto no_index = decode_placement(R"({"addr":"a"})");
+  ASSERT_FALSE(no_index.ok());
+  EXPECT_NE(no_index.error().message.find("'index'"), std::string::npos);
+  auto bad_block = decode_placement(
+      R"({"index":1,"addr":"a","node":"n","block":"two words","subblock":"","host":""})");
+  ASSERT_FALSE(bad_block.ok());
+  EXPECT_NE(bad_block.error().message.find("block"), std::string::npos);
+}
+
+TEST(Placement, ReadsTheLabelsThePodWasGiven) {
+  host::Env env({{"EPKIT_TOPOLOGY_BLOCK", "blk-a"},
+                 {"EPKIT_TOPOLOGY_SUBBLOCK", "sb-1"},
+                 {"EPKIT_TOPOLOGY_HOST", "h-3"},
+                 {"EPKIT_NODE_NAME", "gke-node-1"}});
+  auto p = placement_from_env(env, 3, "job-w-0-3.job");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->block, "blk-a");
+  EXPECT_EQ(p->physical_host, "h-3");
+  EXPECT_EQ(p->node, "gke-node-1");
+  env.set("EPKIT_TOPOLOGY_SUBBLOCK", "sb 1");
+  auto bad = placement_from_env(env, 3, "job-w-0-3.job");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("EPKIT_TOPOLOGY_SUBBLOCK"), std::string::npos);
+  EXPECT_FALSE(placement_from_env(host::Env(), 0, "").ok());
+}
+
+// A free port for index 0 to serve on (the others need to know it up front,
+// as pods know MASTER_PORT).
+std::uint16_t free_port() {
+  auto listener = listen_tcp("127.0.0.1", 0);
+  if (!listener) throw std::runtime_error(listener.error().message);
+  auto port = local_port(listener->get());
+  if (!port) throw std::runtime_error(port.error().message);
+  return *port;
+}
+
+TEST(Placement, EveryNodeOfAShuffledJobGetsTheTopologyRankOverTheStore) {
+  auto cluster = made_up_cluster();
+  std::uint16_t port = free_port();
+  ExchangeOptions options;
+  options.nnodes = static_cast<int>(cluster.size());
+  options.bind_addr = "127.0.0.1";
+  options.port = port;
+  // Start the nodes in a shuffled order, index 0 not first: the others retry.
+  std::mt19937 shuffle(11);
+  std::shuffle(cluster.begin(), cluster.end(), shuffle);
+  std::vector<std::future<Result<NodeOrder>>> nodes;
+  for (const auto& p : cluster) {
+    nodes.push_back(std::async(std::launch::async, [p, options] {
+      return exchange_placements(p, options, Deadline::after(10s));
+    }));
+    std::this_thread::sleep_for(10ms);
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    auto order = nodes[i].get();
+    ASSERT_TRUE(order.ok()) << "index " << cluster[i].index << ": " << order.error().message;
+    EXPECT_EQ(indexes(*order), k_expected_indexes);
+    EXPECT_EQ(order->node_rank_of(cluster[i].index),
+              std::find(k_expected_indexes.begin(), k_expected_indexes.end(), cluster[i].index) -
+                  k_expected_indexes.begin());
+  }
+}
+
+TEST(Placement, ANodeThatNeverReportsIsNamedWithinTheTimeout) {
+  auto cluster = made_up_cluster();
+  cluster.resize(4);
+  std::uint16_t port = free_port();
+  ExchangeOptions options;
+  options.nnodes = 4;
+  options.bind_addr = "127.0.0.1";
+  options.port = port;
+  auto start = Clock::now();
+  std::vector<std::future<Result<NodeOrder>>> nodes;
+  for (int i : {0, 1, 3}) {  // index 2 never starts
+    nodes.push_back(std::async(std::launch::async, [p = cluster[i], options] {
+      return exchange_placements(p, options, Deadline::after(1500ms));
+    }));
+  }
+  // Index 0 decides; the others report its verdict.
+  for (auto& node : nodes) {
+    auto order = node.get();
+    ASSERT_FALSE(order.ok());
+    EXPECT_EQ(order.error().code, ErrorCode::timeout) << order.error().message;
+    EXPECT_NE(order.error().message.find("'placement/2'"), std::string::npos)
+        << order.error().message;
+    EXPECT_NE(order.error().message.find("rank 2 (never connected)"), std::string::npos)
+        << order.error().message;
+  }
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 2.5);
+}
+
+TEST(Placement, TheOthersGetIndexZerosVerdictWhenTheyWouldWaitLonger) {
+  auto cluster = made_up_cluster();
+  ExchangeOptions options;
+  options.nnodes = 3;
+  options.bind_addr = "127.0.0.1";
+  options.port = free_port();
+  auto start = Clock::now();
+  auto zero = std::async(std::launch::async, [p = cluster[0], options] {
+    return exchange_placements(p, options, Deadline::after(1000ms));
+  });
+  auto one = std::async(std::launch::async, [p = cluster[1], options] {
+    return exchange_placements(p, options, Deadline::after(20s));
+  });
+  auto verdict = one.get();
+  ASSERT_FALSE(verdict.ok());
+  EXPECT_EQ(verdict.error().code, ErrorCode::timeout);
+  EXPECT_NE(verdict.error().message.find("'placement/2'"), std::string::npos)
+      << verdict.error().message;
+  EXPECT_NE(verdict.error().message.find("as index 0 saw it"), std::string::npos)
+      << verdict.error().message;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
+  EXPECT_FALSE(zero.get().ok());
+}
+
+}  // namespace
+}  // namespace epkit::runtime
