@@ -155,7 +155,7 @@ class Buffer:
         if timeout_s is not None:
             options.timeout_s = timeout_s
         options.max_tokens = max_tokens if max_tokens is not None else self._tokens_fitting(options)
-        options.num_bytes = num_nvl_bytes
+        options.num_bytes = int(num_nvl_bytes)
         self.max_tokens, self.max_hidden, self.max_topk = options.max_tokens, max_hidden, max_topk
 
         self._device = torch.cuda.current_device()
