@@ -114,6 +114,30 @@ class ConfigAndStatics(unittest.TestCase):
         with self.assertRaisesRegex(NotImplementedError, "low-latency"):
             deep_ep.Buffer.get_low_latency_rdma_size_hint(128, 7168, 8, 256)
 
+    def test_engine_config_follows_the_fields(self):
+        c = deep_ep.Config(24, 8, 256)
+        first = c.native()
+        self.assertEqual((first.num_sms, first.num_warps, first.nvl_chunk), (24, 32, 4))
+        self.assertIs(c.native(), first)
+        c.nvl_chunk = 8
+        self.assertEqual(c.native().nvl_chunk, 8)
+
+    def test_default_configs_follow_num_sms(self):
+        buffer = deep_ep.Buffer.__new__(deep_ep.Buffer)  # no engine: only the config cache
+        buffer.group_size = 4
+        saved = deep_ep.Buffer.num_sms
+        try:
+            from epkit.deep_ep.buffer import _COMBINE_CONFIGS, _DISPATCH_CONFIGS
+            self.assertEqual(buffer._default_config(_DISPATCH_CONFIGS).num_sms, saved)
+            deep_ep.Buffer.set_num_sms(24)
+            self.assertEqual(buffer._default_config(_DISPATCH_CONFIGS).num_sms, 24)
+            self.assertEqual(buffer._default_config(_COMBINE_CONFIGS).num_max_nvl_chunked_send_tokens, 9)
+            buffer.group_size = 3
+            with self.assertRaisesRegex(AssertionError, "Unsupported number of EP ranks: 3"):
+                buffer._default_config(_DISPATCH_CONFIGS)
+        finally:
+            deep_ep.Buffer.num_sms = saved
+
     def test_bias_unpacking(self):
         self.assertEqual(deep_ep.Buffer._unpack_bias(None), (None, None))
         self.assertEqual(deep_ep.Buffer._unpack_bias((1, 2)), (1, 2))

@@ -38,9 +38,15 @@ class Config:
         self.num_max_rdma_chunked_recv_tokens = num_max_rdma_chunked_recv_tokens
         self.num_warps = 32
         self.nvl_chunk = 4
+        self._native = None
 
     def native(self) -> _native.Config:
-        return _native.Config(self.num_sms, self.num_warps, self.nvl_chunk)
+        """The engine's config, rebuilt only when a field changed (it is
+        taken on every call)."""
+        key = (self.num_sms, self.num_warps, self.nvl_chunk)
+        if self._native is None or self._native[0] != key:
+            self._native = (key, _native.Config(*key))
+        return self._native[1]
 
     def get_nvl_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
         """Bytes of a Buffer for 4096 tokens of `hidden_bytes` BF16 bytes, top-8."""

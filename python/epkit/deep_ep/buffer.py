@@ -275,6 +275,15 @@ class Buffer:
             bias_0 = bias
         return bias_0, bias_1
 
+    def _default_config(self, table) -> Config:
+        """get_dispatch_config / get_combine_config, made once per SM count."""
+        key = (id(table), Buffer.num_sms)
+        cache = self.__dict__.setdefault("_configs", {})
+        if key not in cache:
+            assert self.group_size in table, f'Unsupported number of EP ranks: {self.group_size}'
+            cache[key] = Config(Buffer.num_sms, *table[self.group_size])
+        return cache[key]
+
     def get_comm_stream(self):
         return self._comm_stream
 
@@ -378,7 +387,7 @@ class Buffer:
                  expert_alignment: int = 1, num_worst_tokens: int = 0, config: Optional[Config] = None,
                  previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
                  allocate_on_comm_stream: bool = False):
-        config = self.get_dispatch_config(self.group_size) if config is None else config
+        config = self._default_config(_DISPATCH_CONFIGS) if config is None else config
         x, x_scales = x if isinstance(x, tuple) else (x, None)
         cached = handle is not None
         native = _native_handle(handle) if cached else None
@@ -439,7 +448,7 @@ class Buffer:
     def combine(self, x, handle: Tuple, topk_weights=None, bias=None, config: Optional[Config] = None,
                 previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
                 allocate_on_comm_stream: bool = False):
-        config = self.get_combine_config(self.group_size) if config is None else config
+        config = self._default_config(_COMBINE_CONFIGS) if config is None else config
         native = _native_handle(handle)
         bias_0, bias_1 = Buffer._unpack_bias(bias)
         if bias_0 is not None or bias_1 is not None:
