@@ -132,6 +132,7 @@ class ConfigAndStatics(unittest.TestCase):
             deep_ep.Buffer.set_num_sms(24)
             self.assertEqual(buffer._default_config(_DISPATCH_CONFIGS).num_sms, 24)
             self.assertEqual(buffer._default_config(_COMBINE_CONFIGS).num_max_nvl_chunked_send_tokens, 9)
+            buffer = deep_ep.Buffer.__new__(deep_ep.Buffer)
             buffer.group_size = 3
             with self.assertRaisesRegex(AssertionError, "Unsupported number of EP ranks: 3"):
                 buffer._default_config(_DISPATCH_CONFIGS)
