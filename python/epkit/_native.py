@@ -143,7 +143,9 @@ class Library:
             fn = getattr(self.lib, name)
             fn.restype = restype
             fn.argtypes = argtypes
-            setattr(self, name[len("epkit_ep_"):], fn)
+            short = name[len("epkit_ep_"):]
+            if not hasattr(type(self), short):  # last_error stays the decoding method
+                setattr(self, short, fn)
         abi = self.abi_version()
         if abi != ABI_VERSION:
             raise ImportError(f"{path} has C ABI version {abi}; this package needs {ABI_VERSION}")
