@@ -1,0 +1,221 @@
+/* epkit's EP engine as a plain C ABI (libepkit_ep.so): what Python (ctypes),
+ * Rust or a JAX FFI call. A thin layer over include/epkit/ep.h, which stays
+ * the source of truth for semantics (docs/ep-engine.md).
+ *
+ * Conventions:
+ * - Every function returns an epkit_ep_status; on failure the calling
+ *   thread's epkit_ep_last_error() names the cause. Nothing throws.
+ * - Objects are opaque handles freed by their *_destroy / *_release.
+ * - Tensors are described, never owned: pointer, dtype, rank 1 or 2, shape,
+ *   strides in elements. Output tensors are views into memory the Buffer
+ *   owns, valid until the next operation of the same kind (layout,
+ *   dispatch, combine) on that Buffer: copy them (epkit_ep_copy) to keep them.
+ * - CUDA streams and events are passed as void* (cudaStream_t, cudaEvent_t).
+ */
+#ifndef EPKIT_EP_C_H
+#define EPKIT_EP_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define EPKIT_EP_API __attribute__((visibility("default")))
+#else
+#define EPKIT_EP_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped when a struct or signature below changes incompatibly. */
+#define EPKIT_EP_ABI_VERSION 1
+
+typedef enum epkit_ep_status {
+  EPKIT_EP_OK = 0,
+  EPKIT_EP_ERR_INVALID = 1,     /* bad argument: null pointer, wrong dtype/shape, bad config */
+  EPKIT_EP_ERR_UNAVAILABLE = 2, /* no GPU, no driver, or a feature not built */
+  EPKIT_EP_ERR_CUDA = 3,
+  EPKIT_EP_ERR_TIMEOUT = 4,   /* a rank did not reach a barrier in time */
+  EPKIT_EP_ERR_BOOTSTRAP = 5, /* the caller's all_gather failed */
+  EPKIT_EP_ERR_INTERNAL = 6
+} epkit_ep_status;
+
+typedef enum epkit_ep_dtype {
+  EPKIT_EP_BF16 = 0,
+  EPKIT_EP_FP8_E4M3 = 1,
+  EPKIT_EP_FP32 = 2,
+  EPKIT_EP_INT32 = 3,
+  EPKIT_EP_INT64 = 4,
+  EPKIT_EP_BOOL = 5
+} epkit_ep_dtype;
+
+/* A strided view of device memory. data == NULL: not given (optional inputs),
+ * unless shape says it is an empty matrix. */
+typedef struct epkit_ep_tensor {
+  void* data;
+  int32_t dtype; /* epkit_ep_dtype */
+  int32_t ndim;  /* 1 or 2 */
+  int64_t shape[2];
+  int64_t strides[2]; /* elements */
+} epkit_ep_tensor;
+
+typedef struct epkit_ep_options {
+  int32_t max_tokens; /* largest token count any rank passes */
+  int32_t max_hidden; /* multiple of 128 */
+  int32_t max_topk;
+  uint64_t num_bytes; /* heap budget per GPU; 0 = what the sizes need */
+  double timeout_s;   /* bound on every wait for another rank */
+} epkit_ep_options;
+
+typedef struct epkit_ep_config {
+  int32_t num_sms;
+  int32_t num_warps;
+  int32_t nvl_chunk; /* 1, 2, 4 or 8 */
+} epkit_ep_config;
+
+/* What an operation waits for and who waits for it (ep.h StreamOrder). */
+typedef struct epkit_ep_order {
+  void* stream;         /* the caller's stream (cudaStream_t; NULL = legacy default) */
+  void* previous;       /* cudaEvent_t to wait for instead of `stream`, or NULL */
+  int32_t async_finish; /* 1: `stream` does not wait; the caller uses the returned event */
+  int32_t want_event;   /* 1: return the completion event (caller destroys it) */
+} epkit_ep_order;
+
+typedef struct epkit_ep_buffer epkit_ep_buffer;
+typedef struct epkit_ep_handle epkit_ep_handle;
+
+/* The bootstrap: every rank's `bytes` bytes (the same count on every rank),
+ * by rank, into `out` (world_size * bytes). Return 0 on success. Called on the
+ * creating thread, during epkit_ep_buffer_create only. */
+typedef int (*epkit_ep_all_gather_fn)(void* user, const void* mine, size_t bytes, void* out);
+
+typedef struct epkit_ep_layout_out {
+  epkit_ep_tensor num_tokens_per_rank;   /* int32 [ranks] */
+  epkit_ep_tensor num_tokens_per_expert; /* int32 [experts] */
+  epkit_ep_tensor is_token_in_rank;      /* bool [tokens, ranks] */
+  void* event;                           /* cudaEvent_t when order.want_event */
+} epkit_ep_layout_out;
+
+typedef struct epkit_ep_dispatch_args {
+  epkit_ep_tensor x;        /* bf16 or fp8_e4m3 [tokens, hidden] */
+  epkit_ep_tensor x_scales; /* fp32 [tokens, hidden/128] (fp8 only), row- or column-major */
+  epkit_ep_tensor topk_idx; /* int64/int32 [tokens, topk]; not for a cached dispatch */
+  epkit_ep_tensor topk_weights;
+  epkit_ep_tensor num_tokens_per_rank;
+  epkit_ep_tensor is_token_in_rank;
+  epkit_ep_tensor num_tokens_per_expert;
+  const epkit_ep_handle* handle; /* non-NULL: cached dispatch */
+  int32_t expert_alignment;
+  int32_t num_worst_tokens;
+  epkit_ep_config config;
+  epkit_ep_order order;
+} epkit_ep_dispatch_args;
+
+typedef struct epkit_ep_dispatch_out {
+  epkit_ep_tensor recv_x;
+  epkit_ep_tensor recv_x_scales;          /* fp32 row-major (fp8 only) */
+  epkit_ep_tensor recv_topk_idx;          /* local expert or -1 */
+  epkit_ep_tensor recv_topk_weights;      /* fp32 */
+  epkit_ep_tensor recv_src_idx;           /* int32 [received] */
+  epkit_ep_tensor recv_tokens_per_expert; /* int32 [local experts] on the device */
+  /* Received rows per local expert (aligned); host memory owned by the
+   * Buffer, valid until its next dispatch. Count 0 with num_worst_tokens or
+   * for a cached dispatch. */
+  const int32_t* num_recv_tokens_per_expert;
+  int32_t num_local_experts;
+  int32_t num_recv_tokens; /* -1 with num_worst_tokens */
+  epkit_ep_handle* handle; /* new reference: epkit_ep_handle_release */
+  void* event;
+} epkit_ep_dispatch_out;
+
+typedef struct epkit_ep_combine_args {
+  epkit_ep_tensor x;            /* bf16 [received, hidden] in receive order */
+  epkit_ep_tensor topk_weights; /* fp32 [received, topk], optional */
+  const epkit_ep_handle* handle;
+  epkit_ep_config config;
+  epkit_ep_order order;
+} epkit_ep_combine_args;
+
+typedef struct epkit_ep_combine_out {
+  epkit_ep_tensor combined_x;            /* bf16 [tokens, hidden] */
+  epkit_ep_tensor combined_topk_weights; /* fp32 [tokens, topk] when weights were given */
+  void* event;
+} epkit_ep_combine_out;
+
+typedef struct epkit_ep_handle_info {
+  int32_t num_tokens;
+  int32_t num_ranks;
+  int32_t hidden;
+  int32_t num_recv_tokens; /* -1 after a num_worst_tokens dispatch */
+  int32_t num_worst_tokens;
+  epkit_ep_tensor rank_prefix_matrix; /* int32 [ranks, ranks] */
+  epkit_ep_tensor send_row;           /* int32 [tokens, ranks] */
+} epkit_ep_handle_info;
+
+EPKIT_EP_API int32_t epkit_ep_abi_version(void);
+EPKIT_EP_API const char* epkit_ep_version(void);
+/* The message of this thread's last failed call ("" if none). */
+EPKIT_EP_API const char* epkit_ep_last_error(void);
+EPKIT_EP_API const char* epkit_ep_status_name(int32_t status);
+
+/* Visible CUDA devices; EPKIT_EP_ERR_UNAVAILABLE naming the cause when none. */
+EPKIT_EP_API epkit_ep_status epkit_ep_device_count(int32_t* count);
+EPKIT_EP_API epkit_ep_status epkit_ep_default_options(epkit_ep_options* out);
+EPKIT_EP_API epkit_ep_status epkit_ep_default_config(epkit_ep_config* out);
+EPKIT_EP_API epkit_ep_status epkit_ep_bytes_needed(const epkit_ep_options* options,
+                                                   int32_t num_ranks, uint64_t* out);
+
+/* Makes `device` this thread's current CUDA device in the library's CUDA
+ * runtime (the one a Buffer is created on). */
+EPKIT_EP_API epkit_ep_status epkit_ep_set_device(int32_t device);
+
+/* Collective over the ranks: allocates on the current CUDA device. Later
+ * calls on the Buffer switch to that device first, from any thread. */
+EPKIT_EP_API epkit_ep_status epkit_ep_buffer_create(int32_t rank, int32_t world_size,
+                                                    epkit_ep_all_gather_fn all_gather, void* user,
+                                                    const epkit_ep_options* options,
+                                                    epkit_ep_buffer** out);
+EPKIT_EP_API void epkit_ep_buffer_destroy(epkit_ep_buffer* buffer);
+EPKIT_EP_API epkit_ep_status epkit_ep_buffer_info(const epkit_ep_buffer* buffer, int32_t* rank,
+                                                  int32_t* num_ranks, void** comm_stream);
+
+EPKIT_EP_API epkit_ep_status epkit_ep_layout(epkit_ep_buffer* buffer,
+                                             const epkit_ep_tensor* topk_idx, int32_t num_experts,
+                                             const epkit_ep_order* order, epkit_ep_layout_out* out);
+EPKIT_EP_API epkit_ep_status epkit_ep_dispatch(epkit_ep_buffer* buffer,
+                                               const epkit_ep_dispatch_args* args,
+                                               epkit_ep_dispatch_out* out);
+EPKIT_EP_API epkit_ep_status epkit_ep_combine(epkit_ep_buffer* buffer,
+                                              const epkit_ep_combine_args* args,
+                                              epkit_ep_combine_out* out);
+/* Where a combine reads its input in place (ep.h Buffer::combine_input). */
+EPKIT_EP_API epkit_ep_status epkit_ep_combine_input(epkit_ep_buffer* buffer, int64_t rows,
+                                                    int64_t hidden, epkit_ep_tensor* out);
+EPKIT_EP_API epkit_ep_status epkit_ep_barrier(epkit_ep_buffer* buffer);
+EPKIT_EP_API epkit_ep_status epkit_ep_synchronize(epkit_ep_buffer* buffer);
+
+/* Copies n views (same dtype and shape, any row strides) on the Buffer's
+ * stream, after what is queued there: how a caller takes ownership of
+ * outputs. Then, per `order`: returns an event and/or makes order->stream
+ * wait (order->previous is ignored). */
+EPKIT_EP_API epkit_ep_status epkit_ep_copy(epkit_ep_buffer* buffer, int32_t n,
+                                           const epkit_ep_tensor* dst, const epkit_ep_tensor* src,
+                                           const epkit_ep_order* order, void** event);
+
+EPKIT_EP_API epkit_ep_status epkit_ep_handle_info_get(const epkit_ep_handle* handle,
+                                                      epkit_ep_handle_info* out);
+EPKIT_EP_API void epkit_ep_handle_release(epkit_ep_handle* handle);
+
+/* A new event recorded on `stream` (DeepEP's Buffer.capture); the caller
+ * destroys it. */
+EPKIT_EP_API epkit_ep_status epkit_ep_event_record(void* stream, void** event);
+EPKIT_EP_API epkit_ep_status epkit_ep_event_wait(void* event, void* stream);
+EPKIT_EP_API epkit_ep_status epkit_ep_event_synchronize(void* event);
+EPKIT_EP_API void epkit_ep_event_destroy(void* event);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EPKIT_EP_C_H */

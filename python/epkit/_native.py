@@ -1,0 +1,196 @@
+"""ctypes bindings to libepkit_ep.so, the engine's C ABI (include/epkit/ep_c.h).
+
+No PyTorch here: this module loads with the standard library only, so that
+`import epkit` works on any machine and can say why the engine cannot run.
+"""
+
+import ctypes
+import os
+import pathlib
+from typing import List, Optional
+
+ABI_VERSION = 1
+LIBRARY_NAME = "libepkit_ep.so"
+
+OK, ERR_INVALID, ERR_UNAVAILABLE, ERR_CUDA, ERR_TIMEOUT, ERR_BOOTSTRAP, ERR_INTERNAL = range(7)
+BF16, FP8_E4M3, FP32, INT32, INT64, BOOL = range(6)
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * 2), ("strides", ctypes.c_int64 * 2)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("max_tokens", ctypes.c_int32), ("max_hidden", ctypes.c_int32),
+                ("max_topk", ctypes.c_int32), ("num_bytes", ctypes.c_uint64),
+                ("timeout_s", ctypes.c_double)]
+
+
+class Config(ctypes.Structure):
+    _fields_ = [("num_sms", ctypes.c_int32), ("num_warps", ctypes.c_int32),
+                ("nvl_chunk", ctypes.c_int32)]
+
+
+class Order(ctypes.Structure):
+    _fields_ = [("stream", ctypes.c_void_p), ("previous", ctypes.c_void_p),
+                ("async_finish", ctypes.c_int32), ("want_event", ctypes.c_int32)]
+
+
+class LayoutOut(ctypes.Structure):
+    _fields_ = [("num_tokens_per_rank", Tensor), ("num_tokens_per_expert", Tensor),
+                ("is_token_in_rank", Tensor), ("event", ctypes.c_void_p)]
+
+
+class DispatchArgs(ctypes.Structure):
+    _fields_ = [("x", Tensor), ("x_scales", Tensor), ("topk_idx", Tensor), ("topk_weights", Tensor),
+                ("num_tokens_per_rank", Tensor), ("is_token_in_rank", Tensor),
+                ("num_tokens_per_expert", Tensor), ("handle", ctypes.c_void_p),
+                ("expert_alignment", ctypes.c_int32), ("num_worst_tokens", ctypes.c_int32),
+                ("config", Config), ("order", Order)]
+
+
+class DispatchOut(ctypes.Structure):
+    _fields_ = [("recv_x", Tensor), ("recv_x_scales", Tensor), ("recv_topk_idx", Tensor),
+                ("recv_topk_weights", Tensor), ("recv_src_idx", Tensor),
+                ("recv_tokens_per_expert", Tensor),
+                ("num_recv_tokens_per_expert", ctypes.POINTER(ctypes.c_int32)),
+                ("num_local_experts", ctypes.c_int32), ("num_recv_tokens", ctypes.c_int32),
+                ("handle", ctypes.c_void_p), ("event", ctypes.c_void_p)]
+
+
+class CombineArgs(ctypes.Structure):
+    _fields_ = [("x", Tensor), ("topk_weights", Tensor), ("handle", ctypes.c_void_p),
+                ("config", Config), ("order", Order)]
+
+
+class CombineOut(ctypes.Structure):
+    _fields_ = [("combined_x", Tensor), ("combined_topk_weights", Tensor), ("event", ctypes.c_void_p)]
+
+
+class HandleInfo(ctypes.Structure):
+    _fields_ = [("num_tokens", ctypes.c_int32), ("num_ranks", ctypes.c_int32),
+                ("hidden", ctypes.c_int32), ("num_recv_tokens", ctypes.c_int32),
+                ("num_worst_tokens", ctypes.c_int32), ("rank_prefix_matrix", Tensor),
+                ("send_row", Tensor)]
+
+
+ALL_GATHER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                 ctypes.c_void_p)
+
+_P = ctypes.POINTER
+_S = ctypes.c_int  # every status-returning entry point
+_SIGNATURES = {
+    "epkit_ep_abi_version": (ctypes.c_int32, []),
+    "epkit_ep_version": (ctypes.c_char_p, []),
+    "epkit_ep_last_error": (ctypes.c_char_p, []),
+    "epkit_ep_status_name": (ctypes.c_char_p, [ctypes.c_int32]),
+    "epkit_ep_device_count": (_S, [_P(ctypes.c_int32)]),
+    "epkit_ep_set_device": (_S, [ctypes.c_int32]),
+    "epkit_ep_default_options": (_S, [_P(Options)]),
+    "epkit_ep_default_config": (_S, [_P(Config)]),
+    "epkit_ep_bytes_needed": (_S, [_P(Options), ctypes.c_int32, _P(ctypes.c_uint64)]),
+    "epkit_ep_buffer_create": (_S, [ctypes.c_int32, ctypes.c_int32, ALL_GATHER_FN, ctypes.c_void_p,
+                                    _P(Options), _P(ctypes.c_void_p)]),
+    "epkit_ep_buffer_destroy": (None, [ctypes.c_void_p]),
+    "epkit_ep_buffer_info": (_S, [ctypes.c_void_p, _P(ctypes.c_int32), _P(ctypes.c_int32),
+                                  _P(ctypes.c_void_p)]),
+    "epkit_ep_layout": (_S, [ctypes.c_void_p, _P(Tensor), ctypes.c_int32, _P(Order), _P(LayoutOut)]),
+    "epkit_ep_dispatch": (_S, [ctypes.c_void_p, _P(DispatchArgs), _P(DispatchOut)]),
+    "epkit_ep_combine": (_S, [ctypes.c_void_p, _P(CombineArgs), _P(CombineOut)]),
+    "epkit_ep_combine_input": (_S, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, _P(Tensor)]),
+    "epkit_ep_barrier": (_S, [ctypes.c_void_p]),
+    "epkit_ep_synchronize": (_S, [ctypes.c_void_p]),
+    "epkit_ep_copy": (_S, [ctypes.c_void_p, ctypes.c_int32, _P(Tensor), _P(Tensor), _P(Order),
+                           _P(ctypes.c_void_p)]),
+    "epkit_ep_handle_info_get": (_S, [ctypes.c_void_p, _P(HandleInfo)]),
+    "epkit_ep_handle_release": (None, [ctypes.c_void_p]),
+    "epkit_ep_event_record": (_S, [ctypes.c_void_p, _P(ctypes.c_void_p)]),
+    "epkit_ep_event_wait": (_S, [ctypes.c_void_p, ctypes.c_void_p]),
+    "epkit_ep_event_synchronize": (_S, [ctypes.c_void_p]),
+    "epkit_ep_event_destroy": (None, [ctypes.c_void_p]),
+}
+
+
+class EngineError(RuntimeError):
+    """A failed engine call; `status` is the C ABI's status name."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(f"epkit engine ({status}): {message}")
+        self.status = status
+
+
+def candidates() -> List[pathlib.Path]:
+    """Where the library is looked for, in order."""
+    here = pathlib.Path(__file__).resolve().parent
+    found = []
+    env = os.environ.get("EPKIT_LIBRARY")
+    if env:
+        found.append(pathlib.Path(env))
+    found += [here / "lib" / LIBRARY_NAME, here / LIBRARY_NAME]
+    # A source checkout: python/epkit -> <repo>/build/lib.
+    found.append(here.parent.parent / "build" / "lib" / LIBRARY_NAME)
+    return found
+
+
+class Library:
+    """The loaded C ABI with typed entry points."""
+
+    def __init__(self, path: pathlib.Path):
+        self.path = path
+        self.lib = ctypes.CDLL(str(path))
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            fn = getattr(self.lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+            short = name[len("epkit_ep_"):]
+            if not hasattr(type(self), short):  # last_error stays the decoding method
+                setattr(self, short, fn)
+        abi = self.abi_version()
+        if abi != ABI_VERSION:
+            raise ImportError(f"{path} has C ABI version {abi}; this package needs {ABI_VERSION}")
+
+    def last_error(self) -> str:
+        return (self.lib.epkit_ep_last_error() or b"").decode(errors="replace")
+
+    def check(self, status: int) -> None:
+        if status != OK:
+            name = self.status_name(status).decode()
+            raise EngineError(name, self.last_error())
+
+
+_library: Optional[Library] = None
+_load_error: Optional[str] = None
+
+
+def load() -> Library:
+    """The library, loaded once; ImportError naming every place tried."""
+    global _library, _load_error
+    if _library is not None:
+        return _library
+    if _load_error is not None:
+        raise ImportError(_load_error)
+    tried = []
+    for path in candidates():
+        if not path.is_file():
+            tried.append(f"{path} (absent)")
+            continue
+        try:
+            _library = Library(path)
+            return _library
+        except (OSError, ImportError, AttributeError) as e:
+            tried.append(f"{path} ({e})")
+    _load_error = ("epkit's engine library (libepkit_ep.so, built by the CUDA build) was not found: "
+                   "set EPKIT_LIBRARY to its path. Tried: " + "; ".join(tried))
+    raise ImportError(_load_error)
+
+
+def tensor(data: int, dtype: int, shape, strides) -> Tensor:
+    t = Tensor()
+    t.data = data
+    t.dtype = dtype
+    t.ndim = len(shape)
+    for i, (n, s) in enumerate(zip(shape, strides)):
+        t.shape[i] = n
+        t.strides[i] = s
+    return t

@@ -1,0 +1,27 @@
+"""DeepEP V1's Python API (deep_ep at commit 29d31c0) over epkit's engine.
+
+Replace `import deep_ep` with `import epkit.deep_ep as deep_ep`. Intranode
+normal mode (1-8 ranks of one node: layout, dispatch, cached dispatch,
+combine) is supported; internode and low-latency mode raise
+NotImplementedError naming the feature. Importing needs no PyTorch;
+`topk_idx_t` and Buffer do.
+"""
+
+from ._checks import EPAssertionError
+from ._events import Config, EventHandle, EventOverlap
+from .buffer import Buffer, DispatchHandle
+
+__all__ = ["Buffer", "Config", "EventOverlap", "EventHandle", "DispatchHandle", "EPAssertionError",
+           "topk_idx_t"]
+
+
+def __getattr__(name):
+    # DeepEP's topk_idx_t is torch.int64; resolved on first use so that the
+    # module imports without PyTorch.
+    if name == "topk_idx_t":
+        try:
+            import torch
+        except ImportError as e:
+            raise AttributeError(f"epkit.deep_ep.topk_idx_t needs PyTorch ({e})") from e
+        return torch.int64
+    raise AttributeError(f"module 'epkit.deep_ep' has no attribute {name!r}")

@@ -1,0 +1,510 @@
+"""deep_ep.Buffer over epkit's engine (intranode normal mode).
+
+Every operation queues the engine's kernels on the Buffer's communication
+stream, then copies the engine's outputs (views into the Buffer) into
+tensors from PyTorch's caching allocator on the same stream, so the caller
+owns them as with DeepEP. `zero_copy=True` returns the views instead: no
+copy, valid until the next operation of the same kind.
+"""
+
+import ctypes
+from typing import List, Optional, Tuple
+
+from .. import _native
+from . import _checks
+from ._checks import require
+from ._events import Config, EventHandle, EventOverlap
+
+_byref = ctypes.byref
+
+# Intranode dispatch and combine configs by rank count, as DeepEP tunes them.
+_DISPATCH_CONFIGS = {2: (24, 256, 6, 128), 4: (6, 256, 6, 128), 8: (6, 256, 6, 128),
+                     16: (36, 288, 20, 128), 24: (32, 288, 8, 128), 32: (32, 288, 8, 128),
+                     48: (32, 288, 8, 128), 64: (32, 288, 8, 128), 96: (20, 480, 12, 128),
+                     128: (20, 560, 12, 128), 144: (32, 720, 12, 128), 160: (28, 720, 12, 128)}
+_COMBINE_CONFIGS = {2: (10, 256, 6, 128), 4: (9, 256, 6, 128), 8: (4, 256, 6, 128),
+                    16: (4, 288, 12, 128), 24: (1, 288, 8, 128), 32: (1, 288, 8, 128),
+                    48: (1, 288, 8, 128), 64: (1, 288, 8, 128), 96: (1, 480, 8, 128),
+                    128: (1, 560, 8, 128), 144: (2, 720, 8, 128), 160: (2, 720, 8, 128)}
+
+_MAX_TOKENS_CAP = 1 << 16
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError(f"epkit.deep_ep.Buffer needs PyTorch, which is not importable here ({e})") from e
+    return torch
+
+
+def _not_implemented(feature: str):
+    return NotImplementedError(f"epkit.deep_ep: {feature} is not implemented yet "
+                               "(epkit's engine does intranode normal mode: 1-8 ranks of one node)")
+
+
+class _NativeHandle:
+    """Owns one reference to the engine's dispatch handle."""
+
+    __slots__ = ("ptr", "rows", "_lib")
+
+    def __init__(self, lib, ptr: int, rows: int):
+        self._lib, self.ptr, self.rows = lib, ptr, rows
+
+    def __del__(self):
+        ptr, self.ptr = getattr(self, "ptr", None), None
+        if ptr:
+            try:
+                self._lib.handle_release(ptr)
+            except Exception:  # interpreter shutdown
+                pass
+
+
+class DispatchHandle(tuple):
+    """DeepEP's handle tuple (rank_prefix_matrix, channel_prefix_matrix,
+    recv_channel_prefix_matrix, recv_src_idx, is_token_in_rank, send_head)
+    plus the engine's routing. The channel matrices and send_head have no
+    counterpart in epkit's engine and are None."""
+
+    native: _NativeHandle
+
+    def __new__(cls, items, native: _NativeHandle):
+        self = super().__new__(cls, items)
+        self.native = native
+        return self
+
+
+def _native_handle(handle) -> _NativeHandle:
+    native = getattr(handle, "native", None)
+    if not isinstance(native, _NativeHandle):
+        raise TypeError("the handle must come from epkit.deep_ep.Buffer.dispatch")
+    return native
+
+
+class _View:
+    """__cuda_array_interface__ of an engine view (zero-copy opt-in)."""
+
+    _TYPESTR = {_native.BF16: "<i2", _native.FP8_E4M3: "|u1", _native.FP32: "<f4", _native.INT32: "<i4",
+                _native.INT64: "<i8", _native.BOOL: "|b1"}
+    _SIZE = {_native.BF16: 2, _native.FP8_E4M3: 1, _native.FP32: 4, _native.INT32: 4, _native.INT64: 8,
+             _native.BOOL: 1}
+
+    def __init__(self, t: _native.Tensor):
+        size = self._SIZE[t.dtype]
+        shape = tuple(t.shape[i] for i in range(t.ndim))
+        self.__cuda_array_interface__ = {
+            "shape": shape, "typestr": self._TYPESTR[t.dtype], "data": (t.data or 0, False),
+            "strides": tuple(t.strides[i] * size for i in range(t.ndim)), "version": 2}
+
+
+class Buffer:
+    """DeepEP's Buffer (V1, commit 29d31c0) over epkit's engine.
+
+    epkit-only keyword arguments: max_tokens (largest token count a rank
+    passes; default: as many as num_nvl_bytes holds), max_hidden, max_topk,
+    zero_copy (outputs are views into the Buffer), timeout_s."""
+
+    num_sms: int = 20
+
+    def __init__(self, group, num_nvl_bytes: int = 0, num_rdma_bytes: int = 0,
+                 low_latency_mode: bool = False, num_qps_per_rank: int = 24,
+                 allow_nvlink_for_low_latency_mode: bool = True, allow_mnnvl: bool = False,
+                 use_fabric: bool = False, explicitly_destroy: bool = False, enable_shrink: bool = False,
+                 comm=None, *, max_tokens: Optional[int] = None, max_hidden: int = 7168, max_topk: int = 8,
+                 zero_copy: bool = False, timeout_s: Optional[float] = None) -> None:
+        self.runtime = None
+        if low_latency_mode:
+            raise _not_implemented("low-latency mode (low_latency_mode=True)")
+        if num_rdma_bytes > 0:
+            raise _not_implemented("internode (RDMA) communication (num_rdma_bytes > 0)")
+        if enable_shrink:
+            raise _not_implemented("shrink mode (enable_shrink=True)")
+        if use_fabric:
+            raise _not_implemented("fabric memory (use_fabric=True)")
+        torch = _torch()
+        self._torch = torch
+        self._lib = lib = _native.load()
+
+        if group is not None:
+            self.rank, self.group, self.group_size = group.rank(), group, group.size()
+
+            def all_gather_object(obj):
+                out = [None] * self.group_size
+                torch.distributed.all_gather_object(out, obj, group)
+                return out
+        elif comm is not None:
+            self.rank, self.group, self.group_size = comm.Get_rank(), comm, comm.Get_size()
+
+            def all_gather_object(obj):
+                return comm.allgather(obj)
+        else:
+            raise ValueError("Either 'group' or 'comm' must be provided.")
+        if self.group_size > 8:
+            raise _not_implemented(f"internode communication ({self.group_size} ranks; a Buffer spans 1-8)")
+
+        self.num_nvl_bytes = num_nvl_bytes
+        self.num_rdma_bytes = num_rdma_bytes
+        self.low_latency_mode = low_latency_mode
+        self.explicitly_destroy = explicitly_destroy
+        self.enable_shrink = enable_shrink
+        self.zero_copy = zero_copy
+
+        options = _native.Options()
+        lib.check(lib.default_options(_byref(options)))
+        options.max_hidden, options.max_topk = max_hidden, max_topk
+        if timeout_s is not None:
+            options.timeout_s = timeout_s
+        options.max_tokens = max_tokens if max_tokens is not None else self._tokens_fitting(options)
+        options.num_bytes = int(num_nvl_bytes)
+        self.max_tokens, self.max_hidden, self.max_topk = options.max_tokens, max_hidden, max_topk
+
+        self._device = torch.cuda.current_device()
+        lib.check(lib.set_device(self._device))
+        failure: List[BaseException] = []
+
+        def gather(_user, mine, nbytes, out):
+            try:
+                parts = all_gather_object(ctypes.string_at(mine, nbytes))
+                blob = b"".join(parts)
+                if len(blob) != nbytes * self.group_size:
+                    raise RuntimeError("ranks sent handshakes of different sizes")
+                ctypes.memmove(out, blob, len(blob))
+                return 0
+            except BaseException as e:  # never unwind through C
+                failure.append(e)
+                return 1
+
+        callback = _native.ALL_GATHER_FN(gather)
+        runtime = ctypes.c_void_p()
+        status = lib.buffer_create(self.rank, self.group_size, callback, None, _byref(options), _byref(runtime))
+        if status != _native.OK:
+            error = _native.EngineError(lib.status_name(status).decode(), lib.last_error())
+            raise error from (failure[0] if failure else None)
+        self.runtime = runtime.value
+        stream = ctypes.c_void_p()
+        lib.check(lib.buffer_info(self.runtime, None, None, _byref(stream)))
+        self._comm_stream = torch.cuda.ExternalStream(stream.value, device=self._device)
+        self._comm_ptr = stream.value
+        self._dtypes = {_native.BF16: torch.bfloat16, _native.FP8_E4M3: torch.float8_e4m3fn,
+                        _native.FP32: torch.float32, _native.INT32: torch.int32,
+                        _native.INT64: torch.int64, _native.BOOL: torch.bool}
+        self._cuda = torch.device("cuda", self._device)
+
+    def _tokens_fitting(self, options: _native.Options) -> int:
+        """The most tokens per rank whose heap fits num_nvl_bytes (DeepEP
+        sizes its buffer in bytes; the engine in tokens)."""
+        if self.num_nvl_bytes <= 0:
+            return options.max_tokens
+
+        def need(tokens: int) -> int:
+            options.max_tokens = tokens
+            out = ctypes.c_uint64()
+            self._lib.check(self._lib.bytes_needed(_byref(options), self.group_size, _byref(out)))
+            return out.value
+
+        if need(1) > self.num_nvl_bytes:
+            raise ValueError(f"num_nvl_bytes = {self.num_nvl_bytes} does not hold one token of hidden "
+                             f"{options.max_hidden} on {self.group_size} ranks ({need(1)} bytes needed)")
+        lo, hi = 1, _MAX_TOKENS_CAP
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if need(mid) <= self.num_nvl_bytes else (lo, mid - 1)
+        return lo
+
+    # Lifetime -------------------------------------------------------------
+
+    def destroy(self):
+        assert self.explicitly_destroy, '`explicitly_destroy` flag must be set'
+        self._release()
+
+    def _release(self):
+        runtime, self.runtime = self.runtime, None
+        if runtime:
+            self._lib.check(self._lib.synchronize(runtime))
+            self._lib.buffer_destroy(runtime)
+
+    def __del__(self):
+        if getattr(self, "runtime", None) and not self.explicitly_destroy:
+            try:
+                self._release()
+            except Exception:  # interpreter shutdown
+                pass
+
+    def _live(self):
+        require(self.runtime is not None, "the Buffer was destroyed")
+        return self.runtime
+
+    # Static API -----------------------------------------------------------
+
+    @staticmethod
+    def is_sm90_compiled() -> bool:
+        """epkit's kernels always carry the FP8 (E4M3) path."""
+        return True
+
+    @staticmethod
+    def set_num_sms(new_num_sms: int) -> None:
+        assert new_num_sms % 2 == 0, 'The SM count must be even'
+        Buffer.num_sms = new_num_sms
+
+    @staticmethod
+    def capture() -> EventOverlap:
+        return EventOverlap(EventHandle())
+
+    @staticmethod
+    def get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank: int, hidden: int, num_ranks: int,
+                                       num_experts: int) -> int:
+        raise _not_implemented("low-latency mode")
+
+    @staticmethod
+    def get_dispatch_config(num_ranks: int) -> Config:
+        assert num_ranks in _DISPATCH_CONFIGS, f'Unsupported number of EP ranks: {num_ranks}'
+        return Config(Buffer.num_sms, *_DISPATCH_CONFIGS[num_ranks])
+
+    @staticmethod
+    def get_combine_config(num_ranks: int) -> Config:
+        assert num_ranks in _COMBINE_CONFIGS, f'Unsupported number of EP ranks: {num_ranks}'
+        return Config(Buffer.num_sms, *_COMBINE_CONFIGS[num_ranks])
+
+    @staticmethod
+    def _unpack_bias(bias):
+        bias_0, bias_1 = None, None
+        if isinstance(bias, tuple):
+            assert len(bias) == 2
+            bias_0, bias_1 = bias
+        elif bias is not None:
+            bias_0 = bias
+        return bias_0, bias_1
+
+    def _default_config(self, table) -> Config:
+        """get_dispatch_config / get_combine_config, made once per SM count."""
+        key = (id(table), Buffer.num_sms)
+        cache = self.__dict__.setdefault("_configs", {})
+        if key not in cache:
+            assert self.group_size in table, f'Unsupported number of EP ranks: {self.group_size}'
+            cache[key] = Config(Buffer.num_sms, *table[self.group_size])
+        return cache[key]
+
+    def get_comm_stream(self):
+        return self._comm_stream
+
+    def get_local_buffer_tensor(self, dtype, size=None, offset: int = 0, use_rdma_buffer: bool = False):
+        """The Buffer's combine-input region (the part of its memory a caller
+        may write: expert outputs placed there are combined in place)."""
+        if use_rdma_buffer:
+            raise _not_implemented("the RDMA buffer (use_rdma_buffer=True)")
+        torch = self._torch
+        view = _native.Tensor()
+        rows = self.group_size * self.max_tokens
+        self._lib.check(self._lib.combine_input(self._live(), rows, self.max_hidden, _byref(view)))
+        tensor = torch.as_tensor(_View(view), device=self._cuda).view(torch.uint8).view(-1).view(dtype)[offset:]
+        if size is None:
+            return tensor
+        assert tensor.numel() >= size.numel()
+        return tensor[:size.numel()].view(size)
+
+    # Stream plumbing ------------------------------------------------------
+
+    def _engine_order(self, previous_event, async_finish: bool, stream: int) -> _native.Order:
+        order = _native.Order()
+        order.stream = stream
+        if previous_event is not None:
+            event = getattr(previous_event, "event", previous_event)
+            order.previous = event.ptr
+        if self.zero_copy:
+            order.async_finish, order.want_event = int(async_finish), int(async_finish)
+        else:
+            # The copy into the caller's tensors finishes the operation.
+            order.async_finish, order.want_event = 1, 0
+        return order
+
+    def _outputs(self, views, stream: int, async_finish: bool, allocate_on_comm_stream: bool,
+                 engine_event) -> Tuple[list, Optional[EventHandle]]:
+        """Tensors the caller owns for `views` (None where a view is absent),
+        and the event when async_finish."""
+        torch = self._torch
+        if self.zero_copy:
+            out = [None if (not v.data and v.ndim == 0) else self._as_view(v) for v in views]
+            return out, (EventHandle(engine_event) if engine_event else None)
+        out, dst, src = [], [], []
+        with torch.cuda.stream(self._comm_stream) if allocate_on_comm_stream else _nullcontext():
+            for v in views:
+                if not v.data and v.ndim == 0:
+                    out.append(None)
+                    continue
+                shape = (v.shape[0],) if v.ndim == 1 else (v.shape[0], v.shape[1])
+                t = torch.empty(shape, dtype=self._dtypes[v.dtype], device=self._cuda)
+                out.append(t)
+                dst.append(_native.tensor(t.data_ptr(), v.dtype, shape, t.stride()))
+                src.append(v)
+        n = len(dst)
+        order = _native.Order(stream, None, int(async_finish), int(async_finish))
+        event = ctypes.c_void_p()
+        self._lib.check(self._lib.copy(self.runtime, n, (_native.Tensor * n)(*dst), (_native.Tensor * n)(*src),
+                                       _byref(order), _byref(event)))
+        return out, (EventHandle(event.value) if event.value else None)
+
+    def _as_view(self, v: _native.Tensor):
+        t = self._torch.as_tensor(_View(v), device=self._cuda)
+        if v.dtype in (_native.BF16, _native.FP8_E4M3):
+            t = t.view(self._dtypes[v.dtype])
+        return t
+
+    def _record(self, async_finish: bool, allocate_on_comm_stream: bool, inputs, outputs) -> None:
+        """DeepEP's record_stream rules: with async_finish the comm stream
+        uses every tensor past the call."""
+        if not async_finish or self.zero_copy:
+            return
+        compute = self._torch.cuda.current_stream()
+        for t in inputs:
+            if t is not None:
+                t.record_stream(self._comm_stream)
+        for t in outputs:
+            if t is not None:
+                t.record_stream(self._comm_stream)
+                if allocate_on_comm_stream:
+                    t.record_stream(compute)
+
+    # Operations -----------------------------------------------------------
+
+    def get_dispatch_layout(self, topk_idx, num_experts: int, previous_event: Optional[EventOverlap] = None,
+                            async_finish: bool = False, allocate_on_comm_stream: bool = False):
+        _checks.layout(topk_idx, num_experts)
+        _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
+        stream = self._torch.cuda.current_stream().cuda_stream
+        order = self._engine_order(previous_event, async_finish, stream)
+        out = _native.LayoutOut()
+        lib = self._lib
+        lib.check(lib.layout(self._live(), _byref(_checks.describe(topk_idx, "topk_idx")), num_experts,
+                             _byref(order), _byref(out)))
+        (per_rank, per_expert, in_rank), event = self._outputs(
+            (out.num_tokens_per_rank, out.num_tokens_per_expert, out.is_token_in_rank), stream,
+            async_finish, allocate_on_comm_stream, out.event)
+        self._record(async_finish, allocate_on_comm_stream, (topk_idx,), (per_rank, per_expert, in_rank))
+        return per_rank, None, per_expert, in_rank, EventOverlap(event)
+
+    def dispatch(self, x, handle: Optional[Tuple] = None, num_tokens_per_rank=None, num_tokens_per_rdma_rank=None,
+                 is_token_in_rank=None, num_tokens_per_expert=None, topk_idx=None, topk_weights=None,
+                 expert_alignment: int = 1, num_worst_tokens: int = 0, config: Optional[Config] = None,
+                 previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
+                 allocate_on_comm_stream: bool = False):
+        config = self._default_config(_DISPATCH_CONFIGS) if config is None else config
+        x, x_scales = x if isinstance(x, tuple) else (x, None)
+        cached = handle is not None
+        native = _native_handle(handle) if cached else None
+        if cached:
+            is_token_in_rank = handle[4]
+        _checks.dispatch(x, x_scales, cached, num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert,
+                         topk_idx, topk_weights, self.group_size, expert_alignment, num_worst_tokens)
+        _checks.config(config, "dispatch")
+        _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
+        describe = _checks.describe
+        stream = self._torch.cuda.current_stream().cuda_stream
+        args = _native.DispatchArgs()
+        args.x = describe(x, "x")
+        if x_scales is not None:
+            args.x_scales = describe(x_scales, "x_scales")
+        if cached:
+            args.handle = native.ptr
+        else:
+            args.num_tokens_per_rank = describe(num_tokens_per_rank, "num_tokens_per_rank")
+            args.is_token_in_rank = describe(is_token_in_rank, "is_token_in_rank")
+            args.num_tokens_per_expert = describe(num_tokens_per_expert, "num_tokens_per_expert")
+            if topk_idx is not None:
+                args.topk_idx = describe(topk_idx, "topk_idx")
+                args.topk_weights = describe(topk_weights, "topk_weights")
+        args.expert_alignment = expert_alignment
+        args.num_worst_tokens = num_worst_tokens
+        args.config = config.native()
+        args.order = self._engine_order(previous_event, async_finish, stream)
+        out = _native.DispatchOut()
+        lib = self._lib
+        lib.check(lib.dispatch(self._live(), _byref(args), _byref(out)))
+
+        if cached:
+            if out.handle:
+                lib.handle_release(out.handle)
+            views = [out.recv_x, out.recv_x_scales]
+        else:
+            rows = out.num_recv_tokens if out.num_recv_tokens >= 0 else num_worst_tokens
+            new_handle = _NativeHandle(lib, out.handle, rows)
+            info = _native.HandleInfo()
+            lib.check(lib.handle_info_get(out.handle, _byref(info)))
+            views = [out.recv_x, out.recv_x_scales, out.recv_topk_idx, out.recv_topk_weights, out.recv_src_idx,
+                     info.rank_prefix_matrix]
+            counts = [out.num_recv_tokens_per_expert[i] for i in range(out.num_local_experts)]
+        tensors, event = self._outputs(views, stream, async_finish, allocate_on_comm_stream, out.event)
+        self._record(async_finish, allocate_on_comm_stream,
+                     (x, x_scales, topk_idx, topk_weights, num_tokens_per_rank, is_token_in_rank,
+                      num_tokens_per_expert), tensors)
+        recv_x = (tensors[0], tensors[1]) if x_scales is not None else tensors[0]
+        if cached:
+            return recv_x, None, None, None, None, EventOverlap(event)
+        if topk_idx is None:
+            tensors[2] = tensors[3] = None
+        prefix = tensors[5].view(self.group_size, self.group_size) if tensors[5] is not None else None
+        new_tuple = DispatchHandle((prefix, None, None, tensors[4], is_token_in_rank, None), new_handle)
+        return recv_x, tensors[2], tensors[3], counts, new_tuple, EventOverlap(event)
+
+    def combine(self, x, handle: Tuple, topk_weights=None, bias=None, config: Optional[Config] = None,
+                previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
+                allocate_on_comm_stream: bool = False):
+        config = self._default_config(_COMBINE_CONFIGS) if config is None else config
+        native = _native_handle(handle)
+        bias_0, bias_1 = Buffer._unpack_bias(bias)
+        if bias_0 is not None or bias_1 is not None:
+            raise _not_implemented("combine with bias")
+        _checks.combine(x, topk_weights, native.rows)
+        _checks.config(config, "combine")
+        _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
+        stream = self._torch.cuda.current_stream().cuda_stream
+        args = _native.CombineArgs()
+        args.x = _checks.describe(x, "x")
+        if topk_weights is not None:
+            args.topk_weights = _checks.describe(topk_weights, "topk_weights")
+        args.handle = native.ptr
+        args.config = config.native()
+        args.order = self._engine_order(previous_event, async_finish, stream)
+        out = _native.CombineOut()
+        self._lib.check(self._lib.combine(self._live(), _byref(args), _byref(out)))
+        (combined_x, combined_w), event = self._outputs(
+            (out.combined_x, out.combined_topk_weights), stream, async_finish, allocate_on_comm_stream, out.event)
+        self._record(async_finish, allocate_on_comm_stream, (x, topk_weights), (combined_x, combined_w))
+        return combined_x, combined_w, EventOverlap(event)
+
+    # Not in epkit's engine yet -------------------------------------------
+
+    def internode_dispatch(self, *args, **kwargs):
+        raise _not_implemented("internode dispatch")
+
+    def internode_combine(self, *args, **kwargs):
+        raise _not_implemented("internode combine")
+
+    def clean_low_latency_buffer(self, *args, **kwargs):
+        raise _not_implemented("low-latency mode")
+
+    def low_latency_dispatch(self, *args, **kwargs):
+        raise _not_implemented("low-latency dispatch")
+
+    def low_latency_combine(self, *args, **kwargs):
+        raise _not_implemented("low-latency combine")
+
+    def low_latency_update_mask_buffer(self, *args, **kwargs):
+        raise _not_implemented("shrink mode")
+
+    def low_latency_query_mask_buffer(self, *args, **kwargs):
+        raise _not_implemented("shrink mode")
+
+    def low_latency_clean_mask_buffer(self, *args, **kwargs):
+        raise _not_implemented("shrink mode")
+
+    def get_next_low_latency_combine_buffer(self, *args, **kwargs):
+        raise _not_implemented("low-latency mode")
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The Python package on one GPU with ranks sharing it (issue: Python access):
+#   1. DeepEP's tests/test_intranode.py (commit 29d31c0) with only
+#      `import deep_ep` changed to epkit.deep_ep, with 2 and 4 ranks;
+#   2. CUDA-graph capture and replay vs eager (tests/python/device/graph_replay.py);
+#   3. host time per call: Python vs the C++ API (overhead.py, epkit_ep_call_overhead).
+# Usage: scripts/device/python_suite.sh DEEPEP_DIR [RANKS...]
+#   DEEPEP_DIR holds DeepEP's tests/ (test_intranode.py, test_low_latency.py,
+#   utils.py), e.g. from `git -C MIRROR archive 29d31c0 tests | tar -x -C .deepep`.
+# STEPS (default deepep,graph,overhead) picks steps: one device call has 10 minutes,
+# so run e.g. STEPS=build first, then deepep with 2 ranks, deepep with 4, then graph,overhead.
+# Builds libepkit_ep.so and epkit_ep_call_overhead into $EPKIT_BUILD_DIR (build/)
+# when absent. Runs under MPS unless EPKIT_MPS=0. Logs: $OUT (or ./python-suite).
+set -u
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+deepep=${1:?usage: python_suite.sh DEEPEP_DIR [RANKS...]}
+shift
+ranks=("$@")
+((${#ranks[@]})) || ranks=(2 4)
+build=${EPKIT_BUILD_DIR:-$here/build}
+out=${OUT:-./python-suite}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+deepep=$(cd "$deepep" && pwd)
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on lent machines
+export PYTHONDONTWRITEBYTECODE=1
+
+lib=$build/lib/libepkit_ep.so
+overhead_bin=$build/tests/gpu/epkit_ep_call_overhead
+if [[ ! -f $lib || ! -x $overhead_bin ]]; then
+  echo "== build: libepkit_ep.so, epkit_ep_call_overhead (log: $out/build.txt)"
+  # The C++ timing program is a test target (needs GoogleTest to configure);
+  # without it the library alone is built and the C++ column stays empty.
+  { cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON &&
+    cmake --build "$build" -j "$(nproc)" --target epkit_ep_c epkit_ep_call_overhead; } >"$out/build.txt" 2>&1 ||
+    { cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF &&
+      cmake --build "$build" -j "$(nproc)" --target epkit_ep_c; } >>"$out/build.txt" 2>&1 ||
+    { tail -n 20 "$out/build.txt"; exit 1; }
+fi
+steps=,${STEPS:-deepep,graph,overhead},
+want() { [[ $steps == *,$1,* ]]; }
+want build && { echo "== build: done"; exit 0; }
+export EPKIT_LIBRARY=$lib
+export PYTHONPATH=$here/tests/python/shim:$here/python:$here/tests/python/device${PYTHONPATH:+:$PYTHONPATH}
+python3 -c "import epkit; print('epkit:', epkit.library_path(), '|', epkit.why_unavailable() or 'ready')"
+
+# MPS: the ranks' kernels run side by side instead of time-sliced. Started here,
+# stopped here, with its own pipe folder.
+mps_started=0
+if [[ ${EPKIT_MPS:-1} == 1 ]] && command -v nvidia-cuda-mps-control >/dev/null; then
+  export CUDA_MPS_PIPE_DIRECTORY=$out/mps-pipe CUDA_MPS_LOG_DIRECTORY=$out/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && mps_started=1 && echo "== MPS on"
+fi
+stop_mps() { ((mps_started)) && echo quit | nvidia-cuda-mps-control; }
+trap stop_mps EXIT
+
+status=0
+step() {  # step NAME COMMAND...: runs with a log, prints the verdict and tail
+  local name=$1
+  shift
+  local start=$SECONDS
+  "$@" >"$out/$name.txt" 2>&1
+  local rc=$?
+  ((rc)) && status=1
+  echo "== $name: exit $rc in $((SECONDS - start)) s"
+  return $rc
+}
+
+# 1. DeepEP's test, import line changed only.
+if want deepep; then
+tests=$out/deepep-tests
+rm -rf "$tests" && mkdir -p "$tests"
+cp "$deepep"/tests/test_intranode.py "$deepep"/tests/test_low_latency.py "$deepep"/tests/utils.py "$tests"/
+sed -i 's/^import deep_ep$/import epkit.deep_ep as deep_ep/' "$tests"/test_intranode.py "$tests"/test_low_latency.py
+diff <(cd "$deepep/tests" && cat test_intranode.py) "$tests/test_intranode.py" >"$out/import-change.diff"
+port=8361
+for n in "${ranks[@]}"; do
+  (cd "$tests" && EPKIT_SHARE_GPU=1 MASTER_PORT=$port \
+    timeout 540 python3 test_intranode.py --num-processes "$n") >"$out/test_intranode_$n.txt" 2>&1
+  rc=$?
+  ((rc)) && status=1
+  passed=$(grep -c " passed" "$out/test_intranode_$n.txt")
+  echo "== test_intranode.py, $n ranks: exit $rc, $passed/24 cases passed"
+  grep -h "\[layout\]\|Best" "$out/test_intranode_$n.txt"
+  ((rc)) && tail -n 15 "$out/test_intranode_$n.txt"
+  port=$((port + 1))
+done
+fi
+
+# 2. CUDA graphs.
+if want graph; then
+  step graph_replay timeout 300 python3 "$here/tests/python/device/graph_replay.py" --num-processes 2
+  grep -h "graph\|differs\|Error" "$out/graph_replay.txt" | tail -n 8
+fi
+
+# 3. Host overhead: C++ first, its line goes into the Python table.
+if want overhead; then
+  cpp=
+  if [[ -x $overhead_bin ]]; then
+    step overhead_cpp timeout 120 "$overhead_bin" 2 8 2000
+    cpp=$(grep -h "^cpp " "$out/overhead_cpp.txt" || true)
+  fi
+  echo "$cpp"
+  step overhead_python timeout 300 python3 "$here/tests/python/device/overhead.py" --num-processes 2 --cpp "$cpp"
+  grep "^|\|host us" "$out/overhead_python.txt"
+fi
+echo "== python suite: $([[ $status == 0 ]] && echo PASS || echo FAIL)"
+exit $status

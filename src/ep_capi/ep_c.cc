@@ -1,0 +1,413 @@
+// The C ABI (include/epkit/ep_c.h) over ep::Buffer. Each entry point converts
+// its arguments, calls the C++ API and turns a Result or an exception into a
+// status plus this thread's last-error message: nothing crosses the ABI as a
+// C++ exception.
+#include <cuda_runtime_api.h>
+#include <epkit/ep.h>
+#include <epkit/ep_c.h>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ep_capi/ep_c_convert.h"
+
+struct epkit_ep_buffer {
+  std::unique_ptr<epkit::ep::Buffer> buffer;
+  std::vector<std::int32_t> recv_counts;  // the last dispatch's per-expert list
+  int device = 0;
+};
+
+struct epkit_ep_handle {
+  std::shared_ptr<const epkit::ep::DispatchHandle> handle;
+};
+
+namespace ep = epkit::ep;
+using epkit::capi::fail;
+using epkit::capi::from_view;
+using epkit::capi::guard;
+using epkit::capi::to_view;
+
+namespace {
+
+/// ep::Bootstrap over the caller's fixed-size all_gather: one round for the
+/// lengths, one for the payloads padded to the longest.
+class CallbackBootstrap final : public ep::Bootstrap {
+ public:
+  CallbackBootstrap(int rank, int world, epkit_ep_all_gather_fn fn, void* user)
+      : m_rank(rank), m_world(world), m_fn(fn), m_user(user) {}
+  int rank() const override { return m_rank; }
+  int world_size() const override { return m_world; }
+
+  epkit::Result<std::vector<std::string>> all_gather(const std::string& mine) override {
+    auto world = static_cast<std::size_t>(m_world);
+    std::uint64_t length = mine.size();
+    std::vector<std::uint64_t> lengths(world);
+    if (m_fn(m_user, &length, sizeof(length), lengths.data()) != 0) return failed("lengths");
+    std::uint64_t longest = 0;
+    for (auto l : lengths) longest = std::max(longest, l);
+    if (longest > (1u << 20))
+      return epkit::make_error(epkit::ErrorCode::invalid,
+                               fmt::format("bootstrap all_gather: a rank sent a {}-byte length, "
+                                           "more than the 1 MiB a handshake takes",
+                                           longest));
+    std::string padded = mine;
+    padded.resize(longest, '\0');
+    std::string all(world * longest, '\0');
+    if (longest > 0 && m_fn(m_user, padded.data(), longest, all.data()) != 0)
+      return failed("payloads");
+    std::vector<std::string> out(world);
+    for (std::size_t r = 0; r < world; ++r) out[r] = all.substr(r * longest, lengths[r]);
+    return out;
+  }
+
+ private:
+  static epkit::Error failed(const char* what) {
+    return epkit::make_error(epkit::ErrorCode::nccl,
+                             fmt::format("the caller's bootstrap all_gather of the {} failed "
+                                         "(returned non-zero)",
+                                         what));
+  }
+  int m_rank;
+  int m_world;
+  epkit_ep_all_gather_fn m_fn;
+  void* m_user;
+};
+
+ep::Config to_config(const epkit_ep_config& c) {
+  ep::Config out;
+  out.num_sms = c.num_sms;
+  out.num_warps = c.num_warps;
+  out.nvl_chunk = c.nvl_chunk;
+  return out;
+}
+
+ep::StreamOrder to_order(const epkit_ep_order& o) {
+  ep::StreamOrder out;
+  out.stream = static_cast<cudaStream_t>(o.stream);
+  out.previous = static_cast<cudaEvent_t>(o.previous);
+  out.async = o.async_finish != 0;
+  return out;
+}
+
+/// The caller's copy of an operation's completion event when it asked for
+/// one: a fresh event recorded right behind the operation on the Buffer's
+/// stream (ep::Event keeps its own).
+epkit_ep_status take_event(const epkit_ep_buffer& b, const epkit_ep_order& order, void** out) {
+  *out = nullptr;
+  if (order.want_event == 0) return EPKIT_EP_OK;
+  return epkit::capi::record_on(b.buffer->comm_stream(), out);
+}
+
+/// A usable Buffer, with its device current on this thread (the current
+/// device is per thread: autograd and data-loader threads start on 0).
+epkit_ep_status check_buffer(const epkit_ep_buffer* b) {
+  if (b == nullptr || !b->buffer) return fail(EPKIT_EP_ERR_INVALID, "the buffer is null");
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != b->device) {
+    cudaError_t rc = cudaSetDevice(b->device);
+    if (rc != cudaSuccess)
+      return fail(EPKIT_EP_ERR_CUDA,
+                  fmt::format("cudaSetDevice({}): {}", b->device, cudaGetErrorString(rc)));
+  }
+  return EPKIT_EP_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+int32_t epkit_ep_abi_version(void) {
+  return EPKIT_EP_ABI_VERSION;
+}
+
+const char* epkit_ep_version(void) {
+  return EPKIT_VERSION;
+}
+
+epkit_ep_status epkit_ep_device_count(int32_t* count) {
+  return guard([&]() -> epkit_ep_status {
+    if (count == nullptr) return fail(EPKIT_EP_ERR_INVALID, "count is null");
+    *count = 0;
+    int n = 0;
+    cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc != cudaSuccess)
+      return fail(EPKIT_EP_ERR_UNAVAILABLE,
+                  fmt::format("no usable CUDA device: cudaGetDeviceCount: {} ({})",
+                              cudaGetErrorString(rc), cudaGetErrorName(rc)));
+    if (n == 0) return fail(EPKIT_EP_ERR_UNAVAILABLE, "no CUDA device is visible");
+    *count = n;
+    return EPKIT_EP_OK;
+  });
+}
+
+epkit_ep_status epkit_ep_set_device(int32_t device) {
+  cudaError_t rc = cudaSetDevice(device);
+  if (rc != cudaSuccess)
+    return fail(rc == cudaErrorInvalidDevice ? EPKIT_EP_ERR_INVALID : EPKIT_EP_ERR_UNAVAILABLE,
+                fmt::format("cudaSetDevice({}): {} ({})", device, cudaGetErrorString(rc),
+                            cudaGetErrorName(rc)));
+  return EPKIT_EP_OK;
+}
+
+epkit_ep_status epkit_ep_default_options(epkit_ep_options* out) {
+  if (out == nullptr) return fail(EPKIT_EP_ERR_INVALID, "options is null");
+  ep::BufferOptions o;
+  out->max_tokens = o.max_tokens;
+  out->max_hidden = o.max_hidden;
+  out->max_topk = o.max_topk;
+  out->num_bytes = o.num_bytes;
+  out->timeout_s = o.timeout_s;
+  return EPKIT_EP_OK;
+}
+
+epkit_ep_status epkit_ep_default_config(epkit_ep_config* out) {
+  if (out == nullptr) return fail(EPKIT_EP_ERR_INVALID, "config is null");
+  ep::Config c;
+  *out = {c.num_sms, c.num_warps, c.nvl_chunk};
+  return EPKIT_EP_OK;
+}
+
+epkit_ep_status epkit_ep_bytes_needed(const epkit_ep_options* options, int32_t num_ranks,
+                                      uint64_t* out) {
+  return guard([&]() -> epkit_ep_status {
+    if (options == nullptr || out == nullptr)
+      return fail(EPKIT_EP_ERR_INVALID, "options or out is null");
+    if (num_ranks < 1 || num_ranks > 8)
+      return fail(EPKIT_EP_ERR_INVALID,
+                  fmt::format("num_ranks = {}: a Buffer spans 1 to 8 ranks", num_ranks));
+    *out = ep::Buffer::bytes_needed(epkit::capi::to_options(*options), num_ranks);
+    return EPKIT_EP_OK;
+  });
+}
+
+epkit_ep_status epkit_ep_buffer_create(int32_t rank, int32_t world_size,
+                                       epkit_ep_all_gather_fn all_gather, void* user,
+                                       const epkit_ep_options* options, epkit_ep_buffer** out) {
+  return guard([&]() -> epkit_ep_status {
+    if (out == nullptr) return fail(EPKIT_EP_ERR_INVALID, "out is null");
+    *out = nullptr;
+    if (all_gather == nullptr) return fail(EPKIT_EP_ERR_INVALID, "all_gather is null");
+    if (options == nullptr) return fail(EPKIT_EP_ERR_INVALID, "options is null");
+    if (world_size < 1 || world_size > 8 || rank < 0 || rank >= world_size)
+      return fail(
+          EPKIT_EP_ERR_INVALID,
+          fmt::format("rank {} of {}: a Buffer spans 1 to 8 ranks of one node", rank, world_size));
+    int32_t devices = 0;
+    if (epkit_ep_status s = epkit_ep_device_count(&devices); s != EPKIT_EP_OK)
+      return fail(s, fmt::format("cannot create an EP Buffer: {}", epkit_ep_last_error()));
+    CallbackBootstrap boot(rank, world_size, all_gather, user);
+    auto made = ep::Buffer::create(boot, epkit::capi::to_options(*options));
+    if (!made) return epkit::capi::fail_with(made.error());
+    auto holder = std::make_unique<epkit_ep_buffer>();
+    holder->buffer = std::move(*made);
+    cudaGetDevice(&holder->device);
+    *out = holder.release();
+    return EPKIT_EP_OK;
+  });
+}
+
+void epkit_ep_buffer_destroy(epkit_ep_buffer* buffer) {
+  try {
+    delete buffer;
+  } catch (...) {  // NOLINT: a destructor failure must not cross the ABI
+  }
+}
+
+epkit_ep_status epkit_ep_buffer_info(const epkit_ep_buffer* buffer, int32_t* rank,
+                                     int32_t* num_ranks, void** comm_stream) {
+  if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+  if (rank != nullptr) *rank = buffer->buffer->rank();
+  if (num_ranks != nullptr) *num_ranks = buffer->buffer->num_ranks();
+  if (comm_stream != nullptr) *comm_stream = buffer->buffer->comm_stream();
+  return EPKIT_EP_OK;
+}
+
+epkit_ep_status epkit_ep_layout(epkit_ep_buffer* buffer, const epkit_ep_tensor* topk_idx,
+                                int32_t num_experts, const epkit_ep_order* order,
+                                epkit_ep_layout_out* out) {
+  return guard([&]() -> epkit_ep_status {
+    if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+    if (topk_idx == nullptr || order == nullptr || out == nullptr)
+      return fail(EPKIT_EP_ERR_INVALID, "topk_idx, order or out is null");
+    ep::TensorView idx;
+    if (epkit_ep_status s = to_view(*topk_idx, "topk_idx", idx); s != EPKIT_EP_OK) return s;
+    auto layout = buffer->buffer->layout(idx, num_experts, to_order(*order));
+    if (!layout) return epkit::capi::fail_with(layout.error());
+    out->num_tokens_per_rank = from_view(layout->num_tokens_per_rank);
+    out->num_tokens_per_expert = from_view(layout->num_tokens_per_expert);
+    out->is_token_in_rank = from_view(layout->is_token_in_rank);
+    return take_event(*buffer, *order, &out->event);
+  });
+}
+
+epkit_ep_status epkit_ep_dispatch(epkit_ep_buffer* buffer, const epkit_ep_dispatch_args* args,
+                                  epkit_ep_dispatch_out* out) {
+  return guard([&]() -> epkit_ep_status {
+    if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+    if (args == nullptr || out == nullptr) return fail(EPKIT_EP_ERR_INVALID, "args or out is null");
+    std::memset(out, 0, sizeof(*out));
+    ep::DispatchArgs d;
+    const std::pair<const epkit_ep_tensor*, ep::TensorView*> inputs[] = {
+        {&args->x, &d.x},
+        {&args->x_scales, &d.x_scales},
+        {&args->topk_idx, &d.topk_idx},
+        {&args->topk_weights, &d.topk_weights},
+        {&args->num_tokens_per_rank, &d.num_tokens_per_rank},
+        {&args->is_token_in_rank, &d.is_token_in_rank},
+        {&args->num_tokens_per_expert, &d.num_tokens_per_expert}};
+    const char* names[] = {"x",
+                           "x_scales",
+                           "topk_idx",
+                           "topk_weights",
+                           "num_tokens_per_rank",
+                           "is_token_in_rank",
+                           "num_tokens_per_expert"};
+    for (std::size_t i = 0; i < std::size(inputs); ++i)
+      if (epkit_ep_status s = to_view(*inputs[i].first, names[i], *inputs[i].second);
+          s != EPKIT_EP_OK)
+        return s;
+    if (args->handle != nullptr) d.handle = args->handle->handle;
+    d.expert_alignment = args->expert_alignment;
+    d.num_worst_tokens = args->num_worst_tokens;
+    d.config = to_config(args->config);
+    d.order = to_order(args->order);
+    auto result = buffer->buffer->dispatch(d);
+    if (!result) return epkit::capi::fail_with(result.error());
+    out->recv_x = from_view(result->recv_x);
+    out->recv_x_scales = from_view(result->recv_x_scales);
+    out->recv_topk_idx = from_view(result->recv_topk_idx);
+    out->recv_topk_weights = from_view(result->recv_topk_weights);
+    out->recv_src_idx = from_view(result->recv_src_idx);
+    out->recv_tokens_per_expert = from_view(result->recv_tokens_per_expert);
+    buffer->recv_counts.assign(result->num_recv_tokens_per_expert.begin(),
+                               result->num_recv_tokens_per_expert.end());
+    out->num_recv_tokens_per_expert = buffer->recv_counts.data();
+    out->num_local_experts = static_cast<int32_t>(buffer->recv_counts.size());
+    out->num_recv_tokens = result->handle ? result->handle->num_recv_tokens : -1;
+    if (result->handle) out->handle = new epkit_ep_handle{result->handle};
+    return take_event(*buffer, args->order, &out->event);
+  });
+}
+
+epkit_ep_status epkit_ep_combine(epkit_ep_buffer* buffer, const epkit_ep_combine_args* args,
+                                 epkit_ep_combine_out* out) {
+  return guard([&]() -> epkit_ep_status {
+    if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+    if (args == nullptr || out == nullptr) return fail(EPKIT_EP_ERR_INVALID, "args or out is null");
+    std::memset(out, 0, sizeof(*out));
+    if (args->handle == nullptr)
+      return fail(EPKIT_EP_ERR_INVALID, "combine needs the handle of a dispatch");
+    ep::CombineArgs c;
+    if (epkit_ep_status s = to_view(args->x, "x", c.x); s != EPKIT_EP_OK) return s;
+    if (epkit_ep_status s = to_view(args->topk_weights, "topk_weights", c.topk_weights);
+        s != EPKIT_EP_OK)
+      return s;
+    c.handle = args->handle->handle;
+    c.config = to_config(args->config);
+    c.order = to_order(args->order);
+    auto result = buffer->buffer->combine(c);
+    if (!result) return epkit::capi::fail_with(result.error());
+    out->combined_x = from_view(result->combined_x);
+    out->combined_topk_weights = from_view(result->combined_topk_weights);
+    return take_event(*buffer, args->order, &out->event);
+  });
+}
+
+epkit_ep_status epkit_ep_combine_input(epkit_ep_buffer* buffer, int64_t rows, int64_t hidden,
+                                       epkit_ep_tensor* out) {
+  return guard([&]() -> epkit_ep_status {
+    if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+    if (out == nullptr) return fail(EPKIT_EP_ERR_INVALID, "out is null");
+    auto view = buffer->buffer->combine_input(rows, hidden);
+    if (!view) return epkit::capi::fail_with(view.error());
+    *out = from_view(*view);
+    return EPKIT_EP_OK;
+  });
+}
+
+epkit_ep_status epkit_ep_barrier(epkit_ep_buffer* buffer) {
+  return guard([&]() -> epkit_ep_status {
+    if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+    auto r = buffer->buffer->barrier();
+    return r ? EPKIT_EP_OK : epkit::capi::fail_with(r.error());
+  });
+}
+
+epkit_ep_status epkit_ep_synchronize(epkit_ep_buffer* buffer) {
+  return guard([&]() -> epkit_ep_status {
+    if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+    auto r = buffer->buffer->synchronize();
+    return r ? EPKIT_EP_OK : epkit::capi::fail_with(r.error());
+  });
+}
+
+epkit_ep_status epkit_ep_copy(epkit_ep_buffer* buffer, int32_t n, const epkit_ep_tensor* dst,
+                              const epkit_ep_tensor* src, const epkit_ep_order* order,
+                              void** event) {
+  return guard([&]() -> epkit_ep_status {
+    if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+    if (n < 0 || (n > 0 && (dst == nullptr || src == nullptr)) || order == nullptr)
+      return fail(EPKIT_EP_ERR_INVALID, "copy: n < 0, or dst, src or order is null");
+    if (event != nullptr) *event = nullptr;
+    cudaStream_t stream = buffer->buffer->comm_stream();
+    for (int32_t i = 0; i < n; ++i)
+      if (epkit_ep_status s = epkit::capi::copy_async(dst[i], src[i], i, stream); s != EPKIT_EP_OK)
+        return s;
+    return epkit::capi::finish_on(stream, *order, event);
+  });
+}
+
+epkit_ep_status epkit_ep_handle_info_get(const epkit_ep_handle* handle, epkit_ep_handle_info* out) {
+  if (handle == nullptr || !handle->handle || out == nullptr)
+    return fail(EPKIT_EP_ERR_INVALID, "handle or out is null");
+  const ep::DispatchHandle& h = *handle->handle;
+  out->num_tokens = h.num_tokens;
+  out->num_ranks = h.num_ranks;
+  out->hidden = h.hidden;
+  out->num_recv_tokens = h.num_recv_tokens;
+  out->num_worst_tokens = h.num_worst_tokens;
+  out->rank_prefix_matrix = from_view(h.rank_prefix_matrix);
+  out->send_row = from_view(h.send_row);
+  return EPKIT_EP_OK;
+}
+
+void epkit_ep_handle_release(epkit_ep_handle* handle) {
+  try {
+    delete handle;
+  } catch (...) {  // NOLINT: a destructor failure must not cross the ABI
+  }
+}
+
+epkit_ep_status epkit_ep_event_record(void* stream, void** event) {
+  if (event == nullptr) return fail(EPKIT_EP_ERR_INVALID, "event is null");
+  *event = nullptr;
+  return epkit::capi::record_on(static_cast<cudaStream_t>(stream), event);
+}
+
+epkit_ep_status epkit_ep_event_wait(void* event, void* stream) {
+  if (event == nullptr) return fail(EPKIT_EP_ERR_INVALID, "event is null");
+  cudaError_t rc =
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0);
+  if (rc != cudaSuccess)
+    return fail(EPKIT_EP_ERR_CUDA, fmt::format("cudaStreamWaitEvent: {}", cudaGetErrorString(rc)));
+  return EPKIT_EP_OK;
+}
+
+epkit_ep_status epkit_ep_event_synchronize(void* event) {
+  if (event == nullptr) return fail(EPKIT_EP_ERR_INVALID, "event is null");
+  cudaError_t rc = cudaEventSynchronize(static_cast<cudaEvent_t>(event));
+  if (rc != cudaSuccess)
+    return fail(EPKIT_EP_ERR_CUDA, fmt::format("cudaEventSynchronize: {}", cudaGetErrorString(rc)));
+  return EPKIT_EP_OK;
+}
+
+void epkit_ep_event_destroy(void* event) {
+  if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+}  // extern "C"

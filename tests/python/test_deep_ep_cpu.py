@@ -1,0 +1,226 @@
+"""epkit.deep_ep on a machine without PyTorch or a GPU: the package imports,
+says why it cannot run, and refuses the arguments DeepEP V1 refuses."""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import epkit  # noqa: E402
+import epkit.deep_ep as deep_ep  # noqa: E402
+from epkit import _native  # noqa: E402
+from epkit.deep_ep import _checks  # noqa: E402
+from epkit.deep_ep.buffer import DispatchHandle, _native_handle  # noqa: E402
+from fake_tensor import FakeTensor as T  # noqa: E402
+
+try:
+    import torch  # noqa: F401
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+
+RANKS, TOKENS, HIDDEN, TOPK, EXPERTS = 4, 16, 256, 8, 32
+
+
+def dispatch_args(**over):
+    args = dict(x=T((TOKENS, HIDDEN), "bfloat16"), x_scales=None, handle_given=False,
+                num_tokens_per_rank=T((RANKS,), "int32"), is_token_in_rank=T((TOKENS, RANKS), "bool"),
+                num_tokens_per_expert=T((EXPERTS,), "int32"), topk_idx=T((TOKENS, TOPK), "int64"),
+                topk_weights=T((TOKENS, TOPK), "float32"), num_ranks=RANKS, expert_alignment=1,
+                num_worst_tokens=0)
+    args.update(over)
+    return args
+
+
+class ImportWithoutGpu(unittest.TestCase):
+    def test_says_why_it_cannot_run(self):
+        why = epkit.why_unavailable()
+        self.assertIsNotNone(why, "this CPU test machine cannot run the engine")
+        self.assertRegex(why, "libepkit_ep|PyTorch|CUDA|device")
+
+    @unittest.skipIf(HAVE_TORCH, "PyTorch is installed here")
+    def test_buffer_and_topk_idx_t_name_pytorch(self):
+        with self.assertRaisesRegex(ImportError, "needs PyTorch"):
+            deep_ep.Buffer(None, int(1e9))
+        with self.assertRaisesRegex(AttributeError, "needs PyTorch"):
+            deep_ep.topk_idx_t  # noqa: B018
+
+    def test_unsupported_modes_name_the_feature(self):
+        cases = [(dict(num_rdma_bytes=int(1e9)), "internode"), (dict(low_latency_mode=True), "low-latency"),
+                 (dict(enable_shrink=True), "shrink"), (dict(use_fabric=True), "fabric")]
+        for kwargs, feature in cases:
+            with self.subTest(feature=feature):
+                with self.assertRaisesRegex(NotImplementedError, feature):
+                    deep_ep.Buffer(None, int(1e9), **kwargs)
+
+
+class Library(unittest.TestCase):
+    def setUp(self):
+        try:
+            self.lib = _native.load()
+        except ImportError as e:
+            self.skipTest(str(e))
+
+    def test_abi_and_errors(self):
+        self.assertEqual(self.lib.abi_version(), _native.ABI_VERSION)
+        self.assertTrue(self.lib.version())
+        bytes_out = _native.ctypes.c_uint64()
+        opts = _native.Options()
+        self.lib.check(self.lib.default_options(_native.ctypes.byref(opts)))
+        with self.assertRaisesRegex(_native.EngineError, r"invalid.*1 to 8 ranks"):
+            self.lib.check(self.lib.bytes_needed(_native.ctypes.byref(opts), 9, _native.ctypes.byref(bytes_out)))
+        self.lib.check(self.lib.bytes_needed(_native.ctypes.byref(opts), 4, _native.ctypes.byref(bytes_out)))
+        self.assertGreater(bytes_out.value, 4096 * 7168 * 2)
+        self.assertEqual(deep_ep.Config().get_nvl_buffer_size_hint(7168 * 2, 4), bytes_out.value)
+
+    def test_no_device_is_named(self):
+        count = _native.ctypes.c_int32(-1)
+        status = self.lib.device_count(_native.ctypes.byref(count))
+        if status == _native.OK:
+            self.skipTest("this machine has a GPU")
+        self.assertEqual(status, _native.ERR_UNAVAILABLE)
+        self.assertIn("CUDA", self.lib.last_error())
+
+    def test_env_variable_comes_first(self):
+        os.environ["EPKIT_LIBRARY"] = "/nonexistent/libepkit_ep.so"
+        try:
+            self.assertEqual(str(_native.candidates()[0]), "/nonexistent/libepkit_ep.so")
+        finally:
+            del os.environ["EPKIT_LIBRARY"]
+
+
+class ConfigAndStatics(unittest.TestCase):
+    def test_config_checks_as_deepep(self):
+        c = deep_ep.Config(24, 8, 256)
+        self.assertEqual((c.num_sms, c.num_max_rdma_chunked_recv_tokens), (24, 258))  # aligned up to 6
+        for bad in [(-1,), (24, 0, 256), (24, 256, 256), (24, 8, 256, 0, 256), (24, 8, 256, 6, 6)]:
+            with self.subTest(args=bad), self.assertRaises(AssertionError):
+                deep_ep.Config(*bad)
+
+    def test_set_num_sms_and_configs(self):
+        saved = deep_ep.Buffer.num_sms
+        try:
+            with self.assertRaisesRegex(AssertionError, "even"):
+                deep_ep.Buffer.set_num_sms(23)
+            deep_ep.Buffer.set_num_sms(24)
+            self.assertEqual(deep_ep.Buffer.get_dispatch_config(8).num_sms, 24)
+            self.assertEqual(deep_ep.Buffer.get_combine_config(2).num_max_nvl_chunked_send_tokens, 10)
+            with self.assertRaisesRegex(AssertionError, "Unsupported number of EP ranks: 3"):
+                deep_ep.Buffer.get_dispatch_config(3)
+        finally:
+            deep_ep.Buffer.num_sms = saved
+        self.assertTrue(deep_ep.Buffer.is_sm90_compiled())
+        with self.assertRaisesRegex(NotImplementedError, "low-latency"):
+            deep_ep.Buffer.get_low_latency_rdma_size_hint(128, 7168, 8, 256)
+
+    def test_engine_config_follows_the_fields(self):
+        c = deep_ep.Config(24, 8, 256)
+        first = c.native()
+        self.assertEqual((first.num_sms, first.num_warps, first.nvl_chunk), (24, 32, 4))
+        self.assertIs(c.native(), first)
+        c.nvl_chunk = 8
+        self.assertEqual(c.native().nvl_chunk, 8)
+
+    def test_default_configs_follow_num_sms(self):
+        buffer = deep_ep.Buffer.__new__(deep_ep.Buffer)  # no engine: only the config cache
+        buffer.group_size = 4
+        saved = deep_ep.Buffer.num_sms
+        try:
+            from epkit.deep_ep.buffer import _COMBINE_CONFIGS, _DISPATCH_CONFIGS
+            self.assertEqual(buffer._default_config(_DISPATCH_CONFIGS).num_sms, saved)
+            deep_ep.Buffer.set_num_sms(24)
+            self.assertEqual(buffer._default_config(_DISPATCH_CONFIGS).num_sms, 24)
+            self.assertEqual(buffer._default_config(_COMBINE_CONFIGS).num_max_nvl_chunked_send_tokens, 9)
+            buffer = deep_ep.Buffer.__new__(deep_ep.Buffer)
+            buffer.group_size = 3
+            with self.assertRaisesRegex(AssertionError, "Unsupported number of EP ranks: 3"):
+                buffer._default_config(_DISPATCH_CONFIGS)
+        finally:
+            deep_ep.Buffer.num_sms = saved
+
+    def test_bias_unpacking(self):
+        self.assertEqual(deep_ep.Buffer._unpack_bias(None), (None, None))
+        self.assertEqual(deep_ep.Buffer._unpack_bias((1, 2)), (1, 2))
+        with self.assertRaises(AssertionError):
+            deep_ep.Buffer._unpack_bias((1, 2, 3))
+
+    def test_event_overlap_without_event(self):
+        with deep_ep.EventOverlap() as e:
+            self.assertIsNone(e.event)
+        with self.assertRaises(AssertionError):
+            deep_ep.EventOverlap().current_stream_wait()
+
+
+class ArgumentChecks(unittest.TestCase):
+    def refused(self, pattern, **over):
+        with self.assertRaisesRegex(AssertionError, pattern):
+            _checks.dispatch(**dispatch_args(**over))
+
+    def test_error_is_assertion_and_runtime_error(self):
+        self.assertTrue(issubclass(deep_ep.EPAssertionError, AssertionError))
+        self.assertTrue(issubclass(deep_ep.EPAssertionError, RuntimeError))
+
+    def test_valid_dispatches_pass(self):
+        _checks.dispatch(**dispatch_args())
+        _checks.dispatch(**dispatch_args(topk_idx=None, topk_weights=None))
+        _checks.dispatch(**dispatch_args(x=T((TOKENS, HIDDEN), "float8_e4m3fn"),
+                                         x_scales=T((TOKENS, HIDDEN // 128), "float32", contiguous=False)))
+        _checks.dispatch(**dispatch_args(handle_given=True, topk_idx=None, topk_weights=None,
+                                         num_tokens_per_rank=None, num_tokens_per_expert=None))
+
+    def test_dispatch_refusals(self):
+        self.refused("cached dispatch", handle_given=True)
+        self.refused("get_dispatch_layout", num_tokens_per_rank=None)
+        self.refused("contiguous 2-D", x=T((TOKENS, HIDDEN), "bfloat16", contiguous=False))
+        self.refused("bfloat16, or torch.float8", x=T((TOKENS, HIDDEN), "float32"))
+        self.refused("multiple of 128", x=T((TOKENS, 200), "bfloat16"))
+        self.refused("needs x_scales", x=T((TOKENS, HIDDEN), "float8_e4m3fn"))
+        self.refused("x_scales must be torch.float32", x=T((TOKENS, HIDDEN), "float8_e4m3fn"),
+                     x_scales=T((TOKENS, 2), "bfloat16"))
+        self.refused(r"hidden / 128", x=T((TOKENS, HIDDEN), "float8_e4m3fn"), x_scales=T((TOKENS, 3), "float32"))
+        self.refused("go with FP8", x_scales=T((TOKENS, 2), "float32"))
+        self.refused(r"is_token_in_rank must be \[16, 4\]", is_token_in_rank=T((TOKENS, 2), "bool"))
+        self.refused("torch.bool", is_token_in_rank=T((TOKENS, RANKS), "int32"))
+        self.refused("multiple of the rank count", num_tokens_per_expert=T((30,), "int32"))
+        self.refused("4 entries", num_tokens_per_rank=T((2,), "int32"))
+        self.refused("together", topk_weights=None)
+        self.refused("torch.int64", topk_idx=T((TOKENS, TOPK), "int32"))
+        self.refused("one row per token", topk_idx=T((8, TOPK), "int64"), topk_weights=T((8, TOPK), "float32"))
+        self.refused("expert_alignment", expert_alignment=0)
+        self.refused("num_worst_tokens", num_worst_tokens=-1)
+
+    def test_layout_combine_and_streams(self):
+        _checks.layout(T((TOKENS, TOPK), "int64"), EXPERTS)
+        with self.assertRaisesRegex(AssertionError, "topk_idx_t"):
+            _checks.layout(T((TOKENS, TOPK), "int32"), EXPERTS)
+        with self.assertRaisesRegex(AssertionError, "num_experts"):
+            _checks.layout(T((TOKENS, TOPK), "int64"), 0)
+        _checks.combine(T((40, HIDDEN), "bfloat16"), T((40, TOPK), "float32"), 40)
+        with self.assertRaisesRegex(AssertionError, "40 received rows"):
+            _checks.combine(T((39, HIDDEN), "bfloat16"), None, 40)
+        with self.assertRaisesRegex(AssertionError, "torch.float32"):
+            _checks.combine(T((40, HIDDEN), "bfloat16"), T((40, TOPK), "bfloat16"), 40)
+        with self.assertRaisesRegex(AssertionError, "previous_event and async_finish"):
+            _checks.order_flags(None, True, True)
+        _checks.order_flags(object(), True, True)
+        with self.assertRaisesRegex(AssertionError, "even"):
+            _checks.config(deep_ep.Config(23), "dispatch")
+
+    def test_descriptors(self):
+        d = _checks.describe(T((TOKENS, HIDDEN), "float8_e4m3fn", ptr=0x1234), "x")
+        self.assertEqual((d.data, d.dtype, d.ndim), (0x1234, _native.FP8_E4M3, 2))
+        self.assertEqual((list(d.shape), list(d.strides)), ([TOKENS, HIDDEN], [HIDDEN, 1]))
+        self.assertEqual(_checks.describe(None, "x").ndim, 0)
+        with self.assertRaisesRegex(AssertionError, "float16"):
+            _checks.describe(T((4, 4), "float16"), "x")
+
+    def test_handle_must_come_from_epkit(self):
+        with self.assertRaisesRegex(TypeError, "epkit.deep_ep.Buffer.dispatch"):
+            _native_handle((None,) * 6)
+        h = DispatchHandle(("prefix", None, None, "src", "in_rank", None), native=None)
+        self.assertEqual((len(h), h[0], h[4]), (6, "prefix", "in_rank"))
+
+
+if __name__ == "__main__":
+    unittest.main()
