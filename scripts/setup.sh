@@ -19,7 +19,8 @@ build=${EPKIT_BUILD_DIR:-$here/build}
 packages=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
           libibverbs-dev zlib1g-dev)
 if [[ $job == test ]]; then
-  packages+=(libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev)
+  # shellcheck and yamllint: `epkit env`'s sh and k8s outputs are checked with them.
+  packages+=(libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev shellcheck yamllint)
 fi
 missing=()
 for p in "${packages[@]}"; do
