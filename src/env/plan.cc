@@ -95,6 +95,16 @@ std::string version_text(const std::optional<FoundVersion>& v) {
   return v ? fmt::format("{} (from {})", v->version.str(), v->where) : std::string("not found");
 }
 
+std::vector<std::string> rail_names(const std::vector<topo::NicChoice>& choices) {
+  std::vector<std::string> out;
+  for (const auto& c : choices) {
+    if (!c.nic.empty() && std::find(out.begin(), out.end(), c.nic) == out.end()) {
+      out.push_back(c.nic);
+    }
+  }
+  return out;
+}
+
 void add_rails(Builder& b, Plan& plan, const NodeFacts& facts, const topo::Snapshot& snap,
                const std::vector<topo::NicChoice>& choices) {
   b.set("DEEP_EP_DEVICE_TO_HCA_MAPPING", topo::deep_ep_mapping(choices),
@@ -149,10 +159,9 @@ void add_rails(Builder& b, Plan& plan, const NodeFacts& facts, const topo::Snaps
   }
 
   // IBGDA and its NIC handler.
-  b.set(
-      "NVSHMEM_IB_ENABLE_IBGDA", "1",
-      "NVSHMEM: GPU-initiated RDMA, the transport DeepEP's internode kernels use",
-      fmt::format("RDMA rails present ({})", rail_link_layer(snap, topo::usable_nic_names(snap))));
+  b.set("NVSHMEM_IB_ENABLE_IBGDA", "1",
+        "NVSHMEM: GPU-initiated RDMA, the transport DeepEP's internode kernels use",
+        fmt::format("RDMA rails present ({})", rail_link_layer(snap, rail_names(choices))));
   std::string params = "/proc/driver/nvidia/params RegistryDwords";
   if (!facts.peer_mapping_override) {
     b.omit("NVSHMEM_IBGDA_NIC_HANDLER",
@@ -265,7 +274,8 @@ bool Plan::unsets_name(std::string_view name) const {
 }
 
 std::pair<Profile, std::string> choose_profile(const NodeFacts& facts, const topo::Snapshot& snap) {
-  std::vector<std::string> rails = topo::usable_nic_names(snap);
+  // The rails are the NICs GPUs are assigned to (storage NICs are not).
+  std::vector<std::string> rails = rail_names(topo::assign_nics(snap));
   std::string layer = rail_link_layer(snap, rails);
   std::string dmi = fmt::format("DMI {} / {}", facts.sys_vendor.empty() ? "?" : facts.sys_vendor,
                                 facts.product_name.empty() ? "?" : facts.product_name);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 
 #include "env/facts.h"
 #include "support/temp_tree.h"
@@ -128,10 +129,21 @@ TEST(EnvPlan, MappingFollowsPcieSwitchesNotNames) {
   tree.link("/sys/class/infiniband/mlx5_7", "../../devices" + a.substr(12) + "/infiniband/mlx5_7");
   Node n = read_node(tree.host());
   Plan plan = plan_for(n);
-  EXPECT_EQ(value_of(plan, "DEEP_EP_DEVICE_TO_HCA_MAPPING"),
-            "0:mlx5_7:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1,6:mlx5_6:1,"
-            "7:mlx5_0:1");
-  EXPECT_EQ(plan.find("NVSHMEM_HCA_LIST")->per_rank[0], "mlx5_7:1");
+  // Two GPUs and two NICs sit under each switch: the names swapped between
+  // the first and the last switch move with their devices.
+  const Setting* list = plan.find("NVSHMEM_HCA_LIST");
+  ASSERT_NE(list, nullptr);
+  ASSERT_EQ(list->per_rank.size(), 8u);
+  auto pair = [&](int x, int y) {
+    std::set<std::string> s{list->per_rank[x], list->per_rank[y]};
+    return s;
+  };
+  EXPECT_EQ(pair(0, 1), (std::set<std::string>{"mlx5_1:1", "mlx5_7:1"}));
+  EXPECT_EQ(pair(6, 7), (std::set<std::string>{"mlx5_0:1", "mlx5_6:1"}));
+  EXPECT_EQ(pair(2, 3), (std::set<std::string>{"mlx5_2:1", "mlx5_3:1"}));
+  std::string mapping = value_of(plan, "DEEP_EP_DEVICE_TO_HCA_MAPPING");
+  EXPECT_EQ(mapping.find("0:mlx5_0:1"), std::string::npos) << mapping;
+  EXPECT_EQ(mapping.find("7:mlx5_7:1"), std::string::npos) << mapping;
 }
 
 TEST(EnvPlan, GibNodeSourcesGooglesScriptAndNamesItsTunerConfig) {
