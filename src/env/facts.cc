@@ -64,7 +64,7 @@ void pick_socket_ifs(const host::Host& host, const topo::Snapshot& snap, NodeFac
   std::vector<std::string> left_out;
   for (const auto& dev : snap.netdevs) {
     std::string why = poor_interface(dev.name, book, false);
-    if (why.empty() && rail_netdev(snap, dev.name)) why = "an RDMA rail's interface";
+    if (why.empty() && rail_netdev(snap, dev.name)) why = "an RDMA NIC's interface";
     if (why.empty() && dev.operstate == "down") why = "down";
     for (std::string_view prefix : {"cni", "flannel", "cali", "cilium", "br-", "tunl"}) {
       if (why.empty() && std::string_view(dev.name).starts_with(prefix)) {

@@ -5,7 +5,7 @@
 # Source it in the job's shell: . ./epkit-env.sh
 
 # NCCL bootstrap and socket traffic: routable interfaces only, exact names
-# from: /sys/class/net; left out: enp211s0np0 (an RDMA rail's interface), enp212s0np0 (an RDMA rail's interface), ibp148s0 (an RDMA rail's interface), ibp164s0 (an RDMA rail's interface), ibp180s0 (an RDMA rail's interface), ibp196s0 (an RDMA rail's interface), ibp20s0 (an RDMA rail's interface), ibp36s0 (an RDMA rail's interface), ibp52s0 (an RDMA rail's interface), ibp68s0 (an RDMA rail's interface), lo (the loopback interface)
+# from: /sys/class/net; left out: enp211s0np0 (an RDMA NIC's interface), enp212s0np0 (an RDMA NIC's interface), ibp148s0 (an RDMA NIC's interface), ibp164s0 (an RDMA NIC's interface), ibp180s0 (an RDMA NIC's interface), ibp196s0 (an RDMA NIC's interface), ibp20s0 (an RDMA NIC's interface), ibp36s0 (an RDMA NIC's interface), ibp52s0 (an RDMA NIC's interface), ibp68s0 (an RDMA NIC's interface), lo (the loopback interface)
 export NCCL_SOCKET_IFNAME='=bond0,eno1'
 
 # DeepEP: the NIC each GPU's process drives (GPU:HCA:port)

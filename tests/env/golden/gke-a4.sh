@@ -5,7 +5,7 @@
 # Source it in the job's shell: . ./epkit-env.sh
 
 # NCCL bootstrap and socket traffic: routable interfaces only, exact names
-# from: /sys/class/net; left out: eth2 (an RDMA rail's interface), eth3 (an RDMA rail's interface), eth4 (an RDMA rail's interface), eth5 (an RDMA rail's interface), eth6 (an RDMA rail's interface), eth7 (an RDMA rail's interface), eth8 (an RDMA rail's interface), eth9 (an RDMA rail's interface), lo (the loopback interface)
+# from: /sys/class/net; left out: eth2 (an RDMA NIC's interface), eth3 (an RDMA NIC's interface), eth4 (an RDMA NIC's interface), eth5 (an RDMA NIC's interface), eth6 (an RDMA NIC's interface), eth7 (an RDMA NIC's interface), eth8 (an RDMA NIC's interface), eth9 (an RDMA NIC's interface), lo (the loopback interface)
 export NCCL_SOCKET_IFNAME='=eth0,eth1'
 
 # DeepEP: the NIC each GPU's process drives (GPU:HCA:port)
