@@ -5,6 +5,10 @@
 #include "checks/check.h"
 #include "checks/check_util.h"
 #include "checks/known_vars.h"
+#include "env/facts.h"
+#include "env/lint.h"
+#include "env/plan.h"
+#include "env/shell.h"
 #include "host/libsearch.h"
 
 namespace epkit::checks {
@@ -123,16 +127,7 @@ Outcome check_paths(const Context& ctx) {
   return f.finish("every path the environment names exists");
 }
 
-// A value as a shell word: bare when it is plain, else single-quoted.
-std::string shell_word(const std::string& value) {
-  bool plain = !value.empty() && value.find_first_not_of(
-                                     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                     "0123456789_./:,=+-@%^") == std::string::npos;
-  if (plain) return value;
-  std::string out = "'";
-  for (char c : value) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+using env::shell_word;
 
 Outcome check_unknown_vars(const Context& ctx) {
   const auto& env = ctx.host.env();
@@ -158,11 +153,40 @@ Outcome check_unknown_vars(const Context& ctx) {
   return f.finish(fmt::format("all {} NCCL_*/NVSHMEM_* names are known", seen));
 }
 
+// The job's NCCL/NVSHMEM/DeepEP variables against what `epkit env` derives
+// for this node: the same lint() that `epkit env --check` prints as a diff.
+// Misspelt names are env.unknown-vars' to report.
+Outcome check_plan(const Context& ctx) {
+  const auto& job = ctx.host.env();
+  bool any = false;
+  for (std::string_view prefix : {"NCCL_", "NVSHMEM_", "DEEP_EP_"}) {
+    any = any || !job.names_with_prefix(prefix).empty();
+  }
+  if (!any) return skip("no NCCL_*, NVSHMEM_* or DEEP_EP_* variables set: no job environment");
+  env::NodeFacts facts = env::read_facts(ctx.host, ctx.topo);
+  auto plan = env::make_plan(facts, ctx.topo, {});
+  if (!plan) return unknown(plan.error().message);
+  Findings f;
+  f.evidence("profile", env::to_string(plan->profile), plan->profile_why);
+  for (const auto& item : env::lint(*plan, job, ctx.topo)) {
+    if (item.problem == env::Problem::misspelt) continue;
+    if (!item.have.empty()) f.evidence(item.name, item.have, env_source(job));
+    f.add(item.enforced ? Status::fail : Status::warn, item.message,
+          item.want.empty() ? fmt::format("{} unset", item.name)
+                            : fmt::format("{}={}", item.name, item.want),
+          item.fix);
+  }
+  return f.finish(fmt::format("the job's variables agree with `epkit env` (profile {})",
+                              env::to_string(plan->profile)));
+}
+
 constexpr Check k_checks[] = {
     {"env.paths", "paths named by *_HOME, LD_PRELOAD, LD_LIBRARY_PATH, PYTHONPATH exist",
      &check_paths},
     {"env.unknown-vars", "NCCL_* and NVSHMEM_* names are ones the libraries read",
      &check_unknown_vars},
+    {"env.plan", "NCCL, NVSHMEM and DeepEP variables agree with what `epkit env` derives",
+     &check_plan},
 };
 
 }  // namespace

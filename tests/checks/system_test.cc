@@ -183,7 +183,7 @@ TEST(KernelModules, GdrdrvWhenGdrcopyIsAskedFor) {
 TEST(OwnedChecks, EmptyNodeNeitherCrashesNorStaysSilent) {
   TempTree tree;
   for (const char* id : {"nccl.net-plugin", "nccl.ifname", "env.paths", "env.unknown-vars",
-                         "nvshmem.ibgda", "container.limits", "kernel.modules"}) {
+                         "env.plan", "nvshmem.ibgda", "container.limits", "kernel.modules"}) {
     ASSERT_NE(find_check(id), nullptr) << id;
     auto out = run_check(id, tree, {});
     EXPECT_FALSE(out.summary.empty()) << id;

@@ -1,0 +1,109 @@
+#include "env/job_env.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace epkit::env {
+namespace {
+
+std::string_view strip(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+// A YAML scalar: double-quoted (\" and \\ escapes), single-quoted ('' for
+// '), or plain (a trailing " # comment" dropped).
+std::string scalar(std::string_view s) {
+  s = strip(s);
+  std::string out;
+  if (s.size() >= 2 && s.front() == '"' && s.back() == '"') {
+    s = s.substr(1, s.size() - 2);
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '\\' && i + 1 < s.size()) ++i;
+      out += s[i];
+    }
+    return out;
+  }
+  if (s.size() >= 2 && s.front() == '\'' && s.back() == '\'') {
+    s = s.substr(1, s.size() - 2);
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      out += s[i];
+      if (s[i] == '\'' && i + 1 < s.size() && s[i + 1] == '\'') ++i;
+    }
+    return out;
+  }
+  auto hash = s.find(" #");
+  return std::string(strip(s.substr(0, hash)));
+}
+
+}  // namespace
+
+bool looks_like_k8s_env(std::string_view text) {
+  std::istringstream lines{std::string(text)};
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::string_view t = strip(line);
+    if (t.empty() || t.front() == '#') continue;
+    return t == "env:" || t.starts_with("- name:");
+  }
+  return false;
+}
+
+Result<host::Env> parse_k8s_env(std::string_view text, std::string origin) {
+  std::map<std::string, std::string> vars;
+  std::istringstream lines{std::string(text)};
+  std::string line;
+  std::string name;
+  bool skipping = false;  // inside a valueFrom: block
+  std::size_t line_no = 0;
+  while (std::getline(lines, line)) {
+    ++line_no;
+    if (line.find('\0') != std::string::npos) {
+      return make_error(ErrorCode::invalid,
+                        fmt::format("{}:{}: NUL byte: not a k8s env: list", origin, line_no));
+    }
+    std::string_view t = strip(line);
+    if (t.empty() || t.front() == '#' || t == "env:") continue;
+    if (t.starts_with("- name:")) {
+      name = scalar(t.substr(7));
+      if (name.empty()) {
+        return make_error(ErrorCode::invalid, fmt::format("{}:{}: empty name", origin, line_no));
+      }
+      vars[name] = "";
+      skipping = false;
+      continue;
+    }
+    if (t.starts_with("value:") && !name.empty()) {
+      vars[name] = scalar(t.substr(6));
+      continue;
+    }
+    if (t.starts_with("valueFrom:") && !name.empty()) {
+      vars.erase(name);  // a secret or field reference: no value here to check
+      name.clear();
+      skipping = true;
+      continue;
+    }
+    if (skipping) continue;  // the keys under valueFrom
+    return make_error(ErrorCode::invalid,
+                      fmt::format("{}:{}: expected an env: entry (- name: / value:), got '{}'",
+                                  origin, line_no, t.substr(0, 80)));
+  }
+  return host::Env(std::move(vars), std::move(origin));
+}
+
+Result<host::Env> read_job_env(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(ErrorCode::not_found, fmt::format("cannot open env file {}", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string text = buffer.str();
+  if (looks_like_k8s_env(text)) return parse_k8s_env(text, path);
+  return host::Env::parse(text, path);
+}
+
+}  // namespace epkit::env
