@@ -13,7 +13,7 @@ from typing import List, Optional, Tuple
 from .. import _native
 from . import _checks
 from ._checks import require
-from ._events import Config, EventHandle, EventOverlap
+from ._events import Config, EventHandle, EventOverlap, _current_stream
 
 _byref = ctypes.byref
 
@@ -370,7 +370,7 @@ class Buffer:
                             async_finish: bool = False, allocate_on_comm_stream: bool = False):
         _checks.layout(topk_idx, num_experts)
         _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
-        stream = self._torch.cuda.current_stream().cuda_stream
+        stream = _current_stream()
         order = self._engine_order(previous_event, async_finish, stream)
         out = _native.LayoutOut()
         lib = self._lib
@@ -398,7 +398,7 @@ class Buffer:
         _checks.config(config, "dispatch")
         _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
         describe = _checks.describe
-        stream = self._torch.cuda.current_stream().cuda_stream
+        stream = _current_stream()
         args = _native.DispatchArgs()
         args.x = describe(x, "x")
         if x_scales is not None:
@@ -456,7 +456,7 @@ class Buffer:
         _checks.combine(x, topk_weights, native.rows)
         _checks.config(config, "combine")
         _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
-        stream = self._torch.cuda.current_stream().cuda_stream
+        stream = _current_stream()
         args = _native.CombineArgs()
         args.x = _checks.describe(x, "x")
         if topk_weights is not None:
