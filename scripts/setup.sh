@@ -40,8 +40,13 @@ fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
 testing=OFF
-[[ $job == test ]] && testing=ON
-cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=$testing >/dev/null
+werror=OFF
+# The test job is the developers' and CI's build: warnings are errors there.
+# A user's doctor build never fails on a warning (named OFF so that a build
+# folder configured by `test` before does not carry it over).
+[[ $job == test ]] && testing=ON && werror=ON
+cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=$testing \
+  -DEPKIT_WERROR=$werror >/dev/null
 if [[ $job == test ]]; then
   cmake --build "$build" -j "$jobs"
 else
