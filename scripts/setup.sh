@@ -46,13 +46,17 @@ fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
 testing=OFF
-[[ $job == test ]] && testing=ON
+werror=OFF
+# The test job is the developers' and CI's build: warnings are errors there.
+# A user's doctor build never fails on a warning (named OFF so that a build
+# folder configured by `test` before does not carry it over).
+[[ $job == test ]] && testing=ON && werror=ON
 cmake_args=()
 # CUDAARCHS is CMake's variable for the GPU architectures (the image builds
 # "90;100"); unset, CMakeLists.txt picks its default.
 [[ -n ${CUDAARCHS:-} ]] && cmake_args+=("-DCMAKE_CUDA_ARCHITECTURES=$CUDAARCHS")
 cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=$testing \
-  "${cmake_args[@]}" >/dev/null
+  -DEPKIT_WERROR=$werror "${cmake_args[@]}" >/dev/null
 if [[ $job == test ]]; then
   # The deploy checks' npm tools, pinned by the committed lockfile.
   if [[ ! -d $here/deploy/checks/node_modules ]] ||

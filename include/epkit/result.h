@@ -1,4 +1,4 @@
-// Result<T>: the error type every layer of libepkit returns.
+// Result<T>: the error type every epkit library returns (the engine and the tools).
 //
 // C++20 has no std::expected; this is the small subset epkit needs. An error
 // carries a code that callers branch on (not_found and unavailable make a

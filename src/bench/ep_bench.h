@@ -4,8 +4,9 @@
 // BF16) and combine over a sweep of SM counts and NVL chunks, as DeepEP's
 // tuning loop does, and rank 0 prints DeepEP's lines.
 //
-// The CPU half (byte accounting, statistics, the lines and the JSON) is
-// below and tested without a GPU; the runner is CUDA-only.
+// This header is the CPU half (byte accounting, statistics, the lines and the
+// JSON), tested without a GPU; the runner is CUDA-only and lives with the EP
+// harness (ep_harness/bench/ep_bench_runner.h).
 #pragma once
 
 #include <epkit/result.h>
@@ -132,44 +133,3 @@ std::string render_ep_report(const EpReport& report);
 nlohmann::json ep_report_json(const EpReport& report, int exit_code);
 
 }  // namespace epkit::bench
-
-#ifdef EPKIT_WITH_CUDA
-
-#include <epkit/ep.h>
-
-#include "runtime/gpu_rank.h"
-
-namespace epkit::bench {
-
-struct EpBenchOptions {
-  EpShape shape;  // ranks is taken from the launch
-  std::vector<int> sms{24};
-  std::vector<int> chunks{1, 2, 4, 8};
-  int warmup = 20;
-  int iters = 50;
-  std::uint64_t seed = 0;
-  /// Non-empty: every rank writes its inputs and outputs under
-  /// <dump_dir>/rank<r>/ as .npy files (rank 0 adds README.txt).
-  std::string dump_dir;
-  double timeout_s = 60;
-  /// Written before each timed run to evict the previous run's data from
-  /// L2 (DeepEP's bench() zeroes 256 MB).
-  std::size_t flush_bytes = std::size_t{256} << 20;
-  /// Called on rank 0 after each (op, SM count) has been timed.
-  std::function<void(EpOp op, int sms)> progress;
-};
-
-/// The Buffer for these sizes over the rank's store (collective).
-Result<std::unique_ptr<ep::Buffer>> make_ep_buffer(runtime::GpuRank& rank,
-                                                   const EpBenchOptions& options);
-
-/// Runs on every rank: inputs, checks against the reference (every rank
-/// learns every rank's verdict), the dump, and unless a check failed the
-/// timed sweep. Rank 0's report holds every rank's times and counts. A
-/// failed check is not an error: see EpReport::checks_passed.
-Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
-                              const EpBenchOptions& options);
-
-}  // namespace epkit::bench
-
-#endif

@@ -6,12 +6,10 @@
 
 #include <algorithm>
 
-#include "runtime/cuda_error.h"
+#include "base/cuda_error.h"
 
 namespace epkit::bench {
 namespace {
-
-using runtime::cuda_ok;
 
 using runtime::Deadline;
 

@@ -7,15 +7,13 @@
 
 #include <algorithm>
 
+#include "base/cuda_error.h"
 #include "bench/kernels/copy.h"
-#include "runtime/cuda_error.h"
 #include "runtime/gpu_rank.h"
 #include "runtime/nccl_session.h"
 
 namespace epkit::bench {
 namespace {
-
-using runtime::cuda_ok;
 
 // Per-GPU resources, released in the destructor.
 struct Gpu {

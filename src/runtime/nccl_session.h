@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "base/cuda_error.h"
 #include "host/dl/nccl.h"
-#include "runtime/cuda_error.h"
 #include "runtime/deadline.h"
 #include "runtime/store.h"
 

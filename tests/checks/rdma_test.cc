@@ -382,6 +382,27 @@ TEST_F(RdmaChecks, DevicesFailWithoutCharDeviceInContainer) {
   EXPECT_THAT(out.summary, Not(HasSubstr("uverbs0")));
 }
 
+// A container given none of several devices: one sentence names them all
+// (it used to repeat itself once per device).
+TEST_F(RdmaChecks, DevicesMissingInContainerAreNamedInOneSentence) {
+  test::TempTree tree;
+  add_device(tree, "mlx5_0", 0);
+  auto out = run_check("rdma.devices", tree.host(),
+                       SnapshotBuilder().nic("mlx5_0").nic("mlx5_1").nic("mlx5_2").get());
+  EXPECT_EQ(out.status, Status::fail);
+  EXPECT_THAT(out.summary, HasSubstr("mlx5_1, mlx5_2 are in sysfs but /dev/infiniband/uverbs1, "
+                                     "/dev/infiniband/uverbs2 are missing: the container was not "
+                                     "given the devices"));
+  EXPECT_EQ(out.summary.find("in sysfs"), out.summary.rfind("in sysfs")) << out.summary;
+
+  auto no_uverbs = SnapshotBuilder().nic("mlx5_0").nic("mlx5_1").get();
+  for (auto& nic : no_uverbs.nics) nic.uverbs.clear();
+  auto none = run_check("rdma.devices", tree.host(), no_uverbs);
+  EXPECT_EQ(none.status, Status::fail);
+  EXPECT_THAT(none.summary, HasSubstr("mlx5_0, mlx5_1 have no uverbs device"));
+  EXPECT_EQ(none.fix, "modprobe ib_uverbs");
+}
+
 TEST_F(RdmaChecks, DevicesFailWhenAllPortsDownAndWarnOnPartialOrSlow) {
   test::TempTree tree;
   add_device(tree, "mlx5_0", 0);

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "ep/conformance_checks.h"
+#include "ep_harness/conformance_checks.h"
 
 namespace epkit::ep::conformance {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ep/reference.h"
+#include "ep_harness/reference.h"
 
 namespace epkit::ep {
 namespace {

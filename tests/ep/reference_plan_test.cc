@@ -1,6 +1,6 @@
 #ifdef EPKIT_WITH_CUDA
 
-#include "ep/reference_plan.h"
+#include "ep_harness/reference_plan.h"
 
 #include <gtest/gtest.h>
 

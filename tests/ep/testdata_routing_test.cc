@@ -1,6 +1,6 @@
 #ifdef EPKIT_WITH_CUDA
 
-#include "ep/testdata_routing.h"
+#include "ep_harness/testdata_routing.h"
 
 #include <gtest/gtest.h>
 

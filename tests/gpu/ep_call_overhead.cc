@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "ep/device_memory.h"
-#include "ep/store_bootstrap.h"
+#include "ep/core/device_memory.h"
+#include "ep_harness/store_bootstrap.h"
 #include "runtime/socket.h"
 #include "runtime/store.h"
 

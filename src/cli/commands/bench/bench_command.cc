@@ -17,6 +17,7 @@
 
 #ifdef EPKIT_WITH_CUDA
 #include "bench/nccl_runner.h"
+#include "ep_harness/bench/ep_bench_runner.h"
 #include "runtime/gpu_rank.h"
 #endif
 

@@ -25,8 +25,8 @@
 #ifdef EPKIT_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#include "ep/conformance.h"
-#include "runtime/cuda_error.h"
+#include "base/cuda_error.h"
+#include "ep_harness/conformance.h"
 #include "runtime/gpu_rank.h"
 #include "runtime/nccl_transports.h"
 #endif
@@ -48,8 +48,6 @@ struct EpTestOptions {
 constexpr double k_ep_default_timeout_s = 120.0;
 
 #ifdef EPKIT_WITH_CUDA
-
-using runtime::cuda_ok;
 
 constexpr std::size_t k_count = 1 << 20;  // 4 MiB per buffer: big enough to use every channel
 

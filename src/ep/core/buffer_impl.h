@@ -1,0 +1,121 @@
+// The EP engine's Buffer, shared by its source files: buffer.cc (creation,
+// streams, barriers, failures), buffer_dispatch.cc (layout and dispatch) and
+// buffer_combine.cc. Internal: users see include/epkit/ep.h.
+#pragma once
+
+#include <epkit/ep.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ep/core/device_memory.h"
+#include "ep/intranode/kernels.h"
+
+namespace epkit::ep {
+namespace k = kernels;
+
+/// Where each region sits in a rank's heap; the same on every rank.
+struct HeapLayout {
+  std::size_t rows = 0;  // receive rows: ranks * max_tokens
+  std::size_t row_bytes = 0;
+  std::size_t num_scales = 0;
+  std::size_t recv_x = 0, recv_scales = 0, recv_topk = 0, recv_weights = 0, recv_src = 0;
+  std::size_t stage_x = 0, stage_w = 0, total = 0;
+};
+
+HeapLayout heap_layout(const BufferOptions& o, int ranks);
+
+Error invalid(std::string message);
+bool aligned16(const void* p);
+/// Given: it has memory, or it is an empty matrix with a shape (a rank
+/// with no tokens still says how many columns its top-k has).
+bool given(const TensorView& v);
+/// A row-major matrix of `dtype` whose rows are 16-byte aligned.
+Result<void> check_rows(const TensorView& v, const char* name, DType dtype);
+
+/// The communication stream, shared by the Buffer and its handles: a handle
+/// frees its arrays on it, so it must live as long as the last of them.
+struct Stream {
+  cudaStream_t stream = nullptr;
+  Stream() = default;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+class Handle final : public DispatchHandle {
+ public:
+  Handle(void* memory, std::shared_ptr<Stream> stream)
+      : m_memory(memory), m_stream(std::move(stream)) {}
+  ~Handle() override {
+    if (m_memory != nullptr) cudaFreeAsync(m_memory, m_stream->stream);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+ private:
+  void* m_memory;
+  std::shared_ptr<Stream> m_stream;
+};
+
+class BufferImpl final : public Buffer {
+ public:
+  ~BufferImpl() override;
+
+  int rank() const override { return m_rank; }
+  int num_ranks() const override { return m_ranks; }
+  cudaStream_t comm_stream() const override { return m_stream; }
+  Result<Layout> layout(const TensorView& topk_idx, int num_experts,
+                        const StreamOrder& order) override;
+  Result<DispatchResult> dispatch(const DispatchArgs& args) override;
+  Result<CombineResult> combine(const CombineArgs& args) override;
+  Result<TensorView> combine_input(std::int64_t rows, std::int64_t hidden) override;
+  Result<TensorView> combine_weights_input(std::int64_t rows, std::int64_t topk) override;
+  Result<void> barrier() override;
+  Result<void> synchronize() override;
+
+  Result<void> init(Bootstrap& bootstrap, const BufferOptions& options);
+
+ private:
+  k::SyncParams sync() const;
+  k::Meta* meta(int r) const { return reinterpret_cast<k::Meta*>(m_peers[r]); }
+  Result<void> enter(const StreamOrder& order);
+  Result<Event> leave(const StreamOrder& order);
+  Error failure(cudaError_t rc, const std::string& what);
+  Result<void> wait_counts(std::uint64_t seq);
+  Result<DispatchResult> dispatch_cached(const DispatchArgs& args);
+  /// What a dispatch and a cached dispatch pass alike: x, scales, rows,
+  /// every rank's receive regions, the config.
+  k::DispatchParams dispatch_params(const DispatchArgs& args, const std::int32_t* send_row,
+                                    const std::int32_t* prefix) const;
+
+  BufferOptions m_opts;
+  HeapLayout m_heap;
+  int m_rank = 0;
+  int m_ranks = 1;
+  int m_device = 0;
+  std::uint8_t* m_peers[k::k_max_ranks] = {};  // m_peers[m_rank] is our own heap
+  std::shared_ptr<Stream> m_stream_owner = std::make_shared<Stream>();
+  cudaStream_t m_stream = nullptr;
+  cudaEvent_t m_entry_event = nullptr;
+  k::Mailbox* m_mailbox = nullptr;  // host pointer
+  k::Mailbox* m_mailbox_dev = nullptr;
+  DeviceMemory m_local;  // counters and layout/combine outputs
+  std::int32_t* m_grid_counter = nullptr;
+  std::int32_t* m_offsets_scratch = nullptr;
+  std::int32_t* m_tokens_per_rank = nullptr;
+  std::int32_t* m_tokens_per_expert = nullptr;
+  bool* m_token_in_rank = nullptr;
+  std::int32_t* m_recv_per_expert = nullptr;
+  std::uint16_t* m_combined_x = nullptr;
+  float* m_combined_w = nullptr;
+  std::uint64_t m_count_seq = 0;     // numbers the counts the mailbox carries
+  std::uint64_t* m_epoch = nullptr;  // device (see SyncParams::epoch)
+  bool m_broken = false;
+};
+
+}  // namespace epkit::ep

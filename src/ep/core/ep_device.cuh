@@ -1,0 +1,128 @@
+// Device-side building blocks of the EP engine: system-scope release and
+// acquire (peers' memory is reached over NVLink through CUDA IPC mappings),
+// bounded spins that report who never arrived, and the rank barrier.
+#pragma once
+
+#include <cstdint>
+
+#include "ep/core/kernels.h"
+
+namespace epkit::ep::kernels {
+
+__device__ __forceinline__ void store_release_sys(std::uint64_t* p, std::uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ std::uint64_t load_acquire_sys(const std::uint64_t* p) {
+  std::uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ int load_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_release_gpu(int* p, int v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ std::uint64_t global_timer_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Read-only streaming load: x is read once per token, keep it out of L1.
+__device__ __forceinline__ int4 load_stream(const int4* p) {
+  int4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// A load from a peer's memory (or ours) that another GPU wrote before the
+// barrier we passed: must not come from a stale non-coherent cache line.
+__device__ __forceinline__ int4 load_peer(const int4* p) {
+  int4 v;
+  asm volatile("ld.global.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void store_vec(int4* p, const int4& v) {
+  asm volatile("st.global.L1::no_allocate.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x),
+               "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+/// Records why a kernel stops and traps: the context is unusable after a
+/// peer vanished, and the host reads the mailbox to name the cause.
+__device__ __forceinline__ void fail(Mailbox* mailbox, int kind, int rank, std::int64_t value) {
+  // The first failure is the cause; later ones (other blocks giving up
+  // because of it) only trap.
+  if (mailbox != nullptr && atomicCAS(const_cast<int*>(&mailbox->claimed), 0, 1) == 0) {
+    mailbox->error_rank = rank;
+    mailbox->error_value = value;
+    __threadfence_system();
+    mailbox->error = kind;
+    __threadfence_system();
+  }
+  __trap();
+}
+
+/// Lanes 0..ranks-1 of the calling warp: tell every rank this one arrived
+/// (when `signal_peers`), then wait until every rank did. The release store
+/// publishes this thread's earlier writes, and those it observed through a
+/// __syncthreads after __threadfence_system, to the peer that acquires it.
+__device__ __forceinline__ void rank_barrier_warp(const SyncParams& s, std::uint64_t epoch,
+                                                  bool signal_peers) {
+  int lane = threadIdx.x & 31;
+  if (lane < s.num_ranks) {
+    if (signal_peers) store_release_sys(s.signal[lane] + s.rank, epoch);
+    const std::uint64_t* mine = s.signal[s.rank] + lane;
+    if (load_acquire_sys(mine) < epoch) {
+      std::uint64_t start = global_timer_ns();
+      while (load_acquire_sys(mine) < epoch) {
+        if (global_timer_ns() - start > s.timeout_ns)
+          fail(s.mailbox, k_timeout_barrier, lane, static_cast<std::int64_t>(epoch));
+      }
+    }
+  }
+  __syncwarp();
+}
+
+/// The epoch this rank passed last (see SyncParams::epoch); read by every
+/// block at kernel start, before any block can advance it.
+__device__ __forceinline__ std::uint64_t epoch_base(const SyncParams& s) {
+  return *reinterpret_cast<const volatile std::uint64_t*>(s.epoch);
+}
+
+/// The end of a multi-block kernel that wrote to peers: each block fences
+/// its writes and counts itself in; the last block to finish signals the
+/// peers and waits for theirs, so the kernel ends only when every rank's
+/// writes into this rank have landed.
+__device__ __forceinline__ void grid_exit_barrier(const SyncParams& s, std::uint64_t epoch) {
+  // Every other block has finished (and read the counter) when the last
+  // one gets here: it advances the device epoch.
+  __shared__ bool last;
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned int done = atomicAdd(s.grid_counter, 1u);
+    last = done == gridDim.x - 1;
+    if (last) *s.grid_counter = 0;  // nobody else touches it in this kernel any more
+  }
+  __syncthreads();
+  if (last && threadIdx.x < 32) {
+    __threadfence_system();
+    rank_barrier_warp(s, epoch, true);
+    if (threadIdx.x == 0) *s.epoch = epoch;
+  }
+}
+
+}  // namespace epkit::ep::kernels

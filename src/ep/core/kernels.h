@@ -1,0 +1,103 @@
+// What every mode's kernels share (plain C++17: included by the host side
+// and by the .cu files): the heap layout each rank maps from every other
+// rank, the host-mapped mailbox, the barrier, the layout and staging kernels.
+// Each mode declares its own kernels in its folder (ep/intranode/kernels.h).
+//
+// Every rank maps every other rank's heap (CUDA IPC), so a kernel holds one
+// pointer per rank for each region. The protocol and the memory ordering are
+// described in docs/ep-engine.md.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace epkit::ep::kernels {
+
+constexpr int k_max_ranks = 8;
+constexpr int k_max_experts = 1024;
+constexpr int k_scale_block = 128;  // FP8 channels per scale
+
+/// Written by peers into this rank's heap (start of it): one signal per
+/// source rank, the count matrix rows and the per-expert counts for this
+/// rank's experts, and what this rank publishes for a combine.
+struct alignas(256) Meta {
+  std::uint64_t signal[k_max_ranks];
+  std::int32_t counts[k_max_ranks][k_max_ranks];           // [src][dst], src's row
+  std::int32_t expert_counts[k_max_ranks][k_max_experts];  // [src][local expert]
+  // Published by this rank before a combine's entry barrier.
+  std::int64_t combine_x_offset;
+  std::int64_t combine_x_stride;  // bytes
+  std::int64_t combine_w_offset;  // -1: no weights
+  std::int64_t combine_w_stride;  // elements
+};
+
+/// Host-mapped: how kernels tell the host the counts (no cudaMemcpy, no
+/// device sync) and why they stopped.
+struct Mailbox {
+  volatile std::uint64_t counts_epoch;  // set last, after the counts
+  volatile std::int32_t num_recv;
+  volatile std::int32_t expert_counts[k_max_experts];  // aligned
+  volatile std::int32_t error;                         // ErrorKind below, 0 = none
+  volatile std::int32_t error_rank;                    // the rank waited for
+  volatile std::int64_t error_value;
+  volatile std::int32_t claimed;  // set by the first kernel that fails
+};
+
+enum ErrorKind : std::int32_t {
+  k_no_error = 0,
+  k_timeout_barrier = 1,  // a rank never reached a barrier
+  k_bad_expert = 2,       // topk index outside [-1, num_experts): value, token in error_rank
+  k_worst_too_small = 3,  // received more rows than num_worst_tokens: value = rows
+  k_timeout_local = 4,    // a block waited for another block of its grid
+};
+
+/// What every synchronising kernel shares.
+struct SyncParams {
+  int rank = 0;
+  int num_ranks = 1;
+  std::uint64_t* signal[k_max_ranks] = {};  // rank r's Meta.signal (mapped)
+  std::uint64_t timeout_ns = 0;
+  Mailbox* mailbox = nullptr;            // device pointer of the host-mapped mailbox
+  unsigned int* grid_counter = nullptr;  // local, zero between kernels
+  /// Local: the last barrier epoch this rank passed. Kernels read it at
+  /// their start and the last block of the last kernel of an operation
+  /// advances it, so epochs live on the device and a captured CUDA graph
+  /// replays with fresh ones. Every rank runs the same kernels in the same
+  /// order, so every rank's counter takes the same values.
+  std::uint64_t* epoch = nullptr;
+};
+
+struct LayoutParams {
+  const void* topk = nullptr;
+  bool topk_int64 = true;
+  std::int64_t topk_stride = 0;  // elements between tokens
+  int num_tokens = 0;
+  int num_topk = 0;
+  int num_experts = 0;
+  int num_ranks = 1;
+  std::int32_t* num_tokens_per_rank = nullptr;    // [ranks], zeroed by the launcher
+  std::int32_t* num_tokens_per_expert = nullptr;  // [experts], zeroed by the launcher
+  bool* is_token_in_rank = nullptr;               // [tokens, ranks]
+  Mailbox* mailbox = nullptr;
+};
+cudaError_t launch_layout(const LayoutParams& p, cudaStream_t stream);
+
+/// Copies rows [0, rows) (rows read from rank_prefix_matrix[last row][rank]
+/// when `rows_from` is set) of a strided matrix into a packed one: a
+/// combine's input that is not inside the heap goes to the staging region.
+struct StageParams {
+  const std::uint8_t* src = nullptr;
+  std::int64_t src_stride = 0;  // bytes
+  std::uint8_t* dst = nullptr;
+  int row_bytes = 0;  // multiple of 4
+  int rows = 0;
+  const std::int32_t* rows_from = nullptr;  // device count, overrides rows
+  int num_blocks = 24;
+};
+cudaError_t launch_stage(const StageParams& p, cudaStream_t stream);
+
+/// A barrier over the ranks (one block).
+cudaError_t launch_barrier(const SyncParams& p, cudaStream_t stream);
+
+}  // namespace epkit::ep::kernels

@@ -1,0 +1,63 @@
+// layout(): per-rank and per-expert token counts and is_token_in_rank from
+// topk_idx (DeepEP's get_dispatch_layout). Local only; no peer is touched.
+#include "ep/core/ep_device.cuh"
+
+namespace epkit::ep::kernels {
+namespace {
+
+constexpr int k_layout_threads = 256;
+
+__global__ void __launch_bounds__(k_layout_threads) layout_kernel(LayoutParams p) {
+  __shared__ int expert_count[k_max_experts];
+  __shared__ int rank_count[k_max_ranks];
+  for (int i = threadIdx.x; i < p.num_experts; i += blockDim.x) expert_count[i] = 0;
+  if (threadIdx.x < k_max_ranks) rank_count[threadIdx.x] = 0;
+  __syncthreads();
+
+  const int experts_per_rank = p.num_experts / p.num_ranks;
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < p.num_tokens) {
+    unsigned int mask = 0;
+    for (int k = 0; k < p.num_topk; ++k) {
+      std::int64_t e = p.topk_int64
+                           ? static_cast<const std::int64_t*>(p.topk)[t * p.topk_stride + k]
+                           : static_cast<const std::int32_t*>(p.topk)[t * p.topk_stride + k];
+      if (e < 0) continue;  // -1: this slot routes nowhere
+      if (e >= p.num_experts) {
+        // Reported to the host (first one wins); the slot is ignored.
+        if (p.mailbox != nullptr &&
+            atomicCAS(const_cast<int*>(&p.mailbox->error), 0, k_bad_expert) == 0) {
+          p.mailbox->error_rank = t;
+          p.mailbox->error_value = e;
+        }
+        continue;
+      }
+      atomicAdd(&expert_count[e], 1);
+      mask |= 1u << (static_cast<int>(e) / experts_per_rank);
+    }
+    for (int r = 0; r < p.num_ranks; ++r) {
+      bool in = (mask >> r) & 1u;
+      p.is_token_in_rank[static_cast<std::int64_t>(t) * p.num_ranks + r] = in;
+      if (in) atomicAdd(&rank_count[r], 1);
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < p.num_experts; i += blockDim.x)
+    if (expert_count[i] != 0) atomicAdd(&p.num_tokens_per_expert[i], expert_count[i]);
+  if (threadIdx.x < p.num_ranks && rank_count[threadIdx.x] != 0)
+    atomicAdd(&p.num_tokens_per_rank[threadIdx.x], rank_count[threadIdx.x]);
+}
+
+}  // namespace
+
+cudaError_t launch_layout(const LayoutParams& p, cudaStream_t stream) {
+  cudaError_t rc = cudaMemsetAsync(p.num_tokens_per_rank, 0, sizeof(int) * p.num_ranks, stream);
+  if (rc != cudaSuccess) return rc;
+  rc = cudaMemsetAsync(p.num_tokens_per_expert, 0, sizeof(int) * p.num_experts, stream);
+  if (rc != cudaSuccess || p.num_tokens == 0) return rc;
+  int blocks = (p.num_tokens + k_layout_threads - 1) / k_layout_threads;
+  layout_kernel<<<blocks, k_layout_threads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace epkit::ep::kernels

@@ -1,0 +1,281 @@
+// Buffer::layout, dispatch and cached dispatch: argument checks, the count
+// exchange (notify kernel) and the host's wait for the counts, then the
+// dispatch kernel that writes every token into its destinations' receive
+// regions.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ep/core/buffer_impl.h"
+
+namespace epkit::ep {
+
+k::DispatchParams BufferImpl::dispatch_params(const DispatchArgs& a, const std::int32_t* send_row,
+                                              const std::int32_t* prefix) const {
+  k::DispatchParams dp;
+  dp.sync = sync();
+  const int hidden = static_cast<int>(a.x.cols());
+  dp.x = static_cast<const std::uint8_t*>(a.x.data);
+  dp.x_stride = a.x.strides[0] * static_cast<std::int64_t>(dtype_size(a.x.dtype));
+  dp.row_bytes = hidden * static_cast<int>(dtype_size(a.x.dtype));
+  if (a.x.dtype == DType::fp8_e4m3) {
+    dp.scales = static_cast<const float*>(a.x_scales.data);
+    dp.scale_stride_token = a.x_scales.strides[0];
+    dp.scale_stride_hidden = a.x_scales.strides[1];
+    dp.num_scales = hidden / k::k_scale_block;
+  }
+  dp.send_row = send_row;
+  dp.rank_prefix_matrix = prefix;
+  dp.num_tokens = static_cast<int>(a.x.rows());
+  dp.experts_per_rank = 1;
+  for (int r = 0; r < m_ranks; ++r) {
+    dp.recv_x[r] = m_peers[r] + m_heap.recv_x;
+    dp.recv_scales[r] = reinterpret_cast<float*>(m_peers[r] + m_heap.recv_scales);
+    dp.recv_topk[r] = m_peers[r] + m_heap.recv_topk;
+    dp.recv_weights[r] = reinterpret_cast<float*>(m_peers[r] + m_heap.recv_weights);
+    dp.recv_src[r] = reinterpret_cast<std::int32_t*>(m_peers[r] + m_heap.recv_src);
+  }
+  dp.num_warps = a.config.num_warps;
+  dp.chunk = a.config.nvl_chunk;
+  dp.num_blocks = a.config.num_sms;
+  return dp;
+}
+
+Result<Layout> BufferImpl::layout(const TensorView& topk, int num_experts,
+                                  const StreamOrder& order) {
+  if (topk.data == nullptr && topk.numel() != 0) return invalid("layout: topk_idx is missing");
+  if ((topk.dtype != DType::int64 && topk.dtype != DType::int32) || topk.ndim != 2 ||
+      topk.strides[1] != 1)
+    return invalid(fmt::format("layout: topk_idx ({}) must be a row-major int64 or int32 matrix",
+                               topk.describe()));
+  if (topk.rows() > m_opts.max_tokens)
+    return invalid(fmt::format("layout: {} tokens, the Buffer was made for at most {}", topk.rows(),
+                               m_opts.max_tokens));
+  if (num_experts <= 0 || num_experts > k::k_max_experts || num_experts % m_ranks != 0)
+    return invalid(fmt::format("layout: {} experts must be 1..{} and a multiple of the {} ranks",
+                               num_experts, k::k_max_experts, m_ranks));
+  EPKIT_TRY(enter(order));
+  k::LayoutParams p;
+  p.topk = topk.data;
+  p.topk_int64 = topk.dtype == DType::int64;
+  p.topk_stride = topk.strides[0];
+  p.num_tokens = static_cast<int>(topk.rows());
+  p.num_topk = static_cast<int>(topk.cols());
+  p.num_experts = num_experts;
+  p.num_ranks = m_ranks;
+  p.num_tokens_per_rank = m_tokens_per_rank;
+  p.num_tokens_per_expert = m_tokens_per_expert;
+  p.is_token_in_rank = m_token_in_rank;
+  p.mailbox = m_mailbox_dev;
+  if (cudaError_t rc = k::launch_layout(p, m_stream); rc != cudaSuccess)
+    return failure(rc, "layout");
+  auto event = leave(order);
+  if (!event) return event.error();
+  Layout out;
+  out.num_tokens_per_rank = TensorView::vector(m_tokens_per_rank, DType::int32, m_ranks);
+  out.num_tokens_per_expert = TensorView::vector(m_tokens_per_expert, DType::int32, num_experts);
+  out.is_token_in_rank = TensorView::matrix(m_token_in_rank, DType::boolean, topk.rows(), m_ranks);
+  out.event = std::move(*event);
+  return out;
+}
+
+Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
+  EPKIT_TRY(a.config.validate());
+  const TensorView& x = a.x;
+  if (x.dtype != DType::bf16 && x.dtype != DType::fp8_e4m3)
+    return invalid(fmt::format("dispatch: x is {}, expected bf16 or fp8_e4m3", x.describe()));
+  EPKIT_TRY(check_rows(x, "dispatch: x", x.dtype));
+  const bool fp8 = x.dtype == DType::fp8_e4m3;
+  const int tokens = static_cast<int>(x.rows());
+  const int hidden = static_cast<int>(x.cols());
+  if (tokens > m_opts.max_tokens || hidden > m_opts.max_hidden)
+    return invalid(
+        fmt::format("dispatch: x is {}, the Buffer was made for at most {} tokens of hidden {}",
+                    x.describe(), m_opts.max_tokens, m_opts.max_hidden));
+  if ((hidden * static_cast<int>(dtype_size(x.dtype))) % 16 != 0)
+    return invalid(
+        fmt::format("dispatch: rows of {} are not a multiple of 16 bytes", x.describe()));
+  if (fp8) {
+    if (hidden % k::k_scale_block != 0)
+      return invalid(fmt::format("dispatch: FP8 hidden {} must be a multiple of {}", hidden,
+                                 k::k_scale_block));
+    const TensorView& s = a.x_scales;
+    if (!given(s) || s.dtype != DType::fp32 || s.ndim != 2 || s.rows() != tokens ||
+        s.cols() != hidden / k::k_scale_block)
+      return invalid(fmt::format("dispatch: FP8 x needs x_scales fp32[{}, {}], got {}", tokens,
+                                 hidden / k::k_scale_block, !given(s) ? "none" : s.describe()));
+  } else if (given(a.x_scales)) {
+    return invalid("dispatch: x_scales given with a BF16 x (scales go with FP8 only)");
+  }
+  if (a.num_worst_tokens < 0 || a.num_worst_tokens > m_ranks * m_opts.max_tokens)
+    return invalid(fmt::format("dispatch: num_worst_tokens {} must be 0..{}", a.num_worst_tokens,
+                               m_ranks * m_opts.max_tokens));
+  if (a.expert_alignment < 1) return invalid("dispatch: expert_alignment must be >= 1");
+  if (a.handle) return dispatch_cached(a);
+
+  const bool with_topk = given(a.topk_idx);
+  int num_topk = 0;
+  if (with_topk) {
+    const TensorView& t = a.topk_idx;
+    if ((t.dtype != DType::int64 && t.dtype != DType::int32) || t.ndim != 2 || t.strides[1] != 1 ||
+        t.rows() != tokens || t.cols() < 1 || t.cols() > m_opts.max_topk)
+      return invalid(
+          fmt::format("dispatch: topk_idx ({}) must be a row-major int64/int32 [{}, 1..{}]",
+                      t.describe(), tokens, m_opts.max_topk));
+    num_topk = static_cast<int>(t.cols());
+  }
+  const bool with_weights = given(a.topk_weights);
+  if (with_weights) {
+    const TensorView& w = a.topk_weights;
+    if (!with_topk) return invalid("dispatch: topk_weights given without topk_idx");
+    if (w.dtype != DType::fp32 || w.ndim != 2 || w.strides[1] != 1 || w.rows() != tokens ||
+        w.cols() != num_topk)
+      return invalid(fmt::format("dispatch: topk_weights ({}) must be row-major fp32 [{}, {}]",
+                                 w.describe(), tokens, num_topk));
+  }
+  const TensorView& ntpr = a.num_tokens_per_rank;
+  const TensorView& itir = a.is_token_in_rank;
+  const TensorView& ntpe = a.num_tokens_per_expert;
+  if (ntpr.data == nullptr || ntpr.dtype != DType::int32 || ntpr.numel() != m_ranks)
+    return invalid(
+        fmt::format("dispatch: num_tokens_per_rank must be int32[{}] (from layout())", m_ranks));
+  if (!given(itir) || itir.dtype != DType::boolean || itir.ndim != 2 || itir.rows() != tokens ||
+      itir.cols() != m_ranks || itir.strides[1] != 1)
+    return invalid(
+        fmt::format("dispatch: is_token_in_rank must be a row-major bool[{}, {}] (from layout())",
+                    tokens, m_ranks));
+  const int num_experts = static_cast<int>(ntpe.numel());
+  if (ntpe.data == nullptr || ntpe.dtype != DType::int32 || num_experts <= 0 ||
+      num_experts > k::k_max_experts || num_experts % m_ranks != 0)
+    return invalid(
+        fmt::format("dispatch: num_tokens_per_expert must be int32[experts], experts a multiple of "
+                    "{} up to {}",
+                    m_ranks, k::k_max_experts));
+
+  EPKIT_TRY(enter(a.order));
+  void* memory = nullptr;
+  std::size_t handle_ints =
+      static_cast<std::size_t>(tokens) * m_ranks + static_cast<std::size_t>(m_ranks) * m_ranks;
+  cudaError_t rc =
+      cudaMallocAsync(&memory, std::max<std::size_t>(handle_ints, 1) * sizeof(int), m_stream);
+  if (rc != cudaSuccess) return failure(rc, "cudaMallocAsync of the dispatch handle");
+  auto handle = std::make_shared<Handle>(memory, m_stream_owner);
+  auto* prefix = static_cast<std::int32_t*>(memory);
+  auto* send_row = prefix + m_ranks * m_ranks;
+
+  k::NotifyParams np;
+  np.sync = sync();
+  np.count_seq = ++m_count_seq;
+  np.num_tokens_per_rank = static_cast<const std::int32_t*>(ntpr.data);
+  np.num_tokens_per_expert = static_cast<const std::int32_t*>(ntpe.data);
+  np.is_token_in_rank = static_cast<const bool*>(itir.data);
+  np.is_token_in_rank_stride = itir.strides[0];
+  np.num_tokens = tokens;
+  np.num_experts = num_experts;
+  np.expert_alignment = a.expert_alignment;
+  np.num_worst_tokens = a.num_worst_tokens;
+  for (int r = 0; r < m_ranks; ++r) np.meta[r] = meta(r);
+  np.rank_prefix_matrix = prefix;
+  np.send_row = send_row;
+  np.recv_tokens_per_expert = m_recv_per_expert;
+  np.offsets_scratch = m_offsets_scratch;
+  if ((rc = k::launch_notify(np, m_stream)) != cudaSuccess)
+    return failure(rc, "dispatch (count exchange)");
+
+  DispatchResult out;
+  int rows = a.num_worst_tokens;
+  if (a.num_worst_tokens == 0) {
+    EPKIT_TRY(wait_counts(np.count_seq));
+    if (m_mailbox->error == k::k_bad_expert) {
+      long long token = m_mailbox->error_rank;
+      long long value = m_mailbox->error_value;
+      m_mailbox->error = 0;
+      return invalid(fmt::format("topk_idx of token {} names expert {}, outside -1..{}", token,
+                                 value, num_experts - 1));
+    }
+    rows = m_mailbox->num_recv;
+    const int experts_per_rank = num_experts / m_ranks;
+    out.num_recv_tokens_per_expert.resize(static_cast<std::size_t>(experts_per_rank));
+    for (int e = 0; e < experts_per_rank; ++e)
+      out.num_recv_tokens_per_expert[static_cast<std::size_t>(e)] = m_mailbox->expert_counts[e];
+  }
+
+  k::DispatchParams dp = dispatch_params(a, send_row, prefix);
+  dp.entry_barrier = false;  // the count exchange was one
+  if (with_topk) {
+    dp.topk = a.topk_idx.data;
+    dp.topk_int64 = a.topk_idx.dtype == DType::int64;
+    dp.topk_stride = a.topk_idx.strides[0];
+    dp.num_topk = num_topk;
+    dp.weights = static_cast<const float*>(a.topk_weights.data);
+    dp.weights_stride = a.topk_weights.strides[0];
+  }
+  dp.experts_per_rank = num_experts / m_ranks;
+  dp.num_worst_tokens = a.num_worst_tokens;
+  if ((rc = k::launch_dispatch(dp, m_stream)) != cudaSuccess) return failure(rc, "dispatch");
+  auto event = leave(a.order);
+  if (!event) return event.error();
+
+  handle->num_tokens = tokens;
+  handle->num_ranks = m_ranks;
+  handle->hidden = hidden;
+  handle->num_recv_tokens = a.num_worst_tokens == 0 ? rows : -1;
+  handle->num_worst_tokens = a.num_worst_tokens;
+  handle->rank_prefix_matrix = TensorView::matrix(prefix, DType::int32, m_ranks, m_ranks);
+  handle->send_row = TensorView::matrix(send_row, DType::int32, tokens, m_ranks);
+
+  std::uint8_t* own = m_peers[m_rank];
+  out.recv_x = TensorView::matrix(own + m_heap.recv_x, x.dtype, rows, hidden);
+  if (fp8)
+    out.recv_x_scales =
+        TensorView::matrix(own + m_heap.recv_scales, DType::fp32, rows, hidden / k::k_scale_block);
+  if (with_topk) {
+    out.recv_topk_idx =
+        TensorView::matrix(own + m_heap.recv_topk, a.topk_idx.dtype, rows, num_topk);
+    if (with_weights)
+      out.recv_topk_weights =
+          TensorView::matrix(own + m_heap.recv_weights, DType::fp32, rows, num_topk);
+  }
+  out.recv_src_idx = TensorView::vector(own + m_heap.recv_src, DType::int32, rows);
+  out.recv_tokens_per_expert =
+      TensorView::vector(m_recv_per_expert, DType::int32, num_experts / m_ranks);
+  out.handle = std::move(handle);
+  out.event = std::move(*event);
+  return out;
+}
+
+Result<DispatchResult> BufferImpl::dispatch_cached(const DispatchArgs& a) {
+  const DispatchHandle& h = *a.handle;
+  const int tokens = static_cast<int>(a.x.rows());
+  const int hidden = static_cast<int>(a.x.cols());
+  if (h.num_ranks != m_ranks || h.num_tokens != tokens)
+    return invalid(fmt::format(
+        "cached dispatch: the handle is for {} tokens over {} ranks, x has {} tokens over {}",
+        h.num_tokens, h.num_ranks, tokens, m_ranks));
+  if (given(a.topk_idx) || given(a.topk_weights))
+    return invalid(
+        "cached dispatch: pass x (and x_scales) only; top-k goes with the first dispatch");
+  EPKIT_TRY(enter(a.order));
+  k::DispatchParams dp =
+      dispatch_params(a, static_cast<const std::int32_t*>(h.send_row.data),
+                      static_cast<const std::int32_t*>(h.rank_prefix_matrix.data));
+  dp.entry_barrier = true;  // receive regions may still be read until every rank is here
+  const bool fp8 = a.x.dtype == DType::fp8_e4m3;
+  if (cudaError_t rc = k::launch_dispatch(dp, m_stream); rc != cudaSuccess)
+    return failure(rc, "cached dispatch");
+  auto event = leave(a.order);
+  if (!event) return event.error();
+  const int rows = h.num_worst_tokens > 0 ? h.num_worst_tokens : h.num_recv_tokens;
+  DispatchResult out;
+  std::uint8_t* own = m_peers[m_rank];
+  out.recv_x = TensorView::matrix(own + m_heap.recv_x, a.x.dtype, rows, hidden);
+  if (fp8)
+    out.recv_x_scales =
+        TensorView::matrix(own + m_heap.recv_scales, DType::fp32, rows, hidden / k::k_scale_block);
+  out.recv_src_idx = TensorView::vector(own + m_heap.recv_src, DType::int32, rows);
+  out.handle = a.handle;
+  out.event = std::move(*event);
+  return out;
+}
+
+}  // namespace epkit::ep

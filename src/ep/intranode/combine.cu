@@ -1,0 +1,181 @@
+// combine: each rank pulls, for each of its own tokens, the rows its
+// destinations hold for it (their combine inputs, inside their heaps, found
+// through the offsets they publish before the entry barrier), sums them in
+// FP32 in rank order and rounds once to BF16. Pulling keeps the reduction
+// in registers: no staging write, no second pass.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "ep/core/ep_device.cuh"
+#include "ep/intranode/kernels.h"
+
+namespace epkit::ep::kernels {
+namespace {
+
+// Up to 16 vectors per lane in registers need more than the 64 registers a
+// 1024-thread block leaves: combine blocks have at most 16 warps.
+constexpr int k_combine_max_threads = 512;
+
+__device__ __forceinline__ void add_bf16x8(float (&acc)[8], const int4& v) {
+  const unsigned int w[4] = {static_cast<unsigned int>(v.x), static_cast<unsigned int>(v.y),
+                             static_cast<unsigned int>(v.z), static_cast<unsigned int>(v.w)};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    acc[2 * j] = acc[2 * j] + __uint_as_float(w[j] << 16);
+    acc[2 * j + 1] = acc[2 * j + 1] + __uint_as_float(w[j] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ int4 pack_bf16x8(const float (&acc)[8]) {
+  unsigned int w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    unsigned int lo = __bfloat16_as_ushort(__float2bfloat16_rn(acc[2 * j]));
+    unsigned int hi = __bfloat16_as_ushort(__float2bfloat16_rn(acc[2 * j + 1]));
+    w[j] = lo | (hi << 16);
+  }
+  return make_int4(static_cast<int>(w[0]), static_cast<int>(w[1]), static_cast<int>(w[2]),
+                   static_cast<int>(w[3]));
+}
+
+template <int Ranks, int Chunk>
+__global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineParams p) {
+  const int lane = threadIdx.x & 31;
+  const int warps_per_block = blockDim.x >> 5;
+  const int me = p.sync.rank;
+
+  const std::uint64_t base = epoch_base(p.sync);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    Meta* mine = p.meta[me];
+    mine->combine_x_offset = p.x_offset;
+    mine->combine_x_stride = p.x_stride;
+    mine->combine_w_offset = p.w_offset;
+    mine->combine_w_stride = p.w_stride;
+  }
+  __threadfence_system();
+  __syncthreads();
+  // Every rank's input is final once it reached this call.
+  if (threadIdx.x < 32) rank_barrier_warp(p.sync, base + 1, blockIdx.x == 0);
+
+  __shared__ const std::uint8_t* src_x[Ranks];
+  __shared__ std::int64_t src_x_stride[Ranks];
+  __shared__ const float* src_w[Ranks];
+  __shared__ std::int64_t src_w_stride[Ranks];
+  if (threadIdx.x < Ranks) {
+    const int r = threadIdx.x;
+    const volatile Meta* m = p.meta[r];
+    src_x[r] = p.heap[r] + m->combine_x_offset;
+    src_x_stride[r] = m->combine_x_stride;
+    std::int64_t w_offset = m->combine_w_offset;
+    src_w[r] = w_offset >= 0 ? reinterpret_cast<const float*>(p.heap[r] + w_offset) : nullptr;
+    src_w_stride[r] = m->combine_w_stride;
+  }
+  __syncthreads();
+
+  const int n8 = p.hidden >> 3;
+  const int total_warps = gridDim.x * warps_per_block;
+  for (int t = blockIdx.x * warps_per_block + (threadIdx.x >> 5); t < p.num_tokens;
+       t += total_warps) {
+    const int my_row = lane < Ranks ? p.send_row[static_cast<std::int64_t>(t) * Ranks + lane] : -1;
+    int rows[Ranks];
+    const int4* src[Ranks];
+#pragma unroll
+    for (int r = 0; r < Ranks; ++r) {
+      rows[r] = __shfl_sync(0xffffffffu, my_row, r);
+      src[r] = reinterpret_cast<const int4*>(
+          src_x[r] + static_cast<std::int64_t>(rows[r] < 0 ? 0 : rows[r]) * src_x_stride[r]);
+    }
+    int4* out = reinterpret_cast<int4*>(p.out_x + static_cast<std::int64_t>(t) * p.hidden);
+    for (int base = 0; base < n8; base += 32 * Chunk) {
+      // Every load first (all ranks, all vectors), then the sums in rank
+      // order: the loads overlap, the arithmetic stays deterministic.
+      int4 v[Ranks][Chunk];
+#pragma unroll
+      for (int r = 0; r < Ranks; ++r)
+#pragma unroll
+        for (int u = 0; u < Chunk; ++u) {
+          int i = base + u * 32 + lane;
+          if (rows[r] >= 0 && i < n8) v[r][u] = load_peer(src[r] + i);
+        }
+#pragma unroll
+      for (int u = 0; u < Chunk; ++u) {
+        int i = base + u * 32 + lane;
+        if (i >= n8) continue;
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int r = 0; r < Ranks; ++r)
+          if (rows[r] >= 0) add_bf16x8(acc, v[r][u]);
+        out[i] = pack_bf16x8(acc);
+      }
+    }
+    if (p.out_weights != nullptr && lane < p.num_topk) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int r = 0; r < Ranks; ++r)
+        if (rows[r] >= 0) {
+          const volatile float* w =
+              src_w[r] + static_cast<std::int64_t>(rows[r]) * src_w_stride[r] + lane;
+          acc = acc + *w;
+        }
+      p.out_weights[static_cast<std::int64_t>(t) * p.num_topk + lane] = acc;
+    }
+  }
+  // Nobody may reuse its input (or start the next call) while others read it.
+  grid_exit_barrier(p.sync, base + 2);
+}
+
+template <int Ranks>
+cudaError_t launch_for_ranks(const CombineParams& p, cudaStream_t stream) {
+  dim3 grid(p.num_blocks), block(std::min(p.num_warps * 32, k_combine_max_threads));
+  // Registers hold Ranks x Chunk vectors per lane: cap the product at 16.
+  switch (combine_effective_chunk(p.chunk, Ranks)) {
+    case 1:
+      combine_kernel<Ranks, 1><<<grid, block, 0, stream>>>(p);
+      break;
+    case 2:
+      combine_kernel<Ranks, 2><<<grid, block, 0, stream>>>(p);
+      break;
+    case 4:
+      if constexpr (Ranks <= 4) combine_kernel<Ranks, 4><<<grid, block, 0, stream>>>(p);
+      break;
+    case 8:
+      if constexpr (Ranks <= 2) combine_kernel<Ranks, 8><<<grid, block, 0, stream>>>(p);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int combine_effective_chunk(int chunk, int ranks) {
+  while (chunk > 1 && chunk * ranks > 16) chunk /= 2;
+  return chunk;
+}
+
+cudaError_t launch_combine(const CombineParams& p, cudaStream_t stream) {
+  switch (p.sync.num_ranks) {
+    case 1:
+      return launch_for_ranks<1>(p, stream);
+    case 2:
+      return launch_for_ranks<2>(p, stream);
+    case 3:
+      return launch_for_ranks<3>(p, stream);
+    case 4:
+      return launch_for_ranks<4>(p, stream);
+    case 5:
+      return launch_for_ranks<5>(p, stream);
+    case 6:
+      return launch_for_ranks<6>(p, stream);
+    case 7:
+      return launch_for_ranks<7>(p, stream);
+    case 8:
+      return launch_for_ranks<8>(p, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace epkit::ep::kernels

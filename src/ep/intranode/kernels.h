@@ -1,0 +1,88 @@
+// The intranode (NVLink, normal mode) kernels and their launchers: notify
+// (count exchange), dispatch and combine. Plain C++17, included by the
+// Buffer's launchers beside them and by the .cu files.
+#pragma once
+
+#include "ep/core/kernels.h"
+
+namespace epkit::ep::kernels {
+
+struct NotifyParams {
+  SyncParams sync;  // barrier: epoch + 1 (the dispatch kernel after it advances the counter)
+  std::uint64_t count_seq = 0;                          // host sequence number for the mailbox
+  const std::int32_t* num_tokens_per_rank = nullptr;    // [ranks]
+  const std::int32_t* num_tokens_per_expert = nullptr;  // [experts]
+  const bool* is_token_in_rank = nullptr;               // [tokens, ranks]
+  std::int64_t is_token_in_rank_stride = 0;             // elements between tokens
+  int num_tokens = 0;
+  int num_experts = 0;
+  int expert_alignment = 1;
+  int num_worst_tokens = 0;
+  Meta* meta[k_max_ranks] = {};                    // every rank's Meta (mapped)
+  std::int32_t* rank_prefix_matrix = nullptr;      // out [ranks, ranks]
+  std::int32_t* send_row = nullptr;                // out [tokens, ranks]
+  std::int32_t* recv_tokens_per_expert = nullptr;  // out [local experts], aligned
+  std::int32_t* offsets_scratch = nullptr;         // local [ranks + 2]: block 0 -> scan blocks
+};
+cudaError_t launch_notify(const NotifyParams& p, cudaStream_t stream);
+
+struct DispatchParams {
+  SyncParams sync;            // entry barrier epoch + 1 (when entry_barrier), exit epoch + 2
+  bool entry_barrier = true;  // false: the notify kernel before it was one
+  const std::uint8_t* x = nullptr;
+  std::int64_t x_stride = 0;  // bytes between tokens
+  int row_bytes = 0;          // hidden * element size, multiple of 16
+  const float* scales = nullptr;
+  std::int64_t scale_stride_token = 0;
+  std::int64_t scale_stride_hidden = 0;
+  int num_scales = 0;
+  const void* topk = nullptr;
+  bool topk_int64 = true;
+  std::int64_t topk_stride = 0;
+  int num_topk = 0;
+  const float* weights = nullptr;
+  std::int64_t weights_stride = 0;
+  const std::int32_t* send_row = nullptr;  // [tokens, ranks]
+  int num_tokens = 0;
+  int experts_per_rank = 0;
+  // Every rank's receive regions (mapped); rows are packed.
+  std::uint8_t* recv_x[k_max_ranks] = {};
+  float* recv_scales[k_max_ranks] = {};
+  void* recv_topk[k_max_ranks] = {};
+  float* recv_weights[k_max_ranks] = {};
+  std::int32_t* recv_src[k_max_ranks] = {};
+  // num_worst_tokens: this rank pads rows [received, num_worst) itself.
+  int num_worst_tokens = 0;
+  const std::int32_t* rank_prefix_matrix = nullptr;
+  int num_warps = 32;
+  int chunk = 4;
+  int num_blocks = 24;
+};
+cudaError_t launch_dispatch(const DispatchParams& p, cudaStream_t stream);
+
+struct CombineParams {
+  SyncParams sync;  // entry barrier epoch + 1, exit epoch + 2
+  // Published into this rank's Meta by block 0 before the entry barrier.
+  std::int64_t x_offset = 0;
+  std::int64_t x_stride = 0;
+  std::int64_t w_offset = -1;
+  std::int64_t w_stride = 0;
+  Meta* meta[k_max_ranks] = {};
+  const std::uint8_t* heap[k_max_ranks] = {};  // every rank's heap base (mapped)
+  const std::int32_t* send_row = nullptr;      // [tokens, ranks]
+  int num_tokens = 0;
+  int hidden = 0;  // BF16 elements, multiple of 8
+  int num_topk = 0;
+  std::uint16_t* out_x = nullptr;  // BF16 [tokens, hidden]
+  float* out_weights = nullptr;    // [tokens, topk] or null
+  int num_warps = 32;
+  int chunk = 4;
+  int num_blocks = 24;
+};
+cudaError_t launch_combine(const CombineParams& p, cudaStream_t stream);
+
+/// The chunk the combine kernel really uses for `ranks` (it keeps ranks x
+/// chunk vectors in registers, at most 16).
+int combine_effective_chunk(int chunk, int ranks);
+
+}  // namespace epkit::ep::kernels

@@ -1,0 +1,48 @@
+// The GPU half of `epkit bench ep` (the CPU half is bench/ep_bench.h): every
+// rank checks the engine against the reference path, then times it. Part of
+// the EP harness because it runs the reference path and the test data.
+#pragma once
+
+#include <epkit/ep.h>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/ep_bench.h"
+#include "runtime/gpu_rank.h"
+
+namespace epkit::bench {
+
+struct EpBenchOptions {
+  EpShape shape;  // ranks is taken from the launch
+  std::vector<int> sms{24};
+  std::vector<int> chunks{1, 2, 4, 8};
+  int warmup = 20;
+  int iters = 50;
+  std::uint64_t seed = 0;
+  /// Non-empty: every rank writes its inputs and outputs under
+  /// <dump_dir>/rank<r>/ as .npy files (rank 0 adds README.txt).
+  std::string dump_dir;
+  double timeout_s = 60;
+  /// Written before each timed run to evict the previous run's data from
+  /// L2 (DeepEP's bench() zeroes 256 MB).
+  std::size_t flush_bytes = std::size_t{256} << 20;
+  /// Called on rank 0 after each (op, SM count) has been timed.
+  std::function<void(EpOp op, int sms)> progress;
+};
+
+/// The Buffer for these sizes over the rank's store (collective).
+Result<std::unique_ptr<ep::Buffer>> make_ep_buffer(runtime::GpuRank& rank,
+                                                   const EpBenchOptions& options);
+
+/// Runs on every rank: inputs, checks against the reference (every rank
+/// learns every rank's verdict), the dump, and unless a check failed the
+/// timed sweep. Rank 0's report holds every rank's times and counts. A
+/// failed check is not an error: see EpReport::checks_passed.
+Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
+                              const EpBenchOptions& options);
+
+}  // namespace epkit::bench

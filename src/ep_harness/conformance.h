@@ -1,0 +1,60 @@
+// The EP conformance suite (`epkit test ep`): DeepEP V1's intranode test
+// contract (test_intranode.py) run against ep::Buffer, plus bitwise equality
+// with the NCCL reference path (ep/reference.h), run-to-run determinism,
+// poisoned outputs and edge cases. Runs on every rank of a started GPU job.
+#pragma once
+
+#include <epkit/result.h>
+
+#ifdef EPKIT_WITH_CUDA
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ep_harness/testdata.h"
+#include "runtime/gpu_rank.h"
+
+namespace epkit::ep {
+
+struct ConformanceOptions {
+  TestShape shape;
+  int num_sms = 24;
+  /// Rank 0's value is used by every rank (shared through the store).
+  std::uint64_t seed = 0;
+  /// Hidden sizes of the edge cases (BF16 with top-k each).
+  std::vector<int> edge_hidden = {2048, 4096, 7168};
+  /// Bound on every wait (store, engine, NCCL milestones).
+  double timeout_s = 60.0;
+};
+
+struct ConformanceFailure {
+  std::string case_name;  // "[testing] Running with FP8, with top-k (async=True, previous=False)"
+  int rank = 0;
+  std::string detail;  // "recv_x vs reference: row 17, byte 4: expected 0x3f, got 0xff"
+};
+
+/// The same on every rank: verdicts are combined across ranks after each
+/// case, so a case fails everywhere when it failed on any rank.
+struct ConformanceReport {
+  int ranks = 0;
+  std::uint64_t seed = 0;
+  int cases = 0;
+  int passed = 0;
+  int failed = 0;
+  std::vector<ConformanceFailure> failures;
+};
+
+using LineFn = std::function<void(const std::string&)>;
+
+/// Runs every case on this rank; `line` is called on rank 0 only, once per
+/// case ("... passed" or "... FAILED: <check> on rank r: <first mismatch>").
+/// Wrong data is reported, not an error; an error is a CUDA, NCCL, engine or
+/// store failure (the job cannot go on in lockstep).
+Result<ConformanceReport> run_conformance(runtime::GpuRank& rank, const ConformanceOptions& options,
+                                          const LineFn& line);
+
+}  // namespace epkit::ep
+
+#endif

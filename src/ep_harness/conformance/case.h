@@ -1,0 +1,42 @@
+// One conformance case: what the suite (ep_harness/conformance.cc) runs and
+// checks. Each engine mode lists its cases in its own file here
+// (intranode.cc); the suite runs them in order on every rank.
+#pragma once
+
+#ifdef EPKIT_WITH_CUDA
+
+#include <string>
+#include <vector>
+
+#include "ep_harness/conformance.h"
+#include "ep_harness/testdata.h"
+
+namespace epkit::ep {
+
+struct CaseSpec {
+  std::string name;
+  bool layout_only = false;
+  XKind kind = XKind::random;
+  bool fp8 = false;
+  bool with_topk = true;
+  bool previous = false;
+  bool async = false;
+  int hidden = 0;
+  int alignment = 1;
+  bool topk32 = false;
+  int zero_tokens_rank = -1;
+  int masked_rank = -1;  // 1.0 of its slots masked, 0.3 on the other ranks
+  int only_rank = -1;
+  /// Where the combine reads its input: the dispatch's recv_x (in the
+  /// Buffer), a copy outside the Buffer (the engine stages it), or a copy
+  /// written into Buffer::combine_input().
+  enum class CombineFrom { recv_x, outside, combine_input } combine_from = CombineFrom::recv_x;
+};
+
+/// The normal (intranode, NVLink) mode: the layout check, DeepEP's
+/// test_intranode.py sweep in its order, then the edge cases.
+std::vector<CaseSpec> intranode_cases(const ConformanceOptions& o, int ranks);
+
+}  // namespace epkit::ep
+
+#endif

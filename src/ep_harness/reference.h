@@ -1,0 +1,70 @@
+// The reference path: the engine's operations built on NCCL grouped
+// send/recv and host-side bookkeeping, sharing no code with the engine. The
+// conformance suite demands bitwise equality between the two.
+//
+// Combine sums in FP32 in rank order (rank 0 first) and rounds once to BF16,
+// the order the engine uses; that makes bitwise equality a fair demand.
+#pragma once
+
+#include <epkit/ep.h>
+#include <epkit/result.h>
+
+#include <vector>
+
+#include "ep/core/device_memory.h"
+#include "host/dl/nccl.h"
+
+namespace epkit::ep {
+
+/// The routing computed on the host from a host copy of topk_idx.
+struct HostLayout {
+  int num_tokens = 0;
+  int num_ranks = 0;
+  int num_experts = 0;
+  std::vector<int> num_tokens_per_rank;        // [ranks]
+  std::vector<int> num_tokens_per_expert;      // [experts]
+  std::vector<std::uint8_t> is_token_in_rank;  // [tokens * ranks], 0 or 1
+};
+
+/// topk: tokens * topk indices (-1 = none), experts split evenly over ranks.
+Result<HostLayout> host_layout(const std::vector<std::int64_t>& topk, int num_tokens, int topk_n,
+                               int num_experts, int num_ranks);
+
+struct NcclContext {
+  const host::dl::NcclApi* api = nullptr;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int rank = 0;
+  int num_ranks = 0;
+};
+
+struct ReferenceDispatch {
+  HostLayout layout;                    // this rank's
+  std::vector<int> rank_prefix_matrix;  // [ranks * ranks]
+  std::vector<int> send_row;            // [tokens * ranks], -1 = not sent
+  int num_recv_tokens = 0;
+  std::vector<int> num_recv_tokens_per_expert;  // aligned, as DispatchResult's
+  DeviceTensor recv_x;
+  DeviceTensor recv_x_scales;      // FP8 only, row-major
+  DeviceTensor recv_topk_idx;      // when topk was given; same dtype as the input
+  DeviceTensor recv_topk_weights;  // when weights were given
+  DeviceTensor recv_src_idx;       // int32
+};
+
+/// Uses args.x, x_scales, topk_idx, topk_weights and expert_alignment
+/// (layout tensors, handle, num_worst_tokens and config are ignored).
+/// Collective over the communicator; synchronous.
+Result<ReferenceDispatch> reference_dispatch(const NcclContext& nccl, const DispatchArgs& args,
+                                             int num_experts);
+
+struct ReferenceCombine {
+  DeviceTensor combined_x;             // BF16 [tokens, hidden]
+  DeviceTensor combined_topk_weights;  // FP32 [tokens, topk], when weights were given
+};
+
+/// x: BF16 [dispatch.num_recv_tokens, hidden] in receive order.
+Result<ReferenceCombine> reference_combine(const NcclContext& nccl,
+                                           const ReferenceDispatch& dispatch, const TensorView& x,
+                                           const TensorView& topk_weights);
+
+}  // namespace epkit::ep
