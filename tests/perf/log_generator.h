@@ -43,7 +43,10 @@ void generate_log(std::uint64_t bytes, int ranks, Sink&& sink) {
         p, r, r, ranks, dev, dev, dev + 1);
   }
   flush();
-  for (std::uint64_t op = 0; produced < bytes; ++op) {
+  // flush() advances `produced`; the loop states it as a while so clang's
+  // -Wfor-loop-analysis does not read the condition as never changing.
+  std::uint64_t op = 0;
+  while (produced < bytes) {
     if (op % 64 == 0) buf += fmt::format("iteration: {} loss 2.{:04d}\n", op / 64, op % 9973);
     const char* coll = k_colls[op % 4];
     for (int r = 0; r < ranks; ++r) {
@@ -56,6 +59,7 @@ void generate_log(std::uint64_t bytes, int ranks, Sink&& sink) {
           node, pid, pid, dev, coll, op, op % 4096, op % 4096, r, ranks, r);
     }
     if (buf.size() >= (1u << 20)) flush();
+    ++op;
   }
   flush();
 }
