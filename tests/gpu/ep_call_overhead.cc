@@ -18,6 +18,7 @@
 
 #include "ep/core/device_memory.h"
 #include "ep_harness/store_bootstrap.h"
+#include "forked_ranks.h"
 #include "runtime/socket.h"
 #include "runtime/store.h"
 
@@ -120,24 +121,12 @@ int main(int argc, char** argv) {
   int ranks = argc > 1 ? std::atoi(argv[1]) : 2;
   int tokens = argc > 2 ? std::atoi(argv[2]) : 8;
   int iters = argc > 3 ? std::atoi(argv[3]) : 2000;
-  // CUDA must not start in the parent, whose forked ranks could not use it.
-  int gpus = 0;
-  if (pid_t probe = ::fork(); probe == 0) {
-    int n = 0;
-    ::_exit(cudaGetDeviceCount(&n) == cudaSuccess ? std::min(n, 64) : 0);
-  } else {
-    int status = 0;
-    ::waitpid(probe, &status, 0);
-    gpus = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-  }
+  const int gpus = test::count_gpus_in_child();
   if (gpus == 0) {
     std::printf("SKIP: no GPU\n");
     return 77;
   }
-  std::uint16_t port = [] {
-    auto probe = runtime::listen_tcp("127.0.0.1", 0);
-    return probe ? runtime::local_port(probe->get()).value_or(0) : std::uint16_t{0};
-  }();
+  const std::uint16_t port = test::free_local_port();
   std::vector<pid_t> kids;
   for (int r = 0; r < ranks; ++r) {
     pid_t pid = ::fork();

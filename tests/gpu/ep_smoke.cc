@@ -24,6 +24,7 @@
 #include "ep/core/device_memory.h"
 #include "ep_ceiling.h"
 #include "ep_harness/store_bootstrap.h"
+#include "forked_ranks.h"
 #include "runtime/socket.h"
 #include "runtime/store.h"
 
@@ -333,16 +334,7 @@ int main(int argc, char** argv) {
   int sms = argc > 6 ? std::atoi(argv[6]) : 24;
   int chunk = argc > 7 ? std::atoi(argv[7]) : 4;
   // Count the GPUs in a child: CUDA must not start in the parent, whose
-  // forked ranks could not use it.
-  int gpus = 0;
-  if (pid_t probe = ::fork(); probe == 0) {
-    int n = 0;
-    ::_exit(cudaGetDeviceCount(&n) == cudaSuccess ? std::min(n, 64) : 0);
-  } else {
-    int status = 0;
-    ::waitpid(probe, &status, 0);
-    gpus = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-  }
+  const int gpus = test::count_gpus_in_child();
   // EP_SMOKE_OVERSUBSCRIBE=1 puts several ranks on one GPU (rank % GPUs):
   // the engine's 8-rank paths run on a 4-GPU machine, slowly (the GPU
   // time-slices the ranks' spinning kernels), so only the checks count.
@@ -351,10 +343,7 @@ int main(int argc, char** argv) {
     std::printf("SKIP: needs %d GPUs, this machine has %d\n", ranks, gpus);
     return k_skip;
   }
-  std::uint16_t port = [] {
-    auto probe = runtime::listen_tcp("127.0.0.1", 0);
-    return probe ? runtime::local_port(probe->get()).value_or(0) : std::uint16_t{0};
-  }();
+  const std::uint16_t port = test::free_local_port();
   std::vector<pid_t> kids;
   for (int r = 0; r < ranks; ++r) {
     pid_t pid = ::fork();

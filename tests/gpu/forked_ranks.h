@@ -1,0 +1,35 @@
+// What the standalone GPU programs (epkit_ep_smoke, epkit_ep_call_overhead)
+// share: they fork one process per rank, so CUDA must not start in the parent.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "runtime/socket.h"
+
+namespace epkit::test {
+
+/// The visible GPUs, counted in a child process: a parent that started CUDA
+/// could not hand it to the ranks it forks.
+inline int count_gpus_in_child() {
+  if (pid_t probe = ::fork(); probe == 0) {
+    int n = 0;
+    ::_exit(cudaGetDeviceCount(&n) == cudaSuccess ? std::min(n, 64) : 0);
+  } else {
+    int status = 0;
+    ::waitpid(probe, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+  }
+}
+
+/// A free TCP port on 127.0.0.1 for the ranks' store (0 if none).
+inline std::uint16_t free_local_port() {
+  auto probe = runtime::listen_tcp("127.0.0.1", 0);
+  return probe ? runtime::local_port(probe->get()).value_or(0) : std::uint16_t{0};
+}
+
+}  // namespace epkit::test
