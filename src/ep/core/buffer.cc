@@ -272,6 +272,16 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
         fmt::format("{}: a block of the count exchange waited past the timeout", what));
   }
   if (rc != cudaSuccess) m_broken = true;
+  if (rc == cudaErrorLaunchFailure && kind == 0) {
+    // Every kernel of this rank that gives up writes the mailbox before it
+    // traps, so a launch failure with an empty mailbox came from elsewhere:
+    // under MPS a fault in one client's kernel ends every client's kernels on
+    // that GPU, as when ranks share it and another rank timed out on a peer.
+    return cuda_error(rc, fmt::format("{} (none of this rank's kernels gave up; where ranks share "
+                                      "a GPU under MPS, another rank's failure, such as its "
+                                      "timeout naming a dead peer, ends every rank's kernels)",
+                                      what));
+  }
   return cuda_error(rc, what);
 }
 
