@@ -19,8 +19,8 @@ build=${EPKIT_BUILD_DIR:-$here/build}
 packages=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
           libibverbs-dev zlib1g-dev)
 if [[ $job == test ]]; then
-  # shellcheck and yamllint check `epkit env`'s sh and k8s outputs and the
-  # deploy manifests; jq the deploy pod scripts.
+  # The linters check `epkit env`'s sh and k8s outputs and the deploy
+  # manifests (shellcheck, yamllint); jq serves the deploy pod scripts.
   packages+=(libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev
              yamllint shellcheck jq)
   # The deploy checks (deploy/checks) run on Node.js; a NodeSource nodejs

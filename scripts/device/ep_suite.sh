@@ -11,7 +11,7 @@ OUT=${OUT:-./ep-suite-$(hostname)}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on lent machines
 
-# shellcheck source=scripts/device/steps.sh
+# shellcheck source-path=SCRIPTDIR source=steps.sh
 source "$(dirname "${BASH_SOURCE[0]}")/steps.sh"
 
 nvidia-smi topo -m >"$OUT/topo.txt" 2>&1

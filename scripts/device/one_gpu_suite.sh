@@ -32,8 +32,8 @@ stop_mps() {
 }
 trap stop_mps EXIT
 
-STEP_TAIL=6
-# shellcheck source=scripts/device/steps.sh
+export STEP_TAIL=6  # read by step() in steps.sh
+# shellcheck source-path=SCRIPTDIR source=steps.sh
 source "$(dirname "${BASH_SOURCE[0]}")/steps.sh"
 
 # A build carried from another machine: its CTest file names the folder it

@@ -51,6 +51,7 @@ if [[ ${EPKIT_MPS:-1} == 1 ]] && command -v nvidia-cuda-mps-control >/dev/null; 
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   nvidia-cuda-mps-control -d && mps_started=1 && echo "== MPS on"
 fi
+# shellcheck disable=SC2317  # called by the EXIT trap
 stop_mps() { ((mps_started)) && echo quit | nvidia-cuda-mps-control; }
 trap stop_mps EXIT
 
