@@ -45,13 +45,7 @@ double median_us(const std::function<bool()>& call, int iters, cudaStream_t stre
 int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int iters) {
   constexpr int hidden = 7168, topk = 8, experts = 256;
   cudaSetDevice(rank % gpus);
-  runtime::LaunchInfo info;
-  info.rank = rank;
-  info.world_size = ranks;
-  info.local_rank = rank;
-  info.local_world_size = ranks;
-  info.master_port = port;
-  auto session = runtime::open_store(info, "localhost", "overhead", runtime::Deadline::after(20s));
+  auto session = test::join_forked_store(rank, ranks, port, "overhead");
   if (!session) return 2;
   ep::StoreBootstrap boot(session->store, rank, ranks, "ep", 20s);
   ep::BufferOptions bo;

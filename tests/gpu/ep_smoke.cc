@@ -60,13 +60,7 @@ float bf16_to_float(std::uint16_t v) {
 int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int hidden, int topk,
               int experts, int sms, int chunk) {
   cudaSetDevice(rank % gpus);
-  runtime::LaunchInfo info;
-  info.rank = rank;
-  info.world_size = ranks;
-  info.local_rank = rank;
-  info.local_world_size = ranks;
-  info.master_port = port;
-  auto session = runtime::open_store(info, "localhost", "smoke", runtime::Deadline::after(20s));
+  auto session = test::join_forked_store(rank, ranks, port, "smoke");
   if (!session) {
     std::fprintf(stderr, "store: %s\n", session.error().message.c_str());
     return 2;

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "runtime/socket.h"
+#include "runtime/store.h"
 
 namespace epkit::test {
 
@@ -30,6 +31,18 @@ inline int count_gpus_in_child() {
 inline std::uint16_t free_local_port() {
   auto probe = runtime::listen_tcp("127.0.0.1", 0);
   return probe ? runtime::local_port(probe->get()).value_or(0) : std::uint16_t{0};
+}
+
+/// Rank `rank` of `ranks` forked on this host joins the store on `port`
+/// (rank 0 serves it), within 20 s.
+inline auto join_forked_store(int rank, int ranks, std::uint16_t port, const char* tag) {
+  runtime::LaunchInfo info;
+  info.rank = rank;
+  info.world_size = ranks;
+  info.local_rank = rank;
+  info.local_world_size = ranks;
+  info.master_port = port;
+  return runtime::open_store(info, "localhost", tag, runtime::Deadline::after_seconds(20));
 }
 
 }  // namespace epkit::test
