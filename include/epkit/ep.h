@@ -1,8 +1,10 @@
-// epkit's expert-parallel engine: DeepEP V1's intranode normal-mode
-// operations (layout, dispatch, cached dispatch, combine) over the NVLink
-// domain of one node, in C++ with no PyTorch.
+// epkit's expert-parallel engine: DeepEP V1's normal-mode operations
+// (layout, dispatch, cached dispatch, combine) over the NVLink domain of one
+// node, or across nodes (NVLink inside each, NCCL between them), in C++
+// with no PyTorch.
 //
-// A Buffer spans the ranks of one node (one process per GPU). Every rank calls
+// A Buffer spans the ranks of one node (one process per GPU), or of several
+// nodes with BufferOptions::ranks_per_node. Every rank calls
 // the same operations in the same order, as with a collective. Operations run
 // on the Buffer's communication stream; StreamOrder says what they wait for
 // and whether the caller's stream waits for them (DeepEP's previous_event and
@@ -124,6 +126,12 @@ struct BufferOptions {
   /// Bound on every wait for another rank inside a kernel; a rank that
   /// never arrives makes the operation fail with a timeout error naming it.
   double timeout_s = 30.0;
+  /// Internode: the Buffer spans nodes of this many ranks (1..8; global rank
+  /// = node * ranks_per_node + local rank). Tokens cross the network once
+  /// per destination node, to the rank with the same local index, then
+  /// NVLink inside the node (DeepEP's hierarchical scheme; the network leg
+  /// runs over NCCL). 0 or the world size: one node. See docs/ep-internode.md.
+  int ranks_per_node = 0;
 };
 
 /// The routing of one batch (DeepEP's get_dispatch_layout).
@@ -131,6 +139,9 @@ struct Layout {
   TensorView num_tokens_per_rank;    // int32 [ranks]
   TensorView num_tokens_per_expert;  // int32 [experts]
   TensorView is_token_in_rank;       // boolean [tokens, ranks]
+  /// int32 [nodes]: tokens with any destination on each node (DeepEP's
+  /// num_tokens_per_rdma_rank); internode Buffers only.
+  TensorView num_tokens_per_rdma_rank;
   Event event;
 };
 
@@ -152,6 +163,13 @@ class DispatchHandle {
   /// int32 [tokens, ranks]: the row token t got in rank r's receive buffer,
   /// or -1 when it was not sent there.
   TensorView send_row;
+  /// Internode: nodes the Buffer spans (1 otherwise), and int32 [ranks], the
+  /// inclusive prefix over global source ranks of the rows this rank
+  /// received (DeepEP's recv_gbl_rank_prefix_sum: rows from rank r are rows
+  /// [prefix[r - 1], prefix[r])). Intranode handles leave it empty: the last
+  /// row of rank_prefix_matrix says the same.
+  int num_nodes = 1;
+  TensorView recv_gbl_rank_prefix_sum;
 };
 
 struct DispatchArgs {
@@ -185,7 +203,9 @@ struct DispatchResult {
   TensorView recv_x_scales;      // FP32 [received, hidden / 128], row-major (FP8 only)
   TensorView recv_topk_idx;      // topk_idx's dtype [received, topk]: local expert or -1
   TensorView recv_topk_weights;  // FP32 [received, topk]: 0 where the index is -1
-  TensorView recv_src_idx;       // int32 [received]: the token's index on its source rank
+  /// int32 [received]: the token's index on its source rank (intranode;
+  /// empty for an internode Buffer, as DeepEP's internode dispatch).
+  TensorView recv_src_idx;
   /// Received rows per local expert, each rounded up to expert_alignment.
   /// Empty with num_worst_tokens (see recv_tokens_per_expert).
   std::vector<int> num_recv_tokens_per_expert;
@@ -201,6 +221,10 @@ struct CombineArgs {
   /// FP32 [received, topk], optional: summed per token like x.
   TensorView topk_weights;
   std::shared_ptr<const DispatchHandle> handle;
+  /// Optional BF16 [tokens, hidden] (this rank's tokens), at most two: the
+  /// sum starts from them in FP32 (DeepEP's combine bias). Internode Buffers
+  /// only for now; an intranode combine refuses them.
+  std::array<TensorView, 2> bias;
   Config config;
   StreamOrder order;
 };
@@ -214,14 +238,22 @@ struct CombineResult {
 class Buffer {
  public:
   /// Allocates this rank's share on the current CUDA device and maps every
-  /// other rank's through CUDA IPC. Collective over `bootstrap`'s ranks.
+  /// other rank's of its node through CUDA IPC; an internode Buffer
+  /// (options.ranks_per_node) also opens the network leg. Collective over
+  /// `bootstrap`'s ranks.
   static Result<std::unique_ptr<Buffer>> create(Bootstrap& bootstrap, const BufferOptions& options);
-  /// Bytes one rank's share takes for these options and rank count.
+  /// Device bytes one rank takes for these options and rank count (the
+  /// heap; internode adds the buckets, received rows and partial sums).
   static std::size_t bytes_needed(const BufferOptions& options, int num_ranks);
   virtual ~Buffer() = default;
 
   virtual int rank() const = 0;
   virtual int num_ranks() const = 0;
+  /// Nodes the Buffer spans: 1 for an intranode Buffer.
+  virtual int num_nodes() const { return 1; }
+  /// The network leg ("NCCL 2.28.9 (libnccl.so.2), one communicator of 2
+  /// ranks per rail"); empty for an intranode Buffer.
+  virtual std::string network() const { return {}; }
   virtual cudaStream_t comm_stream() const = 0;
 
   virtual Result<Layout> layout(const TensorView& topk_idx, int num_experts,

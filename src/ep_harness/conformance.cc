@@ -50,6 +50,7 @@ struct Suite {
   int rank = 0;
   int ranks = 1;
   Buffer* buffer = nullptr;
+  bool internode = false;  // the Buffer spans several nodes
   NcclContext nccl;
   cudaStream_t stream = nullptr;
   // The last outputs of each kind, poisoned before the next call of that kind.
@@ -211,7 +212,7 @@ std::vector<TensorView> views_of(const DispatchResult& d) {
           d.recv_src_idx, d.recv_tokens_per_expert};
 }
 
-Result<HostDispatch> snapshot(const DispatchResult& d) {
+Result<HostDispatch> snapshot(const DispatchResult& d, int rank) {
   HostDispatch h;
   h.rows = d.recv_x.rows();
   h.x_type = d.recv_x.dtype;
@@ -233,7 +234,19 @@ Result<HostDispatch> snapshot(const DispatchResult& d) {
   EPKIT_TRY(take(d.recv_src_idx, h.src_idx));
   EPKIT_TRY(take(d.recv_tokens_per_expert, h.tokens_per_expert));
   h.list = d.num_recv_tokens_per_expert;
-  if (d.handle) {
+  if (d.handle && d.handle->num_nodes > 1) {
+    // Internode: the handle says where each source rank's rows start in
+    // this rank's receive buffer (recv_gbl_rank_prefix_sum), which is this
+    // rank's column of the all-rank prefix matrix the checks compare.
+    h.handle_recv = d.handle->num_recv_tokens;
+    Bytes m;
+    EPKIT_TRY(take(d.handle->recv_gbl_rank_prefix_sum, m));
+    auto v = cf::as_vector<std::int32_t>(m);
+    const int n = d.handle->num_ranks;
+    h.rank_prefix.assign(static_cast<std::size_t>(n * n), 0);
+    for (int src = 0; src < n && static_cast<std::size_t>(src) < v.size(); ++src)
+      h.rank_prefix[static_cast<std::size_t>(src * n + rank)] = v[static_cast<std::size_t>(src)];
+  } else if (d.handle) {
     h.handle_recv = d.handle->num_recv_tokens;
     Bytes m;
     EPKIT_TRY(take(d.handle->rank_prefix_matrix, m));
@@ -365,7 +378,7 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     if (!d) return d.error();
     EPKIT_TRY(finish(s, d->event, c.async));
     s.last_dispatch = views_of(*d);
-    auto snap = snapshot(*d);
+    auto snap = snapshot(*d, s.rank);
     if (!snap) return snap.error();
     runs[run] = std::move(*snap);
     if (run == 1) kept.emplace(std::move(*d));
@@ -382,8 +395,18 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
              fmt::format("{}, recv_x has {} rows", h.handle_recv, rows));
   ck.require("recv_x dtype", h.x_type == args.x.dtype,
              fmt::format("{}, the input is {}", to_string(h.x_type), to_string(args.x.dtype)));
-  ck("rank_prefix_matrix", cf::compare_ints(want.rank_prefix_matrix, h.rank_prefix));
-  ck("rank_prefix_matrix vs reference", cf::compare_ints(ref->rank_prefix_matrix, h.rank_prefix));
+  if (s.internode) {
+    // Only this rank's column is known to an internode rank (see snapshot).
+    std::vector<int> column(want.rank_prefix_matrix.size(), 0);
+    for (int src = 0; src < s.ranks; ++src) {
+      const auto at = static_cast<std::size_t>(src * s.ranks + s.rank);
+      column[at] = want.rank_prefix_matrix[at];
+    }
+    ck("recv_gbl_rank_prefix_sum", cf::compare_ints(column, h.rank_prefix));
+  } else {
+    ck("rank_prefix_matrix", cf::compare_ints(want.rank_prefix_matrix, h.rank_prefix));
+    ck("rank_prefix_matrix vs reference", cf::compare_ints(ref->rank_prefix_matrix, h.rank_prefix));
+  }
   ck("per-expert list", cf::check_expert_list(h.list, want.tokens_per_expert, c.alignment));
   ck("recv_tokens_per_expert (device) vs list",
      cf::compare_ints(h.list, ints_of(h.tokens_per_expert)));
@@ -405,10 +428,12 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     if (!ref_s) return ref_s.error();
     ck("recv_x_scales vs reference", cf::compare_bytes(*ref_s, h.scales, h.scales_row));
   }
-  ck("recv_src_idx", cf::compare_ints(want.src_idx, ints_of(h.src_idx)));
-  auto ref_src = copy_out(ref->recv_src_idx.view);
-  if (!ref_src) return ref_src.error();
-  ck("recv_src_idx vs reference", cf::compare_bytes(*ref_src, h.src_idx, 4));
+  if (!s.internode) {  // an internode dispatch has no recv_src_idx (as DeepEP's)
+    ck("recv_src_idx", cf::compare_ints(want.src_idx, ints_of(h.src_idx)));
+    auto ref_src = copy_out(ref->recv_src_idx.view);
+    if (!ref_src) return ref_src.error();
+    ck("recv_src_idx vs reference", cf::compare_bytes(*ref_src, h.src_idx, 4));
+  }
 
   if (c.with_topk) {
     ck.require(
@@ -553,7 +578,7 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     if (!dw) return dw.error();
     EPKIT_TRY(finish(s, dw->event, c.async));
     s.last_dispatch = views_of(*dw);
-    auto w = snapshot(*dw);
+    auto w = snapshot(*dw, s.rank);
     if (!w) return w.error();
     ck.require(
         "worst-case rows", w->rows == worst.num_worst_tokens,
@@ -567,7 +592,8 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
       ck("worst-case recv_x_scales prefix",
          cf::compare_prefix(h.scales, w->scales, h.scales_row, rows));
     }
-    ck("worst-case recv_src_idx prefix", cf::compare_prefix(h.src_idx, w->src_idx, 4, rows));
+    if (!s.internode)
+      ck("worst-case recv_src_idx prefix", cf::compare_prefix(h.src_idx, w->src_idx, 4, rows));
     if (c.with_topk) {
       ck("worst-case recv_topk_idx prefix",
          cf::compare_prefix(h.topk_idx, w->topk_idx, h.idx_row, rows));
@@ -645,6 +671,13 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
                    : *std::max_element(options.edge_hidden.begin(), options.edge_hidden.end()));
   bo.max_topk = options.shape.num_topk;
   bo.timeout_s = options.timeout_s;
+  // Several nodes: the internode Buffer, nodes of the launch's local ranks.
+  const int per_node = gpu.launch.local_world_size;
+  if (gpu.launch.nnodes > 1 && per_node > 0 && per_node < ranks) {
+    bo.ranks_per_node = per_node;
+    s.internode = true;
+    s.nccl.ranks_per_node = per_node;
+  }
   StoreBootstrap bootstrap(gpu.store(), rank, ranks, "ep/conf/buffer",
                            runtime::Millis(static_cast<std::int64_t>(options.timeout_s * 1000)));
   auto buffer = Buffer::create(bootstrap, bo);
@@ -656,9 +689,13 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
   report.seed = s.seed;
   const auto& sh = options.shape;
   say(fmt::format(
-      "[config] num_tokens={}, hidden={}, num_topk={}, num_experts={}, ranks={}, "
+      "[config] num_tokens={}, hidden={}, num_topk={}, num_experts={}, ranks={}{}, "
       "num_sms={}, seed={}",
-      sh.num_tokens, sh.hidden, sh.num_topk, sh.num_experts, ranks, options.num_sms, s.seed));
+      sh.num_tokens, sh.hidden, sh.num_topk, sh.num_experts, ranks,
+      s.internode ? fmt::format(" ({} nodes x {})", ranks / bo.ranks_per_node, bo.ranks_per_node)
+                  : "",
+      options.num_sms, s.seed));
+  if (s.internode) say(fmt::format("[network] {}", s.buffer->network()));
 
   const auto cases = intranode_cases(options, ranks);
   for (std::size_t n = 0; n < cases.size(); ++n) {

@@ -635,10 +635,10 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
         exchange(c, send, back->get(), combine_transfer(p, row_bytes), "reference_combine: x"));
     auto combined = DeviceTensor::uninitialised(DType::bf16, tokens, hidden);
     if (!combined) return combined.error();
-    EPKIT_TRY(
-        cuda_ok(kernels::reference_combine_bf16(combined->memory.get(), back->get(), packed_row,
-                                                tokens, n, static_cast<int>(hidden), c.stream),
-                "reference_combine: summing x"));
+    EPKIT_TRY(cuda_ok(
+        kernels::reference_combine_bf16(combined->memory.get(), back->get(), packed_row, tokens, n,
+                                        c.ranks_per_node, static_cast<int>(hidden), c.stream),
+        "reference_combine: summing x"));
     // `back` is freed at the end of this block: the sum must be done.
     EPKIT_TRY(wait_stream(c, "reference_combine: summing x"));
     out.combined_x = std::move(*combined);
@@ -656,11 +656,11 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
                        "reference_combine: topk_weights"));
     auto combined = DeviceTensor::uninitialised(DType::fp32, tokens, topk_n);
     if (!combined) return combined.error();
-    EPKIT_TRY(
-        cuda_ok(kernels::reference_combine_fp32(static_cast<float*>(combined->memory.get()),
-                                                static_cast<const float*>(back->get()), packed_row,
-                                                tokens, n, static_cast<int>(topk_n), c.stream),
-                "reference_combine: summing topk_weights"));
+    EPKIT_TRY(cuda_ok(
+        kernels::reference_combine_fp32(static_cast<float*>(combined->memory.get()),
+                                        static_cast<const float*>(back->get()), packed_row, tokens,
+                                        n, c.ranks_per_node, static_cast<int>(topk_n), c.stream),
+        "reference_combine: summing topk_weights"));
     EPKIT_TRY(wait_stream(c, "reference_combine: summing topk_weights"));
     out.combined_topk_weights = std::move(*combined);
   }

@@ -4,6 +4,9 @@
 //
 // Combine sums in FP32 in rank order (rank 0 first) and rounds once to BF16,
 // the order the engine uses; that makes bitwise equality a fair demand.
+// Across nodes (NcclContext::ranks_per_node) it sums each node's ranks that
+// way, rounds, and sums the nodes' results in node order, as the internode
+// engine's forwarders and final reduce do.
 #pragma once
 
 #include <epkit/ep.h>
@@ -36,6 +39,9 @@ struct NcclContext {
   cudaStream_t stream = nullptr;
   int rank = 0;
   int num_ranks = 0;
+  /// > 0: ranks form nodes of this many, and combine sums as the internode
+  /// engine does: per node in rank order, rounded, then over nodes.
+  int ranks_per_node = 0;
 };
 
 struct ReferenceDispatch {

@@ -54,18 +54,40 @@ __device__ void store(float* p, float v) {
 // engine adds in the same order, and the tests compare bits): __fadd_rn
 // keeps the compiler from contracting or reordering them.
 template <typename T>
+__device__ float round_to(float v);
+template <>
+__device__ float round_to<__nv_bfloat16>(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+template <>
+__device__ float round_to<float>(float v) {
+  return v;
+}
+
+template <typename T>
 __global__ void combine_kernel(T* out, const T* recv, const int* packed_row, int tokens, int ranks,
-                               int cols) {
+                               int ranks_per_node, int cols) {
+  const int per_node = ranks_per_node > 0 ? ranks_per_node : ranks;
   for (int t = blockIdx.x; t < tokens; t += gridDim.x) {
     const int* rows = packed_row + static_cast<std::size_t>(t) * ranks;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-      float acc = 0.0f;
-      for (int r = 0; r < ranks; ++r) {
-        int row = rows[r];
-        if (row >= 0)
-          acc = __fadd_rn(acc, to_float(recv[static_cast<std::size_t>(row) * cols + c]));
+      float total = 0.0f;
+      for (int first = 0; first < ranks; first += per_node) {
+        float acc = 0.0f;
+        bool any = false;
+        for (int r = first; r < first + per_node; ++r) {
+          int row = rows[r];
+          if (row >= 0) {
+            acc = __fadd_rn(acc, to_float(recv[static_cast<std::size_t>(row) * cols + c]));
+            any = true;
+          }
+        }
+        if (per_node == ranks)
+          total = acc;  // one node: one rounding, at the store
+        else if (any)
+          total = __fadd_rn(total, round_to<T>(acc));
       }
-      store(out + static_cast<std::size_t>(t) * cols + c, acc);
+      store(out + static_cast<std::size_t>(t) * cols + c, total);
     }
   }
 }
@@ -90,19 +112,19 @@ cudaError_t reference_gather_rows(void* dst, const void* src, std::int64_t src_s
 }
 
 cudaError_t reference_combine_bf16(void* out, const void* recv, const int* packed_row, int tokens,
-                                   int ranks, int hidden, cudaStream_t stream) {
+                                   int ranks, int ranks_per_node, int hidden, cudaStream_t stream) {
   if (tokens <= 0 || hidden <= 0) return cudaSuccess;
   combine_kernel<__nv_bfloat16><<<blocks_for(tokens), k_threads, 0, stream>>>(
       static_cast<__nv_bfloat16*>(out), static_cast<const __nv_bfloat16*>(recv), packed_row, tokens,
-      ranks, hidden);
+      ranks, ranks_per_node, hidden);
   return cudaGetLastError();
 }
 
 cudaError_t reference_combine_fp32(float* out, const float* recv, const int* packed_row, int tokens,
-                                   int ranks, int cols, cudaStream_t stream) {
+                                   int ranks, int ranks_per_node, int cols, cudaStream_t stream) {
   if (tokens <= 0 || cols <= 0) return cudaSuccess;
-  combine_kernel<float>
-      <<<blocks_for(tokens), k_threads, 0, stream>>>(out, recv, packed_row, tokens, ranks, cols);
+  combine_kernel<float><<<blocks_for(tokens), k_threads, 0, stream>>>(out, recv, packed_row, tokens,
+                                                                      ranks, ranks_per_node, cols);
   return cudaGetLastError();
 }
 

@@ -23,11 +23,11 @@ cudaError_t reference_gather_rows(void* dst, const void* src, std::int64_t src_s
 /// the ranks in order and rounds once (round to nearest even); tokens with no
 /// row give 0. out and recv are BF16 [*, hidden], rows packed.
 cudaError_t reference_combine_bf16(void* out, const void* recv, const int* packed_row, int tokens,
-                                   int ranks, int hidden, cudaStream_t stream);
+                                   int ranks, int ranks_per_node, int hidden, cudaStream_t stream);
 
 /// The same for FP32 [*, cols] rows (top-k weights): FP32 sums in rank order.
 cudaError_t reference_combine_fp32(float* out, const float* recv, const int* packed_row, int tokens,
-                                   int ranks, int cols, cudaStream_t stream);
+                                   int ranks, int ranks_per_node, int cols, cudaStream_t stream);
 
 }  // namespace epkit::ep::kernels
 

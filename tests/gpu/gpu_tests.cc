@@ -210,6 +210,35 @@ TEST(EpConformance, FourRanks) {
   expect_ep_passed(shell(epkit() + " test ep --nproc-per-node 4 --timeout 150" + ranks_flag(4)), 4);
 }
 
+// Internode: nodes faked by two node agents (on one GPU, distinct NCCL_HOSTID
+// per rank, so NCCL's network leg runs over its socket transport); every
+// case bitwise against the reference, which sums per node then over nodes.
+std::string two_fake_nodes(const std::string& args, int port) {
+  const std::string common =
+      " test ep --nnodes 2 --master 127.0.0.1:" + std::to_string(port) + " " + args;
+  return "( env NCCL_HOSTID=fake-b " + epkit() + common + " --node-rank 1 >/dev/null 2>&1 & env " +
+         "NCCL_HOSTID=fake-a " + epkit() + common +
+         " --node-rank 0; rc=$?; wait $!; rb=$?; exit $((rc + rb)) )";
+}
+
+TEST(EpConformance, InternodeTwoNodesOneRankEach) {
+  need_gpus(1);
+  auto r = shell(two_fake_nodes("--nproc-per-node 1 --tokens 1024 --timeout 200" +
+                                    std::string(gpu_count() < 2 ? " --oversubscribe" : ""),
+                                29631));
+  expect_ep_passed(r, 2);
+  EXPECT_NE(r.out.find("(2 nodes x 1)"), std::string::npos) << r.out;
+}
+
+TEST(EpConformance, InternodeTwoNodesTwoRanksEach) {
+  need_gpus(1);
+  auto r = shell(two_fake_nodes("--nproc-per-node 2 --tokens 1024 --timeout 300" +
+                                    std::string(gpu_count() < 4 ? " --oversubscribe" : ""),
+                                29633));
+  expect_ep_passed(r, 4);
+  EXPECT_NE(r.out.find("(2 nodes x 2)"), std::string::npos) << r.out;
+}
+
 // --json: the summary object, and --seed reproduces a run (it is echoed).
 TEST(EpConformance, JsonSummary) {
   auto r =

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "ep/core/buffer_impl.h"
+#include "ep/core/hex.h"
 
 namespace epkit::ep {
 
@@ -23,24 +24,6 @@ constexpr std::size_t k_align = 256;
 
 std::size_t align_up(std::size_t v) {
   return (v + k_align - 1) / k_align * k_align;
-}
-
-std::string to_hex(const void* data, std::size_t n) {
-  std::string s;
-  const auto* b = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) s += fmt::format("{:02x}", b[i]);
-  return s;
-}
-
-bool from_hex(const std::string& s, void* out, std::size_t n) {
-  if (s.size() != 2 * n) return false;
-  auto* b = static_cast<unsigned char*>(out);
-  for (std::size_t i = 0; i < n; ++i) {
-    unsigned int v = 0;
-    if (std::sscanf(s.c_str() + 2 * i, "%2x", &v) != 1) return false;
-    b[i] = static_cast<unsigned char>(v);
-  }
-  return true;
 }
 
 }  // namespace
@@ -95,8 +78,9 @@ Result<void> check_rows(const TensorView& v, const char* name, DType dtype) {
   return {};
 }
 
-Result<void> BufferImpl::init(Bootstrap& bootstrap, const BufferOptions& o) {
+Result<void> BufferImpl::init(Bootstrap& bootstrap, const BufferOptions& o, int rank_base) {
   m_opts = o;
+  m_rank_base = rank_base;
   m_rank = bootstrap.rank();
   m_ranks = bootstrap.world_size();
   if (m_ranks < 1 || m_ranks > k::k_max_ranks)
@@ -131,7 +115,7 @@ Result<void> BufferImpl::init(Bootstrap& bootstrap, const BufferOptions& o) {
   std::size_t tokens = static_cast<std::size_t>(o.max_tokens);
   std::size_t off_counter = 0;
   std::size_t off_scratch = 64;
-  std::size_t off_rank = align_up(off_scratch + sizeof(int) * (k::k_max_ranks + 2));
+  std::size_t off_rank = align_up(off_scratch + sizeof(int) * k::k_offsets_ints);
   std::size_t off_expert = align_up(off_rank + sizeof(int) * k::k_max_ranks);
   std::size_t off_in_rank = align_up(off_expert + sizeof(int) * k::k_max_experts);
   std::size_t off_recv_expert = align_up(off_in_rank + tokens * k::k_max_ranks);
@@ -236,6 +220,7 @@ k::SyncParams BufferImpl::sync() const {
   s.mailbox = m_mailbox_dev;
   s.grid_counter = reinterpret_cast<unsigned int*>(m_grid_counter);
   s.epoch = m_epoch;
+  s.blame = &meta(m_rank)->blame;
   return s;
 }
 
@@ -247,12 +232,20 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
         ErrorCode::timeout,
         fmt::format("{}: rank {} did not reach the engine's barrier within {} s (it died, "
                     "hung, or called a different operation)",
-                    what, m_mailbox->error_rank, m_opts.timeout_s));
+                    what, m_rank_base + m_mailbox->error_rank, m_opts.timeout_s));
+  }
+  if (kind == k::k_peer_blamed) {
+    m_broken = true;
+    return make_error(ErrorCode::timeout,
+                      fmt::format("{}: rank {} of this node stopped because rank {} (on another "
+                                  "node) never answered on the network; rank {} died or hung",
+                                  what, m_rank_base + static_cast<int>(m_mailbox->error_value),
+                                  m_mailbox->error_rank, m_mailbox->error_rank));
   }
   if (kind == k::k_worst_too_small) {
     m_broken = true;
     return invalid(fmt::format("{}: rank {} received {} rows, more than num_worst_tokens", what,
-                               m_mailbox->error_rank,
+                               m_rank_base + m_mailbox->error_rank,
                                static_cast<long long>(m_mailbox->error_value)));
   }
   if (kind == k::k_bad_expert) {
@@ -283,6 +276,15 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
                                       what));
   }
   return cuda_error(rc, what);
+}
+
+void BufferImpl::blame_peers(int global_rank) {
+  const std::int32_t value = global_rank + 1;
+  // Best effort: this rank is failing anyway; a peer that cannot be told
+  // still times out on its own.
+  for (int r = 0; r < m_ranks; ++r)
+    if (r != m_rank && m_peers[r] != nullptr)
+      (void)cudaMemcpy(&meta(r)->blame, &value, sizeof(value), cudaMemcpyHostToDevice);
 }
 
 Result<void> BufferImpl::enter(const StreamOrder& order) {
@@ -366,11 +368,27 @@ Result<void> BufferImpl::synchronize() {
   return {};
 }
 
+// ep/internode/buffer_internode.cc
+Result<std::unique_ptr<Buffer>> make_internode_buffer(Bootstrap& bootstrap,
+                                                      const BufferOptions& options);
+std::size_t internode_bytes(const BufferOptions& options, int num_ranks);
+
+namespace {
+bool internode(const BufferOptions& options, int num_ranks) {
+  return options.ranks_per_node > 0 && options.ranks_per_node < num_ranks;
+}
+}  // namespace
+
 std::size_t Buffer::bytes_needed(const BufferOptions& options, int num_ranks) {
+  if (internode(options, num_ranks)) return internode_bytes(options, num_ranks);
   return heap_layout(options, num_ranks).total;
 }
 
 Result<std::unique_ptr<Buffer>> Buffer::create(Bootstrap& bootstrap, const BufferOptions& options) {
+  if (internode(options, bootstrap.world_size())) return make_internode_buffer(bootstrap, options);
+  if (options.ranks_per_node < 0 || options.ranks_per_node > bootstrap.world_size())
+    return invalid(fmt::format("BufferOptions.ranks_per_node = {} with {} ranks",
+                               options.ranks_per_node, bootstrap.world_size()));
   auto buffer = std::make_unique<BufferImpl>();
   EPKIT_TRY(buffer->init(bootstrap, options));
   return std::unique_ptr<Buffer>(std::move(buffer));

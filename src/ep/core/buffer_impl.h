@@ -32,6 +32,10 @@ bool aligned16(const void* p);
 /// Given: it has memory, or it is an empty matrix with a shape (a rank
 /// with no tokens still says how many columns its top-k has).
 bool given(const TensorView& v);
+/// layout()'s checks of its arguments, and the kernel's parameters they give
+/// (outputs not set).
+Result<k::LayoutParams> layout_params(const TensorView& topk, int num_experts, int ranks,
+                                      int max_tokens);
 /// A row-major matrix of `dtype` whose rows are 16-byte aligned.
 Result<void> check_rows(const TensorView& v, const char* name, DType dtype);
 
@@ -63,6 +67,8 @@ class Handle final : public DispatchHandle {
 };
 
 class BufferImpl final : public Buffer {
+  friend class InternodeBuffer;  // runs its stream, mailbox and ordering
+
  public:
   ~BufferImpl() override;
 
@@ -78,7 +84,29 @@ class BufferImpl final : public Buffer {
   Result<void> barrier() override;
   Result<void> synchronize() override;
 
-  Result<void> init(Bootstrap& bootstrap, const BufferOptions& options);
+  /// rank_base: the global rank of this node's first rank (internode), so
+  /// that errors name global ranks.
+  Result<void> init(Bootstrap& bootstrap, const BufferOptions& options, int rank_base = 0);
+
+  /// Internode forwarding (see NotifyParams' segments): a dispatch whose
+  /// tokens are rows received from several nodes. The counts come per
+  /// segment instead of args.num_tokens_per_rank/expert.
+  struct Segments {
+    int count = 1;
+    int begin[k::k_max_nodes + 1] = {};
+    const std::int32_t* tokens_per_rank = nullptr;  // [count][rank_stride]
+    std::int64_t rank_stride = 0;
+    const std::int32_t* tokens_per_expert = nullptr;  // [count][expert_stride]
+    std::int64_t expert_stride = 0;
+    int num_experts = 0;                      // experts of this node's ranks
+    std::int32_t* recv_gbl_prefix = nullptr;  // out [count * ranks]
+  };
+  Result<DispatchResult> dispatch_segments(const DispatchArgs& args, const Segments* segments);
+  /// Writes `global_rank + 1` into every peer's Meta.blame (see there).
+  void blame_peers(int global_rank);
+  bool broken() const { return m_broken; }
+  std::uint16_t* combined_x() const { return m_combined_x; }
+  float* combined_weights() const { return m_combined_w; }
 
  private:
   k::SyncParams sync() const;
@@ -97,6 +125,7 @@ class BufferImpl final : public Buffer {
   HeapLayout m_heap;
   int m_rank = 0;
   int m_ranks = 1;
+  int m_rank_base = 0;
   int m_device = 0;
   std::uint8_t* m_peers[k::k_max_ranks] = {};  // m_peers[m_rank] is our own heap
   std::shared_ptr<Stream> m_stream_owner = std::make_shared<Stream>();

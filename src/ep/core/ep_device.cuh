@@ -3,6 +3,8 @@
 // bounded spins that report who never arrived, and the rank barrier.
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "ep/core/kernels.h"
@@ -60,6 +62,57 @@ __device__ __forceinline__ void store_vec(int4* p, const int4& v) {
                : "memory");
 }
 
+/// Exclusive scan over the block (every thread calls it); returns this
+/// thread's prefix. Uses shared memory: __syncthreads before calling again.
+__device__ __forceinline__ int block_exclusive_scan(int value) {
+  __shared__ int warp_total[32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  int inclusive = value;
+  for (int d = 1; d < 32; d <<= 1) {
+    int other = __shfl_up_sync(0xffffffffu, inclusive, d);
+    if (lane >= d) inclusive += other;
+  }
+  if (lane == 31) warp_total[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    int n_warps = blockDim.x >> 5;
+    int total = lane < n_warps ? warp_total[lane] : 0;
+    for (int d = 1; d < 32; d <<= 1) {
+      int other = __shfl_up_sync(0xffffffffu, total, d);
+      if (lane >= d) total += other;
+    }
+    if (lane < n_warps) warp_total[lane] = total;  // inclusive over warps
+  }
+  __syncthreads();
+  int warp_base = warp == 0 ? 0 : warp_total[warp - 1];
+  return warp_base + inclusive - value;
+}
+
+/// Adds 8 BF16 values (one 16-byte vector) to FP32 accumulators.
+__device__ __forceinline__ void add_bf16x8(float (&acc)[8], const int4& v) {
+  const unsigned int w[4] = {static_cast<unsigned int>(v.x), static_cast<unsigned int>(v.y),
+                             static_cast<unsigned int>(v.z), static_cast<unsigned int>(v.w)};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    acc[2 * j] = acc[2 * j] + __uint_as_float(w[j] << 16);
+    acc[2 * j + 1] = acc[2 * j + 1] + __uint_as_float(w[j] & 0xffff0000u);
+  }
+}
+
+/// Rounds 8 FP32 accumulators to BF16 (nearest even), one 16-byte vector.
+__device__ __forceinline__ int4 pack_bf16x8(const float (&acc)[8]) {
+  unsigned int w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    unsigned int lo = __bfloat16_as_ushort(__float2bfloat16_rn(acc[2 * j]));
+    unsigned int hi = __bfloat16_as_ushort(__float2bfloat16_rn(acc[2 * j + 1]));
+    w[j] = lo | (hi << 16);
+  }
+  return make_int4(static_cast<int>(w[0]), static_cast<int>(w[1]), static_cast<int>(w[2]),
+                   static_cast<int>(w[3]));
+}
+
 /// Records why a kernel stops and traps: the context is unusable after a
 /// peer vanished, and the host reads the mailbox to name the cause.
 __device__ __forceinline__ void fail(Mailbox* mailbox, int kind, int rank, std::int64_t value) {
@@ -88,6 +141,12 @@ __device__ __forceinline__ void rank_barrier_warp(const SyncParams& s, std::uint
     if (load_acquire_sys(mine) < epoch) {
       std::uint64_t start = global_timer_ns();
       while (load_acquire_sys(mine) < epoch) {
+        // A peer that gave up on a rank of another node says which one, so
+        // that this rank names the dead rank rather than the stuck peer.
+        if (s.blame != nullptr) {
+          int blamed = *reinterpret_cast<const volatile std::int32_t*>(s.blame);
+          if (blamed > 0) fail(s.mailbox, k_peer_blamed, blamed - 1, lane);
+        }
         if (global_timer_ns() - start > s.timeout_ns)
           fail(s.mailbox, k_timeout_barrier, lane, static_cast<std::int64_t>(epoch));
       }

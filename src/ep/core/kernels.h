@@ -14,7 +14,10 @@
 
 namespace epkit::ep::kernels {
 
-constexpr int k_max_ranks = 8;
+constexpr int k_max_ranks = 8;  // ranks of one node (the NVLink domain)
+constexpr int k_max_nodes = 32;
+/// Ranks a layout spans: nodes x ranks of a node.
+constexpr int k_max_global_ranks = k_max_nodes * k_max_ranks;
 constexpr int k_max_experts = 1024;
 constexpr int k_scale_block = 128;  // FP8 channels per scale
 
@@ -25,6 +28,13 @@ struct alignas(256) Meta {
   std::uint64_t signal[k_max_ranks];
   std::int32_t counts[k_max_ranks][k_max_ranks];           // [src][dst], src's row
   std::int32_t expert_counts[k_max_ranks][k_max_experts];  // [src][local expert]
+  // Internode forwarding: rows a forwarder (the first index) sends to each
+  // rank of this node, per source node, so that every destination orders its
+  // rows by global source rank. Each forwarder writes its slice to every rank.
+  std::int32_t seg_counts[k_max_ranks][k_max_nodes][k_max_ranks];  // [forwarder][node][dst]
+  // Set by a peer of this node (through its host) when it gave up on a rank
+  // elsewhere: that rank + 1. A barrier waiting for the peer names that rank.
+  std::int32_t blame;
   // Published by this rank before a combine's entry barrier.
   std::int64_t combine_x_offset;
   std::int64_t combine_x_stride;  // bytes
@@ -50,6 +60,7 @@ enum ErrorKind : std::int32_t {
   k_bad_expert = 2,       // topk index outside [-1, num_experts): value, token in error_rank
   k_worst_too_small = 3,  // received more rows than num_worst_tokens: value = rows
   k_timeout_local = 4,    // a block waited for another block of its grid
+  k_peer_blamed = 5,      // a peer of this node gave up on error_rank (a global rank)
 };
 
 /// What every synchronising kernel shares.
@@ -66,6 +77,8 @@ struct SyncParams {
   /// replays with fresh ones. Every rank runs the same kernels in the same
   /// order, so every rank's counter takes the same values.
   std::uint64_t* epoch = nullptr;
+  /// This rank's Meta.blame (see there); read while waiting in a barrier.
+  const std::int32_t* blame = nullptr;
 };
 
 struct LayoutParams {
@@ -76,7 +89,12 @@ struct LayoutParams {
   int num_topk = 0;
   int num_experts = 0;
   int num_ranks = 1;
-  std::int32_t* num_tokens_per_rank = nullptr;    // [ranks], zeroed by the launcher
+  /// > 0: ranks form nodes of this many and num_tokens_per_node counts the
+  /// tokens with any destination rank on each node (DeepEP's
+  /// num_tokens_per_rdma_rank).
+  int ranks_per_node = 0;
+  std::int32_t* num_tokens_per_node = nullptr;  // [ranks / ranks_per_node], zeroed by the launcher
+  std::int32_t* num_tokens_per_rank = nullptr;  // [ranks], zeroed by the launcher
   std::int32_t* num_tokens_per_expert = nullptr;  // [experts], zeroed by the launcher
   bool* is_token_in_rank = nullptr;               // [tokens, ranks]
   Mailbox* mailbox = nullptr;

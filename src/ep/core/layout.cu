@@ -9,15 +9,22 @@ constexpr int k_layout_threads = 256;
 
 __global__ void __launch_bounds__(k_layout_threads) layout_kernel(LayoutParams p) {
   __shared__ int expert_count[k_max_experts];
-  __shared__ int rank_count[k_max_ranks];
+  __shared__ int rank_count[k_max_global_ranks];
+  __shared__ int node_count[k_max_nodes];
   for (int i = threadIdx.x; i < p.num_experts; i += blockDim.x) expert_count[i] = 0;
-  if (threadIdx.x < k_max_ranks) rank_count[threadIdx.x] = 0;
+  for (int i = threadIdx.x; i < p.num_ranks; i += blockDim.x) rank_count[i] = 0;
+  if (threadIdx.x < k_max_nodes) node_count[threadIdx.x] = 0;
   __syncthreads();
 
   const int experts_per_rank = p.num_experts / p.num_ranks;
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t < p.num_tokens) {
-    unsigned int mask = 0;
+    bool* row = p.is_token_in_rank + static_cast<std::int64_t>(t) * p.num_ranks;
+    for (int r = 0; r < p.num_ranks; ++r) row[r] = false;
+    // Ranks and nodes this token goes to, each once (top-k is at most 32).
+    int ranks[32];
+    int num_dst = 0;
+    std::uint32_t nodes = 0;
     for (int k = 0; k < p.num_topk; ++k) {
       std::int64_t e = p.topk_int64
                            ? static_cast<const std::int64_t*>(p.topk)[t * p.topk_stride + k]
@@ -33,19 +40,26 @@ __global__ void __launch_bounds__(k_layout_threads) layout_kernel(LayoutParams p
         continue;
       }
       atomicAdd(&expert_count[e], 1);
-      mask |= 1u << (static_cast<int>(e) / experts_per_rank);
+      const int r = static_cast<int>(e) / experts_per_rank;
+      bool seen = false;
+      for (int i = 0; i < num_dst; ++i) seen = seen || ranks[i] == r;
+      if (seen) continue;
+      ranks[num_dst++] = r;
+      row[r] = true;
+      atomicAdd(&rank_count[r], 1);
+      if (p.ranks_per_node > 0) nodes |= 1u << (r / p.ranks_per_node);
     }
-    for (int r = 0; r < p.num_ranks; ++r) {
-      bool in = (mask >> r) & 1u;
-      p.is_token_in_rank[static_cast<std::int64_t>(t) * p.num_ranks + r] = in;
-      if (in) atomicAdd(&rank_count[r], 1);
-    }
+    for (int n = 0; nodes != 0; ++n, nodes >>= 1)
+      if (nodes & 1u) atomicAdd(&node_count[n], 1);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < p.num_experts; i += blockDim.x)
     if (expert_count[i] != 0) atomicAdd(&p.num_tokens_per_expert[i], expert_count[i]);
-  if (threadIdx.x < p.num_ranks && rank_count[threadIdx.x] != 0)
-    atomicAdd(&p.num_tokens_per_rank[threadIdx.x], rank_count[threadIdx.x]);
+  for (int i = threadIdx.x; i < p.num_ranks; i += blockDim.x)
+    if (rank_count[i] != 0) atomicAdd(&p.num_tokens_per_rank[i], rank_count[i]);
+  if (p.ranks_per_node > 0 && threadIdx.x < p.num_ranks / p.ranks_per_node &&
+      node_count[threadIdx.x] != 0)
+    atomicAdd(&p.num_tokens_per_node[threadIdx.x], node_count[threadIdx.x]);
 }
 
 }  // namespace
@@ -54,6 +68,9 @@ cudaError_t launch_layout(const LayoutParams& p, cudaStream_t stream) {
   cudaError_t rc = cudaMemsetAsync(p.num_tokens_per_rank, 0, sizeof(int) * p.num_ranks, stream);
   if (rc != cudaSuccess) return rc;
   rc = cudaMemsetAsync(p.num_tokens_per_expert, 0, sizeof(int) * p.num_experts, stream);
+  if (rc == cudaSuccess && p.ranks_per_node > 0)
+    rc = cudaMemsetAsync(p.num_tokens_per_node, 0, sizeof(int) * (p.num_ranks / p.ranks_per_node),
+                         stream);
   if (rc != cudaSuccess || p.num_tokens == 0) return rc;
   int blocks = (p.num_tokens + k_layout_threads - 1) / k_layout_threads;
   layout_kernel<<<blocks, k_layout_threads, 0, stream>>>(p);

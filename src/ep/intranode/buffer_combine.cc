@@ -13,6 +13,8 @@ Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
   const DispatchHandle& h = *a.handle;
   if (h.num_ranks != m_ranks)
     return invalid("combine: the handle comes from a Buffer of another size");
+  if (given(a.bias[0]) || given(a.bias[1]))
+    return invalid("combine: bias is supported by internode Buffers only");
   EPKIT_TRY(check_rows(a.x, "combine: x", DType::bf16));
   const int hidden = static_cast<int>(a.x.cols());
   const std::int64_t rows_needed = h.num_worst_tokens > 0 ? h.num_worst_tokens : h.num_recv_tokens;

@@ -41,20 +41,20 @@ k::DispatchParams BufferImpl::dispatch_params(const DispatchArgs& a, const std::
   return dp;
 }
 
-Result<Layout> BufferImpl::layout(const TensorView& topk, int num_experts,
-                                  const StreamOrder& order) {
+Result<k::LayoutParams> layout_params(const TensorView& topk, int num_experts, int ranks,
+                                      int max_tokens) {
   if (topk.data == nullptr && topk.numel() != 0) return invalid("layout: topk_idx is missing");
   if ((topk.dtype != DType::int64 && topk.dtype != DType::int32) || topk.ndim != 2 ||
       topk.strides[1] != 1)
     return invalid(fmt::format("layout: topk_idx ({}) must be a row-major int64 or int32 matrix",
                                topk.describe()));
-  if (topk.rows() > m_opts.max_tokens)
+  if (topk.rows() > max_tokens)
     return invalid(fmt::format("layout: {} tokens, the Buffer was made for at most {}", topk.rows(),
-                               m_opts.max_tokens));
-  if (num_experts <= 0 || num_experts > k::k_max_experts || num_experts % m_ranks != 0)
+                               max_tokens));
+  if (topk.cols() > 32) return invalid("layout: top-k is at most 32");
+  if (num_experts <= 0 || num_experts > k::k_max_experts || num_experts % ranks != 0)
     return invalid(fmt::format("layout: {} experts must be 1..{} and a multiple of the {} ranks",
-                               num_experts, k::k_max_experts, m_ranks));
-  EPKIT_TRY(enter(order));
+                               num_experts, k::k_max_experts, ranks));
   k::LayoutParams p;
   p.topk = topk.data;
   p.topk_int64 = topk.dtype == DType::int64;
@@ -62,7 +62,16 @@ Result<Layout> BufferImpl::layout(const TensorView& topk, int num_experts,
   p.num_tokens = static_cast<int>(topk.rows());
   p.num_topk = static_cast<int>(topk.cols());
   p.num_experts = num_experts;
-  p.num_ranks = m_ranks;
+  p.num_ranks = ranks;
+  return p;
+}
+
+Result<Layout> BufferImpl::layout(const TensorView& topk, int num_experts,
+                                  const StreamOrder& order) {
+  auto params = layout_params(topk, num_experts, m_ranks, m_opts.max_tokens);
+  if (!params) return params.error();
+  EPKIT_TRY(enter(order));
+  k::LayoutParams p = *params;
   p.num_tokens_per_rank = m_tokens_per_rank;
   p.num_tokens_per_expert = m_tokens_per_expert;
   p.is_token_in_rank = m_token_in_rank;
@@ -80,6 +89,10 @@ Result<Layout> BufferImpl::layout(const TensorView& topk, int num_experts,
 }
 
 Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
+  return dispatch_segments(a, nullptr);
+}
+
+Result<DispatchResult> BufferImpl::dispatch_segments(const DispatchArgs& a, const Segments* seg) {
   EPKIT_TRY(a.config.validate());
   const TensorView& x = a.x;
   if (x.dtype != DType::bf16 && x.dtype != DType::fp8_e4m3)
@@ -136,7 +149,8 @@ Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
   const TensorView& ntpr = a.num_tokens_per_rank;
   const TensorView& itir = a.is_token_in_rank;
   const TensorView& ntpe = a.num_tokens_per_expert;
-  if (ntpr.data == nullptr || ntpr.dtype != DType::int32 || ntpr.numel() != m_ranks)
+  if (seg == nullptr &&
+      (ntpr.data == nullptr || ntpr.dtype != DType::int32 || ntpr.numel() != m_ranks))
     return invalid(
         fmt::format("dispatch: num_tokens_per_rank must be int32[{}] (from layout())", m_ranks));
   if (!given(itir) || itir.dtype != DType::boolean || itir.ndim != 2 || itir.rows() != tokens ||
@@ -144,9 +158,9 @@ Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
     return invalid(
         fmt::format("dispatch: is_token_in_rank must be a row-major bool[{}, {}] (from layout())",
                     tokens, m_ranks));
-  const int num_experts = static_cast<int>(ntpe.numel());
-  if (ntpe.data == nullptr || ntpe.dtype != DType::int32 || num_experts <= 0 ||
-      num_experts > k::k_max_experts || num_experts % m_ranks != 0)
+  const int num_experts = seg != nullptr ? seg->num_experts : static_cast<int>(ntpe.numel());
+  if ((seg == nullptr && (ntpe.data == nullptr || ntpe.dtype != DType::int32)) ||
+      num_experts <= 0 || num_experts > k::k_max_experts || num_experts % m_ranks != 0)
     return invalid(
         fmt::format("dispatch: num_tokens_per_expert must be int32[experts], experts a multiple of "
                     "{} up to {}",
@@ -179,6 +193,15 @@ Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
   np.send_row = send_row;
   np.recv_tokens_per_expert = m_recv_per_expert;
   np.offsets_scratch = m_offsets_scratch;
+  if (seg != nullptr) {
+    np.num_tokens_per_rank = seg->tokens_per_rank;
+    np.num_tokens_per_expert = seg->tokens_per_expert;
+    np.num_segments = seg->count;
+    np.segment_stride_ranks = seg->rank_stride;
+    np.segment_stride_experts = seg->expert_stride;
+    std::copy(seg->begin, seg->begin + seg->count + 1, np.segment_begin);
+    np.recv_gbl_prefix = seg->recv_gbl_prefix;
+  }
   if ((rc = k::launch_notify(np, m_stream)) != cudaSuccess)
     return failure(rc, "dispatch (count exchange)");
 

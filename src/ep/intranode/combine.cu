@@ -17,28 +17,6 @@ namespace {
 // 1024-thread block leaves: combine blocks have at most 16 warps.
 constexpr int k_combine_max_threads = 512;
 
-__device__ __forceinline__ void add_bf16x8(float (&acc)[8], const int4& v) {
-  const unsigned int w[4] = {static_cast<unsigned int>(v.x), static_cast<unsigned int>(v.y),
-                             static_cast<unsigned int>(v.z), static_cast<unsigned int>(v.w)};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    acc[2 * j] = acc[2 * j] + __uint_as_float(w[j] << 16);
-    acc[2 * j + 1] = acc[2 * j + 1] + __uint_as_float(w[j] & 0xffff0000u);
-  }
-}
-
-__device__ __forceinline__ int4 pack_bf16x8(const float (&acc)[8]) {
-  unsigned int w[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    unsigned int lo = __bfloat16_as_ushort(__float2bfloat16_rn(acc[2 * j]));
-    unsigned int hi = __bfloat16_as_ushort(__float2bfloat16_rn(acc[2 * j + 1]));
-    w[j] = lo | (hi << 16);
-  }
-  return make_int4(static_cast<int>(w[0]), static_cast<int>(w[1]), static_cast<int>(w[2]),
-                   static_cast<int>(w[3]));
-}
-
 template <int Ranks, int Chunk>
 __global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineParams p) {
   const int lane = threadIdx.x & 31;

@@ -22,8 +22,24 @@ struct NotifyParams {
   std::int32_t* rank_prefix_matrix = nullptr;      // out [ranks, ranks]
   std::int32_t* send_row = nullptr;                // out [tokens, ranks]
   std::int32_t* recv_tokens_per_expert = nullptr;  // out [local experts], aligned
-  std::int32_t* offsets_scratch = nullptr;         // local [ranks + 2]: block 0 -> scan blocks
+  std::int32_t* offsets_scratch = nullptr;         // local [k_offsets_ints]: block 0 -> scan blocks
+  // Internode forwarding: this rank's tokens are rows received from
+  // num_segments source nodes, segment s being rows [segment_begin[s],
+  // segment_begin[s + 1]). num_tokens_per_rank and num_tokens_per_expert are
+  // then one array per segment, segment_stride_* apart, and every
+  // destination orders its rows by (segment, forwarding rank): by global
+  // source rank. One segment (stride 0) is the intranode dispatch.
+  int num_segments = 1;
+  std::int64_t segment_stride_ranks = 0;
+  std::int64_t segment_stride_experts = 0;
+  int segment_begin[k_max_nodes + 1] = {};
+  /// Out, optional: int32 [segments * ranks], inclusive prefix of the rows
+  /// this rank receives from each global source rank (DeepEP's
+  /// recv_gbl_rank_prefix_sum).
+  std::int32_t* recv_gbl_prefix = nullptr;
 };
+/// Ints of NotifyParams::offsets_scratch: an offset per (segment, rank), a flag.
+constexpr int k_offsets_ints = k_max_nodes * k_max_ranks + 2;
 cudaError_t launch_notify(const NotifyParams& p, cudaStream_t stream);
 
 struct DispatchParams {

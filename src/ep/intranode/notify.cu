@@ -13,44 +13,32 @@ namespace {
 
 constexpr int k_notify_threads = 512;
 
-// Exclusive scan over the block; returns this thread's prefix.
-__device__ int block_exclusive_scan(int value) {
-  __shared__ int warp_total[32];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  int inclusive = value;
-  for (int d = 1; d < 32; d <<= 1) {
-    int other = __shfl_up_sync(0xffffffffu, inclusive, d);
-    if (lane >= d) inclusive += other;
-  }
-  if (lane == 31) warp_total[warp] = inclusive;
-  __syncthreads();
-  if (warp == 0) {
-    int n_warps = blockDim.x >> 5;
-    int total = lane < n_warps ? warp_total[lane] : 0;
-    for (int d = 1; d < 32; d <<= 1) {
-      int other = __shfl_up_sync(0xffffffffu, total, d);
-      if (lane >= d) total += other;
-    }
-    if (lane < n_warps) warp_total[lane] = total;  // inclusive over warps
-  }
-  __syncthreads();
-  int warp_base = warp == 0 ? 0 : warp_total[warp - 1];
-  return warp_base + inclusive - value;
-}
-
 __device__ void exchange_counts(const NotifyParams& p) {
   const int n = p.sync.num_ranks;
   const int me = p.sync.rank;
+  const int segs = p.num_segments;
   const int experts_per_rank = p.num_experts / n;
-  __shared__ int offsets[k_max_ranks];
+  __shared__ int offsets[k_max_nodes][k_max_ranks];
   __shared__ int num_recv;
 
-  for (int i = threadIdx.x; i < n * n; i += blockDim.x)
-    p.meta[i / n]->counts[me][i % n] = p.num_tokens_per_rank[i % n];
+  // Our counts go to every rank: totals per destination (the rank prefix
+  // matrix) and, with segments, per (segment, destination).
+  for (int i = threadIdx.x; i < n * n; i += blockDim.x) {
+    const int dst = i % n;
+    int total = 0;
+    for (int s = 0; s < segs; ++s) {
+      const int c = p.num_tokens_per_rank[s * p.segment_stride_ranks + dst];
+      total += c;
+      if (segs > 1) p.meta[i / n]->seg_counts[me][s][dst] = c;
+    }
+    p.meta[i / n]->counts[me][dst] = total;
+  }
   for (int i = threadIdx.x; i < n * experts_per_rank; i += blockDim.x) {
     int dst = i / experts_per_rank;
-    p.meta[dst]->expert_counts[me][i % experts_per_rank] = p.num_tokens_per_expert[i];
+    int total = 0;
+    for (int s = 0; s < segs; ++s)
+      total += p.num_tokens_per_expert[s * p.segment_stride_experts + i];
+    p.meta[dst]->expert_counts[me][i % experts_per_rank] = total;
   }
   __threadfence_system();
   __syncthreads();
@@ -62,11 +50,20 @@ __device__ void exchange_counts(const NotifyParams& p) {
     const int dst = threadIdx.x;
     int acc = 0;
     for (int src = 0; src < n; ++src) {
-      if (src == me) offsets[dst] = acc;
       acc += mine->counts[src][dst];
       p.rank_prefix_matrix[src * n + dst] = acc;
     }
     if (dst == me) num_recv = acc;
+    // Where our rows of each segment start at dst: after every row of
+    // earlier (segment, forwarder) pairs, global source rank order.
+    acc = 0;
+    for (int s = 0; s < segs; ++s) {
+      for (int src = 0; src < n; ++src) {
+        if (src == me) offsets[s][dst] = acc;
+        acc += segs > 1 ? mine->seg_counts[src][s][dst] : mine->counts[src][dst];
+        if (dst == me && p.recv_gbl_prefix != nullptr) p.recv_gbl_prefix[s * n + src] = acc;
+      }
+    }
   }
   __syncthreads();
   if (p.num_worst_tokens > 0 && num_recv > p.num_worst_tokens && threadIdx.x == 0)
@@ -81,11 +78,12 @@ __device__ void exchange_counts(const NotifyParams& p) {
     if (p.num_worst_tokens == 0) p.sync.mailbox->expert_counts[e] = count;
   }
   // Hand the offsets to the scan blocks of this grid.
-  if (threadIdx.x < n) p.offsets_scratch[threadIdx.x] = offsets[threadIdx.x];
+  for (int i = threadIdx.x; i < segs * n; i += blockDim.x)
+    p.offsets_scratch[(i / n) * k_max_ranks + i % n] = offsets[i / n][i % n];
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    store_release_gpu(p.offsets_scratch + k_max_ranks,
+    store_release_gpu(p.offsets_scratch + k_max_nodes * k_max_ranks,
                       static_cast<int>((epoch_base(p.sync) + 1) & 0x7fffffff));
     if (p.num_worst_tokens == 0) {
       p.sync.mailbox->num_recv = num_recv;
@@ -96,21 +94,14 @@ __device__ void exchange_counts(const NotifyParams& p) {
   }
 }
 
-// Block 1 + dst: the rows of this rank's tokens in dst's receive buffer.
+// Block 1 + dst: the rows of this rank's tokens in dst's receive buffer,
+// segment by segment.
 __device__ void scan_rows(const NotifyParams& p, int dst) {
   const int n = p.sync.num_ranks;
-  const int per_thread = (p.num_tokens + blockDim.x - 1) / blockDim.x;
-  const int begin = min(p.num_tokens, static_cast<int>(threadIdx.x) * per_thread);
-  const int end = min(p.num_tokens, begin + per_thread);
-  int count = 0;
-  for (int t = begin; t < end; ++t)
-    count += p.is_token_in_rank[t * p.is_token_in_rank_stride + dst] ? 1 : 0;
-  int prefix = block_exclusive_scan(count);
-
-  __shared__ int base;
+  __shared__ int base[k_max_nodes];
   if (threadIdx.x == 0) {
     const int want = static_cast<int>((epoch_base(p.sync) + 1) & 0x7fffffff);
-    const int* flag = p.offsets_scratch + k_max_ranks;
+    const int* flag = p.offsets_scratch + k_max_nodes * k_max_ranks;
     std::uint64_t start = global_timer_ns();
     while (load_acquire_gpu(flag) != want) {
       // Twice the barrier's bound: when a peer is missing, block 0's
@@ -118,13 +109,25 @@ __device__ void scan_rows(const NotifyParams& p, int dst) {
       if (global_timer_ns() - start > 2 * p.sync.timeout_ns + 1000000000ull)
         fail(p.sync.mailbox, k_timeout_local, p.sync.rank, 0);
     }
-    base = reinterpret_cast<const volatile int*>(p.offsets_scratch)[dst];
+    for (int s = 0; s < p.num_segments; ++s)
+      base[s] = reinterpret_cast<const volatile int*>(p.offsets_scratch)[s * k_max_ranks + dst];
   }
   __syncthreads();
-  int row = base + prefix;
-  for (int t = begin; t < end; ++t) {
-    bool in = p.is_token_in_rank[t * p.is_token_in_rank_stride + dst];
-    p.send_row[static_cast<std::int64_t>(t) * n + dst] = in ? row++ : -1;
+  for (int s = 0; s < p.num_segments; ++s) {
+    const int first = p.segment_begin[s];
+    const int len = p.segment_begin[s + 1] - first;
+    const int per_thread = (len + blockDim.x - 1) / blockDim.x;
+    const int begin = first + min(len, static_cast<int>(threadIdx.x) * per_thread);
+    const int end = min(first + len, begin + per_thread);
+    int count = 0;
+    for (int t = begin; t < end; ++t)
+      count += p.is_token_in_rank[t * p.is_token_in_rank_stride + dst] ? 1 : 0;
+    int row = base[s] + block_exclusive_scan(count);
+    for (int t = begin; t < end; ++t) {
+      bool in = p.is_token_in_rank[t * p.is_token_in_rank_stride + dst];
+      p.send_row[static_cast<std::int64_t>(t) * n + dst] = in ? row++ : -1;
+    }
+    __syncthreads();  // the scan's shared totals are reused by the next segment
   }
 }
 
@@ -137,7 +140,14 @@ __global__ void __launch_bounds__(k_notify_threads) notify_kernel(NotifyParams p
 
 }  // namespace
 
-cudaError_t launch_notify(const NotifyParams& p, cudaStream_t stream) {
+cudaError_t launch_notify(const NotifyParams& params, cudaStream_t stream) {
+  NotifyParams p = params;
+  if (p.num_segments <= 1) {
+    p.num_segments = 1;
+    p.segment_begin[0] = 0;
+    p.segment_begin[1] = p.num_tokens;
+  }
+  if (p.num_segments > k_max_nodes) return cudaErrorInvalidValue;
   notify_kernel<<<1 + p.sync.num_ranks, k_notify_threads, 0, stream>>>(p);
   return cudaGetLastError();
 }

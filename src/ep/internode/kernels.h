@@ -1,0 +1,120 @@
+// The internode kernels and their launchers: the plan (which of this rank's
+// tokens go to which node, the count messages), the pack into per-node
+// buckets, and the reduce over nodes that ends a combine. The NVLink legs
+// are the intranode kernels (ep/intranode/kernels.h); the network leg is
+// ep/internode/network.h. The scheme is in docs/ep-internode.md.
+#pragma once
+
+#include <cstdint>
+
+#include "ep/core/kernels.h"
+
+namespace epkit::ep::kernels {
+
+/// One token as it crosses the network: packed fields at fixed offsets of a
+/// row of `pitch` bytes (a multiple of 16, so every field keeps its
+/// alignment in every row). The forwarding rank reads the received rows in
+/// place through strided views.
+struct RowFormat {
+  int pitch = 0;
+  int x_bytes = 0;      // at 0
+  int topk_offset = 0;  // top-k indices relative to the node's first expert, -1 elsewhere
+  int topk_size = 0;    // 8 (int64) or 4 (int32); 0 = no top-k
+  int num_topk = 0;
+  int scales_offset = 0;  // FP32 [num_scales] (FP8 only)
+  int num_scales = 0;
+  int weights_offset = 0;  // FP32 [num_topk], when weights are given
+  bool with_weights = false;
+  int src_offset = 0;   // int32: the token's index on its source rank
+  int mask_offset = 0;  // bool [ranks_per_node]: the node's ranks the token goes to
+  int ranks_per_node = 0;
+};
+
+#ifdef __CUDACC__
+#define EPKIT_HOST_DEVICE __host__ __device__
+#else
+#define EPKIT_HOST_DEVICE
+#endif
+
+/// What a count message holds, int32 each, per (source rank, destination
+/// node), in a slot of `ints` ints: a sequence number first and last (so the
+/// host can tell a message of this call from a stale one), the bucket's rows,
+/// the tokens for each rank of the node, the tokens for each expert of the
+/// node.
+struct MessageFormat {
+  int ranks_per_node = 0;
+  int experts_per_node = 0;
+  /// The smallest slot that holds it.
+  EPKIT_HOST_DEVICE int min_ints() const { return 3 + ranks_per_node + experts_per_node; }
+  EPKIT_HOST_DEVICE int rows_at() const { return 1; }
+  EPKIT_HOST_DEVICE int ranks_at() const { return 2; }
+  EPKIT_HOST_DEVICE int experts_at() const { return 2 + ranks_per_node; }
+};
+
+struct PlanParams {
+  const bool* is_token_in_rank = nullptr;  // [tokens, ranks]
+  std::int64_t is_token_in_rank_stride = 0;
+  const std::int32_t* num_tokens_per_rank = nullptr;    // [ranks]
+  const std::int32_t* num_tokens_per_expert = nullptr;  // [experts]
+  int num_tokens = 0;
+  int num_nodes = 0;
+  int ranks_per_node = 0;
+  int experts_per_node = 0;
+  std::int32_t sequence = 0;         // > 0
+  std::int32_t* send_row = nullptr;  // out [tokens, nodes]: row in each node's bucket, or -1
+  std::int32_t* messages = nullptr;  // out [nodes][message_ints]
+  int message_ints = 0;              // the slot: >= MessageFormat::min_ints()
+};
+/// One block per node: the rows of each node's bucket, in token order.
+cudaError_t launch_plan(const PlanParams& p, cudaStream_t stream);
+
+struct PackParams {
+  RowFormat format;
+  const std::int32_t* send_row = nullptr;  // [tokens, nodes]
+  int num_tokens = 0;
+  int num_nodes = 0;
+  int experts_per_node = 0;
+  const std::uint8_t* x = nullptr;
+  std::int64_t x_stride = 0;  // bytes
+  const float* scales = nullptr;
+  std::int64_t scale_stride_token = 0;
+  std::int64_t scale_stride_hidden = 0;
+  /// false: a cached dispatch (x and scales only; the rest is in place).
+  bool with_routing = true;
+  const void* topk = nullptr;  // optional
+  std::int64_t topk_stride = 0;
+  const float* weights = nullptr;
+  std::int64_t weights_stride = 0;
+  const bool* is_token_in_rank = nullptr;
+  std::int64_t is_token_in_rank_stride = 0;
+  std::uint8_t* buckets = nullptr;  // node m's bucket at m * bucket_stride
+  std::int64_t bucket_stride = 0;
+  int num_blocks = 24;
+  int num_warps = 32;
+};
+/// A warp per token: its row goes into the bucket of every node it visits.
+cudaError_t launch_pack(const PackParams& p, cudaStream_t stream);
+
+struct ReduceParams {
+  /// Node m's partial sums for the rows of this rank's bucket m (BF16
+  /// [rows, hidden], rows packed) and their weights (FP32 [rows, num_topk]).
+  const std::uint16_t* partial_x[k_max_nodes] = {};
+  const float* partial_w[k_max_nodes] = {};
+  const std::int32_t* send_row = nullptr;  // [tokens, nodes]
+  int num_tokens = 0;
+  int num_nodes = 0;
+  int hidden = 0;  // multiple of 8
+  int num_topk = 0;
+  /// Optional BF16 [tokens, hidden] each (strides in elements): the sum
+  /// starts at bias_0 + bias_1 in FP32, as DeepEP's combine.
+  const std::uint16_t* bias[2] = {};
+  std::int64_t bias_stride[2] = {};
+  std::uint16_t* out_x = nullptr;  // BF16 [tokens, hidden]
+  float* out_w = nullptr;          // [tokens, num_topk] or null
+  int num_blocks = 24;
+  int num_warps = 32;
+};
+/// Sums every token's partials in FP32 in node order and rounds once to BF16.
+cudaError_t launch_reduce(const ReduceParams& p, cudaStream_t stream);
+
+}  // namespace epkit::ep::kernels
