@@ -109,6 +109,22 @@ std::optional<int> gpu_index_of_bdf(const topo::Snapshot& snap, const std::strin
   return std::nullopt;
 }
 
+Result<std::vector<int>> gpu_indices_of_bus_ids(const topo::Snapshot& snap,
+                                                const std::vector<std::string>& bus_ids) {
+  std::vector<int> out;
+  for (const auto& id : bus_ids) {
+    auto index = gpu_index_of_bdf(snap, id);
+    if (!index) {
+      return make_error(ErrorCode::invalid,
+                        fmt::format("GPU {} is not in this node's topology ({} GPUs under {})", id,
+                                    snap.gpus.size(), snap.sysroot.empty() ? "/" : snap.sysroot));
+    }
+    if (std::find(out.begin(), out.end(), *index) == out.end()) out.push_back(*index);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 NicWatch::NicWatch(host::Sysroot fs, const topo::Snapshot& snap, const std::vector<int>& gpus,
                    NicTrafficLimits limits)
     : m_fs(std::move(fs)), m_plan(plan_for_gpus(topo::assign_nics(snap), gpus)), m_limits(limits) {}

@@ -1,9 +1,22 @@
 // NicWatch: the NIC part of a multi-node EP run, for the command that runs it
 // (one instance per node: the node agent or local rank 0). start() before the
-// communicators exist: reads the NIC counters and gives the lines that show
+// run's traffic: reads the NIC counters and gives the lines that show
 // the GPU-to-NIC map and the variables that force it. finish() after the run:
 // reads them again and gives the per-NIC bytes and the findings of
 // check_nic_traffic. It never prints (the CLI does) and needs no CUDA.
+//
+// In a rank, once the facts are exchanged (join_gpu_job / open_gpu_rank: every
+// rank's host_id and pci_bus_id) and before the run's traffic (NCCL's own
+// init moves kilobytes, far under what is judged):
+//   if (launch.local_rank == 0 && launch.nnodes > 1) {
+//     auto snap = topo::probe(host);
+//     std::vector<std::string> ids;  // the bus ids of the ranks with my host_id
+//     auto gpus = checks::gpu_indices_of_bus_ids(snap, ids);
+//     watch.emplace(host.fs(), snap, *gpus);
+//     for (auto& line : watch->start()) io.line(line);
+//   }
+//   ... the run, then the barrier that ends it (every local rank done) ...
+//   if (watch) for (auto& line : watch->finish().lines) io.line(line);
 #pragma once
 
 #include <optional>
@@ -63,5 +76,10 @@ std::vector<std::string> nic_summary_lines(const NicTrafficReport& report);
 /// The snapshot index of the GPU at PCI address `bdf` ("0000:8A:00.0" as
 /// cudaDeviceGetPCIBusId writes it matches "0000:8a:00.0"); nullopt if none.
 std::optional<int> gpu_index_of_bdf(const topo::Snapshot& snap, const std::string& bdf);
+/// The snapshot indices of the GPUs at these bus ids (one per local rank;
+/// ranks sharing a GPU give it once), sorted; an invalid error naming the first
+/// bus id the snapshot does not have.
+Result<std::vector<int>> gpu_indices_of_bus_ids(const topo::Snapshot& snap,
+                                                const std::vector<std::string>& bus_ids);
 
 }  // namespace epkit::checks

@@ -366,6 +366,15 @@ TEST_F(A4Node, GpuIndexOfCudaBusId) {
   EXPECT_EQ(gpu_index_of_bdf(snap, upper), 3);
   EXPECT_EQ(gpu_index_of_bdf(snap, "0000" + bdf), 3);  // NVML's 8-digit domain
   EXPECT_EQ(gpu_index_of_bdf(snap, "0000:ff:1f.7"), std::nullopt);
+
+  auto local = gpu_indices_of_bus_ids(snap, {snap.gpus[5].pci.bdf, upper, upper});
+  ASSERT_TRUE(local) << local.error().message;
+  EXPECT_EQ(*local, (std::vector<int>{3, 5}));
+  auto bad = gpu_indices_of_bus_ids(snap, {upper, "0000:ff:1f.7"});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("GPU 0000:ff:1f.7 is not in this node's topology (8 GPUs"),
+            std::string::npos)
+      << bad.error().message;
 }
 
 }  // namespace
