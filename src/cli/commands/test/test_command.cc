@@ -26,9 +26,11 @@
 #include <cuda_runtime_api.h>
 
 #include "base/cuda_error.h"
+#include "checks/nic_watch.h"
 #include "ep_harness/conformance.h"
 #include "runtime/gpu_rank.h"
 #include "runtime/nccl_transports.h"
+#include "topo/probe.h"
 #endif
 
 namespace epkit::cli {
@@ -333,7 +335,26 @@ int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, Rank
   co.num_sms = e.sms;
   co.seed = seed;
   co.timeout_s = opts.timeout_s;
+  // Across nodes: the NIC each GPU should use, printed before the run and
+  // checked from the NIC counters after it (one watcher per node).
+  std::optional<checks::NicWatch> nics;
+  if (launch.local_rank == 0 && launch.nnodes > 1) {
+    auto snap = topo::probe(host);
+    std::vector<std::string> ids;
+    const auto& mine = r.facts[static_cast<std::size_t>(launch.rank)];
+    for (const auto& f : r.facts)
+      if (f.host_id == mine.host_id) ids.push_back(f.pci_bus_id);
+    auto gpus = checks::gpu_indices_of_bus_ids(snap, ids);
+    if (!gpus) {
+      io.line("NIC map: not checked: " + gpus.error().message);
+    } else {
+      nics.emplace(host.fs(), snap, *gpus);
+      for (const auto& l : nics->start()) io.line(l);
+    }
+  }
   auto report = ep::run_conformance(r, co, [&](const std::string& text) { io.line(text); });
+  if (nics)
+    for (const auto& l : nics->finish().lines) io.line(l);
   if (!report) {
     r.session->abort();
     io.line("FAIL: " + report.error().message);
