@@ -73,6 +73,16 @@ class InternodeHandle final : public DispatchHandle {
   std::vector<int> rows_from;                     // [nodes]: rows received from each
   std::vector<int> segment_begin;                 // [nodes + 1]: prefix of rows_from
 
+  /// The other nodes this rank trades rows with (for naming who never
+  /// answered when a transfer of this dispatch's rows hangs).
+  std::vector<int> peers_with_rows(int self) const {
+    std::vector<int> nodes;
+    for (std::size_t n = 0; n < rows_to.size(); ++n)
+      if (static_cast<int>(n) != self && (rows_from[n] > 0 || rows_to[n] > 0))
+        nodes.push_back(static_cast<int>(n));
+    return nodes;
+  }
+
  private:
   void* m_memory;
   std::shared_ptr<Stream> m_stream;

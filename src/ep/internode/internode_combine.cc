@@ -72,14 +72,7 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
         n == m_node ? (sums_w != nullptr ? sums_w + first * num_topk : nullptr) : in_w;
   }
   EPKIT_TRY(m_net->exchange(sends, receives, stream));
-  EPKIT_TRY(wait_network("combine (partial sums)", [&] {
-    std::vector<int> nodes;
-    for (int n : others())
-      if (h->rows_from[static_cast<std::size_t>(n)] > 0 ||
-          h->rows_to[static_cast<std::size_t>(n)] > 0)
-        nodes.push_back(n);
-    return nodes;
-  }));
+  EPKIT_TRY(wait_network("combine (partial sums)", [&] { return h->peers_with_rows(m_node); }));
 
   // 3. Each token: the biases, then its partials in node order.
   auto* out_x = reinterpret_cast<std::uint16_t*>(region(m_mem_layout.out_x));

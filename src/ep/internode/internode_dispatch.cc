@@ -228,14 +228,7 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
                             cudaMemcpyDeviceToDevice, stream)) != cudaSuccess)
     return m_local->failure(rc, "dispatch (own node's bucket)");
   EPKIT_TRY(m_net->exchange(sends, receives, stream));
-  EPKIT_TRY(wait_network("dispatch (buckets)", [&] {
-    std::vector<int> nodes;
-    for (int n : others())
-      if (handle->rows_from[static_cast<std::size_t>(n)] > 0 ||
-          handle->rows_to[static_cast<std::size_t>(n)] > 0)
-        nodes.push_back(n);
-    return nodes;
-  }));
+  EPKIT_TRY(wait_network("dispatch (buckets)", [&] { return handle->peers_with_rows(m_node); }));
 
   // 5. Forward over NVLink: the received rows are the node Buffer's tokens.
   const std::int64_t forwarded = handle->segment_begin.back();
@@ -322,14 +315,7 @@ Result<DispatchResult> InternodeBuffer::dispatch_cached(const DispatchArgs& a,
     if (rc != cudaSuccess) return m_local->failure(rc, "cached dispatch (own node's bucket)");
   }
   EPKIT_TRY(m_net->exchange(sends, receives, stream));
-  EPKIT_TRY(wait_network("cached dispatch (buckets)", [&] {
-    std::vector<int> nodes;
-    for (int n : others())
-      if (h.rows_from[static_cast<std::size_t>(n)] > 0 ||
-          h.rows_to[static_cast<std::size_t>(n)] > 0)
-        nodes.push_back(n);
-    return nodes;
-  }));
+  EPKIT_TRY(wait_network("cached dispatch (buckets)", [&] { return h.peers_with_rows(m_node); }));
 
   const std::int64_t forwarded = h.segment_begin.back();
   DispatchArgs fa;
