@@ -9,6 +9,11 @@
 // EP_SMOKE_KILL=r: rank r dies after making the Buffer; the run passes when
 // every other rank's dispatch fails within the timeout naming rank r.
 // EP_SMOKE_OVERSUBSCRIBE=1: more ranks than GPUs (rank % GPUs), for checks.
+// EP_SMOKE_NODES=n (with EP_SMOKE_KILL): an internode Buffer of n nodes faked
+// on this host (NCCL_HOSTID per node); the survivors must name the dead rank
+// whether they wait for it on NVLink, on the network, or behind a node peer
+// stuck on the network (the engine's blame path). The internode data checks
+// are `epkit test ep --nnodes`.
 #include <cuda_bf16.h>
 #include <epkit/ep.h>
 #include <sys/wait.h>
@@ -19,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ep/core/device_memory.h"
@@ -50,6 +56,10 @@ constexpr int k_ended_by_a_peers_fault = 43;
     }                                                                                     \
   } while (0)
 
+std::string node_host_id(int node) {
+  return "ep-smoke-node-" + std::to_string(node);
+}
+
 float bf16_to_float(std::uint16_t v) {
   std::uint32_t w = static_cast<std::uint32_t>(v) << 16;
   float f;
@@ -57,9 +67,22 @@ float bf16_to_float(std::uint16_t v) {
   return f;
 }
 
+/// What a survivor's error must say about the dead rank: it missed a barrier
+/// (a node peer), never answered on the network (a rail peer), or a node
+/// peer stuck on the network blamed it.
+bool names_dead_rank(const std::string& got, const char* dead) {
+  const std::string r = std::string("rank ") + dead;
+  return got.find(r + " did not reach the engine's barrier") != std::string::npos ||
+         got.find(r + " never answered on the network") != std::string::npos ||
+         got.find("because " + r + " (on another node)") != std::string::npos;
+}
+
 int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int hidden, int topk,
-              int experts, int sms, int chunk) {
+              int experts, int sms, int chunk, int nodes) {
   cudaSetDevice(rank % gpus);
+  // Before the engine loads NCCL: ranks of different faked nodes must look
+  // like different hosts to it.
+  if (nodes > 1) ::setenv("NCCL_HOSTID", node_host_id(rank / (ranks / nodes)).c_str(), 1);
   auto session = test::join_forked_store(rank, ranks, port, "smoke");
   if (!session) {
     std::fprintf(stderr, "store: %s\n", session.error().message.c_str());
@@ -71,6 +94,7 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   bo.max_hidden = hidden;
   bo.max_topk = topk;
   bo.timeout_s = std::getenv("EP_SMOKE_KILL") != nullptr ? 3 : 10;
+  if (nodes > 1) bo.ranks_per_node = ranks / nodes;
   auto buffer = ep::Buffer::create(boot, bo);
   CHECK_OK(buffer);
   std::fprintf(stderr, "rank %d: buffer made\n", rank);
@@ -122,10 +146,9 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   if (const char* kill = std::getenv("EP_SMOKE_KILL"); kill != nullptr) {
     // The killed rank never reaches the count exchange: this rank must fail
     // within the Buffer's timeout, naming it.
-    std::string want = std::string("rank ") + kill + " did not reach the engine's barrier";
     std::string got = d ? std::string("dispatch succeeded") : d.error().message;
     std::fprintf(stderr, "rank %d: %s\n", rank, got.c_str());
-    if (got.find(want) != std::string::npos) return k_named_the_dead_rank;
+    if (names_dead_rank(got, kill)) return k_named_the_dead_rank;
     return got.find("another rank's failure") != std::string::npos ? k_ended_by_a_peers_fault : 2;
   }
   CHECK_OK(d);
@@ -338,6 +361,15 @@ int main(int argc, char** argv) {
   // the engine's 8-rank paths run on a 4-GPU machine, slowly (the GPU
   // time-slices the ranks' spinning kernels), so only the checks count.
   const bool oversubscribe = std::getenv("EP_SMOKE_OVERSUBSCRIBE") != nullptr;
+  const char* nodes_env = std::getenv("EP_SMOKE_NODES");
+  const int nodes = nodes_env != nullptr ? std::atoi(nodes_env) : 1;
+  if (nodes < 1 || ranks % nodes != 0 || (nodes > 1 && std::getenv("EP_SMOKE_KILL") == nullptr)) {
+    std::fprintf(stderr,
+                 "EP_SMOKE_NODES=%s: needs whole nodes of the %d ranks, and EP_SMOKE_KILL (the "
+                 "internode data checks are `epkit test ep --nnodes`)\n",
+                 nodes_env, ranks);
+    return 64;
+  }
   if (gpus < ranks && !(oversubscribe && gpus > 0)) {
     std::printf("SKIP: needs %d GPUs, this machine has %d\n", ranks, gpus);
     return k_skip;
@@ -348,7 +380,7 @@ int main(int argc, char** argv) {
     pid_t pid = ::fork();
     if (pid == 0) {
       std::fflush(stdout);
-      ::_exit(rank_main(r, ranks, gpus, port, tokens, hidden, topk, experts, sms, chunk));
+      ::_exit(rank_main(r, ranks, gpus, port, tokens, hidden, topk, experts, sms, chunk, nodes));
     }
     kids.push_back(pid);
   }

@@ -202,7 +202,7 @@ BufferImpl::~BufferImpl() {
   // Peers may still read this heap: meet them first (bounded by the kernel
   // timeout), unless a failure already broke the context.
   if (!m_broken && m_stream != nullptr && m_peers[m_rank] != nullptr) {
-    if (k::launch_barrier(sync(), m_stream) == cudaSuccess) cudaStreamSynchronize(m_stream);
+    if (k::launch_notify_peers({sync()}, m_stream) == cudaSuccess) cudaStreamSynchronize(m_stream);
   }
   for (int r = 0; r < m_ranks; ++r)
     if (r != m_rank && m_peers[r] != nullptr) cudaIpcCloseMemHandle(m_peers[r]);
@@ -355,7 +355,7 @@ Result<TensorView> BufferImpl::combine_weights_input(std::int64_t rows, std::int
 Result<void> BufferImpl::barrier() {
   if (m_broken)
     return make_error(ErrorCode::unavailable, "the Buffer failed before and cannot be used");
-  if (cudaError_t rc = k::launch_barrier(sync(), m_stream); rc != cudaSuccess)
+  if (cudaError_t rc = k::launch_notify_peers({sync()}, m_stream); rc != cudaSuccess)
     return failure(rc, "barrier");
   if (cudaError_t rc = cudaStreamSynchronize(m_stream); rc != cudaSuccess)
     return failure(rc, "barrier");

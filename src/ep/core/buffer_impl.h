@@ -145,6 +145,12 @@ class BufferImpl final : public Buffer {
   std::uint64_t m_count_seq = 0;     // numbers the counts the mailbox carries
   std::uint64_t* m_epoch = nullptr;  // device (see SyncParams::epoch)
   bool m_broken = false;
+  /// Cached dispatch and combine run their entry barrier as a notify_peers
+  /// kernel of its own instead of inside the data kernel. An internode
+  /// Buffer sets it: a launch more costs nothing beside its network leg, and
+  /// the node's skew then shows apart from the data movement (DeepEP's
+  /// notify + dispatch times).
+  bool m_notify_apart = false;
 };
 
 }  // namespace epkit::ep

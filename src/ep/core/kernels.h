@@ -115,7 +115,17 @@ struct StageParams {
 };
 cudaError_t launch_stage(const StageParams& p, cudaStream_t stream);
 
-/// A barrier over the ranks (one block).
-cudaError_t launch_barrier(const SyncParams& p, cudaStream_t stream);
+/// A barrier over the ranks (one block), optionally publishing where this
+/// rank's combine input lives first (what the combine kernel does at its
+/// entry when it runs the barrier itself).
+struct PeerNotifyParams {
+  SyncParams sync;
+  Meta* publish = nullptr;  // this rank's Meta, or null: a plain barrier
+  std::int64_t x_offset = 0;
+  std::int64_t x_stride = 0;
+  std::int64_t w_offset = -1;
+  std::int64_t w_stride = 0;
+};
+cudaError_t launch_notify_peers(const PeerNotifyParams& p, cudaStream_t stream);
 
 }  // namespace epkit::ep::kernels

@@ -1,15 +1,23 @@
-// The engine's small kernels: a rank barrier on the stream, and the copy of
-// a combine input that lives outside the heap into the staging region.
+// The engine's small kernels: a rank barrier on the stream (the notify step:
+// every rank tells its node peers it reached the operation), and the copy
+// of a combine input that lives outside the heap into the staging region.
 #include "ep/core/ep_device.cuh"
 
 namespace epkit::ep::kernels {
 namespace {
 
-__global__ void barrier_kernel(SyncParams s) {
-  const std::uint64_t epoch = epoch_base(s) + 1;
+__global__ void notify_peers_kernel(PeerNotifyParams p) {
+  const std::uint64_t epoch = epoch_base(p.sync) + 1;
+  if (p.publish != nullptr && threadIdx.x == 0) {
+    p.publish->combine_x_offset = p.x_offset;
+    p.publish->combine_x_stride = p.x_stride;
+    p.publish->combine_w_offset = p.w_offset;
+    p.publish->combine_w_stride = p.w_stride;
+  }
   __threadfence_system();
-  rank_barrier_warp(s, epoch, true);
-  if (threadIdx.x == 0) *s.epoch = epoch;
+  __syncwarp();
+  rank_barrier_warp(p.sync, epoch, true);
+  if (threadIdx.x == 0) *p.sync.epoch = epoch;
 }
 
 // 16-byte vectors when both sides allow it (x rows always do), 4-byte words
@@ -40,8 +48,8 @@ __global__ void __launch_bounds__(1024) stage_kernel(StageParams p) {
 
 }  // namespace
 
-cudaError_t launch_barrier(const SyncParams& p, cudaStream_t stream) {
-  barrier_kernel<<<1, 32, 0, stream>>>(p);
+cudaError_t launch_notify_peers(const PeerNotifyParams& p, cudaStream_t stream) {
+  notify_peers_kernel<<<1, 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -179,6 +179,7 @@ Result<void> InternodeBuffer::init(Bootstrap& bootstrap, const BufferOptions& o)
   NodeBootstrap node(bootstrap, m_per_node);
   m_local = std::make_unique<BufferImpl>();
   EPKIT_TRY(m_local->init(node, forward, m_node * m_per_node));
+  m_local->m_notify_apart = true;
   auto net = make_nccl_network(bootstrap, m_per_node, o.timeout_s);
   if (!net) return net.error();
   m_net = std::move(*net);
@@ -252,6 +253,15 @@ Result<void> InternodeBuffer::wait_network(const std::string& what,
   }
 }
 
+Result<void> InternodeBuffer::post(const std::string& what, std::span<const Transfer> sends,
+                                   std::span<const Transfer> receives,
+                                   const std::function<std::vector<int>()>& culprits) {
+  auto posted = m_net->exchange(sends, receives, m_local->comm_stream());
+  if (posted) return {};
+  Error e = network_failure(what, culprits());
+  return make_error(e.code, fmt::format("{} ({})", e.message, posted.error().message));
+}
+
 Result<void> InternodeBuffer::wait_messages(std::int32_t sequence) {
   const auto* received = static_cast<const volatile std::int32_t*>(m_recv_messages.host());
   const int ints = m_mem_layout.message_ints;
@@ -308,7 +318,7 @@ Result<void> InternodeBuffer::barrier() {
     sends.push_back({n, slots + m_node, sizeof(std::int32_t)});
     receives.push_back({n, slots + n, sizeof(std::int32_t)});
   }
-  EPKIT_TRY(m_net->exchange(sends, receives, m_local->comm_stream()));
+  EPKIT_TRY(post("barrier", sends, receives, [&] { return others(); }));
   EPKIT_TRY(wait_network("barrier", [&] { return others(); }));
   return m_local->barrier();
 }

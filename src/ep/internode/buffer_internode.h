@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,12 @@ class InternodeBuffer final : public Buffer {
   /// for) and, when that is one rank, tells this node's ranks to blame it.
   Result<void> wait_network(const std::string& what,
                             const std::function<std::vector<int>()>& culprits);
+  /// Posts a network leg; when the transport cannot (a peer never connects
+  /// or went away), names the ranks of the nodes `culprits` returns, as
+  /// wait_network does.
+  Result<void> post(const std::string& what, std::span<const Transfer> sends,
+                    std::span<const Transfer> receives,
+                    const std::function<std::vector<int>()>& culprits);
   /// Like wait_network, for the count messages: a message that never came
   /// names its sender exactly.
   Result<void> wait_messages(std::int32_t sequence);

@@ -71,8 +71,9 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
     rp.partial_w[n] =
         n == m_node ? (sums_w != nullptr ? sums_w + first * num_topk : nullptr) : in_w;
   }
-  EPKIT_TRY(m_net->exchange(sends, receives, stream));
-  EPKIT_TRY(wait_network("combine (partial sums)", [&] { return h->peers_with_rows(m_node); }));
+  auto peers = [&] { return h->peers_with_rows(m_node); };
+  EPKIT_TRY(post("combine (partial sums)", sends, receives, peers));
+  EPKIT_TRY(wait_network("combine (partial sums)", peers));
 
   // 3. Each token: the biases, then its partials in node order.
   auto* out_x = reinterpret_cast<std::uint16_t*>(region(m_mem_layout.out_x));

@@ -189,7 +189,7 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
     sends.push_back({n, message(sent, n), message_bytes});
     receives.push_back({n, message(received, n), message_bytes});
   }
-  EPKIT_TRY(m_net->exchange(sends, receives, stream));
+  EPKIT_TRY(post("dispatch (count messages)", sends, receives, [&] { return others(); }));
   EPKIT_TRY(wait_messages(m_sequence));
 
   const auto* in = static_cast<const std::int32_t*>(m_recv_messages.host());
@@ -227,8 +227,9 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
                             static_cast<std::size_t>(span(handle->rows_to[own])),
                             cudaMemcpyDeviceToDevice, stream)) != cudaSuccess)
     return m_local->failure(rc, "dispatch (own node's bucket)");
-  EPKIT_TRY(m_net->exchange(sends, receives, stream));
-  EPKIT_TRY(wait_network("dispatch (buckets)", [&] { return handle->peers_with_rows(m_node); }));
+  auto peers = [&] { return handle->peers_with_rows(m_node); };
+  EPKIT_TRY(post("dispatch (buckets)", sends, receives, peers));
+  EPKIT_TRY(wait_network("dispatch (buckets)", peers));
 
   // 5. Forward over NVLink: the received rows are the node Buffer's tokens.
   const std::int64_t forwarded = handle->segment_begin.back();
@@ -314,8 +315,9 @@ Result<DispatchResult> InternodeBuffer::dispatch_cached(const DispatchArgs& a,
         static_cast<std::size_t>(span(h.rows_to[own])), cudaMemcpyDeviceToDevice, stream);
     if (rc != cudaSuccess) return m_local->failure(rc, "cached dispatch (own node's bucket)");
   }
-  EPKIT_TRY(m_net->exchange(sends, receives, stream));
-  EPKIT_TRY(wait_network("cached dispatch (buckets)", [&] { return h.peers_with_rows(m_node); }));
+  auto peers = [&] { return h.peers_with_rows(m_node); };
+  EPKIT_TRY(post("cached dispatch (buckets)", sends, receives, peers));
+  EPKIT_TRY(wait_network("cached dispatch (buckets)", peers));
 
   const std::int64_t forwarded = h.segment_begin.back();
   DispatchArgs fa;

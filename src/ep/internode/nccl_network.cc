@@ -30,6 +30,7 @@ class NcclNetwork final : public Network {
   NcclNetwork& operator=(const NcclNetwork&) = delete;
 
   Result<void> init(const ncclUniqueId& id, double timeout_s) {
+    m_timeout_s = timeout_s;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // a dead peer must not hold the init forever
     ncclResult_t rc = m_nccl.api.comm_init_rank_config(&m_comm, m_nodes, id, m_node, &config);
@@ -55,9 +56,11 @@ class NcclNetwork final : public Network {
     ncclResult_t end = api.group_end();
     if (rc != ncclSuccess) return error(rc, "ncclSend/ncclRecv");
     if (end != ncclSuccess && end != ncclInProgress) return error(end, "ncclGroupEnd");
-    // A non-blocking communicator may still be enqueueing; the kernels must
-    // be on the stream before anything after them is.
-    return settle("ncclGroupEnd", 60.0);
+    // A non-blocking communicator may still be enqueueing (and connecting
+    // to a peer it never sent to before); the kernels must be on the stream
+    // before anything after them is. A peer that never connects ends it
+    // within the Buffer's timeout.
+    return settle("ncclGroupEnd", m_timeout_s);
   }
 
   Result<void> health() override {
@@ -118,6 +121,7 @@ class NcclNetwork final : public Network {
   ncclComm_t m_comm = nullptr;
   bool m_aborted = false;
   bool m_failed = false;
+  double m_timeout_s = 30.0;
 };
 
 }  // namespace

@@ -79,6 +79,13 @@ Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
   cp.num_warps = a.config.num_warps;
   cp.chunk = a.config.nvl_chunk;
   cp.num_blocks = a.config.num_sms;
+  if (m_notify_apart) {
+    k::PeerNotifyParams np{cp.sync,     meta(m_rank), cp.x_offset,
+                           cp.x_stride, cp.w_offset,  cp.w_stride};
+    if (cudaError_t rc = k::launch_notify_peers(np, m_stream); rc != cudaSuccess)
+      return failure(rc, "combine (notify)");
+    cp.entry_barrier = false;
+  }
   if (cudaError_t rc = k::launch_combine(cp, m_stream); rc != cudaSuccess)
     return failure(rc, "combine");
   auto event = leave(a.order);

@@ -283,6 +283,11 @@ Result<DispatchResult> BufferImpl::dispatch_cached(const DispatchArgs& a) {
       dispatch_params(a, static_cast<const std::int32_t*>(h.send_row.data),
                       static_cast<const std::int32_t*>(h.rank_prefix_matrix.data));
   dp.entry_barrier = true;  // receive regions may still be read until every rank is here
+  if (m_notify_apart) {
+    if (cudaError_t rc = k::launch_notify_peers({dp.sync}, m_stream); rc != cudaSuccess)
+      return failure(rc, "cached dispatch (notify)");
+    dp.entry_barrier = false;
+  }
   const bool fp8 = a.x.dtype == DType::fp8_e4m3;
   if (cudaError_t rc = k::launch_dispatch(dp, m_stream); rc != cudaSuccess)
     return failure(rc, "cached dispatch");

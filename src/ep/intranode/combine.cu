@@ -24,17 +24,19 @@ __global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineP
   const int me = p.sync.rank;
 
   const std::uint64_t base = epoch_base(p.sync);
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    Meta* mine = p.meta[me];
-    mine->combine_x_offset = p.x_offset;
-    mine->combine_x_stride = p.x_stride;
-    mine->combine_w_offset = p.w_offset;
-    mine->combine_w_stride = p.w_stride;
+  if (p.entry_barrier) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      Meta* mine = p.meta[me];
+      mine->combine_x_offset = p.x_offset;
+      mine->combine_x_stride = p.x_stride;
+      mine->combine_w_offset = p.w_offset;
+      mine->combine_w_stride = p.w_stride;
+    }
+    __threadfence_system();
+    __syncthreads();
+    // Every rank's input is final once it reached this call.
+    if (threadIdx.x < 32) rank_barrier_warp(p.sync, base + 1, blockIdx.x == 0);
   }
-  __threadfence_system();
-  __syncthreads();
-  // Every rank's input is final once it reached this call.
-  if (threadIdx.x < 32) rank_barrier_warp(p.sync, base + 1, blockIdx.x == 0);
 
   __shared__ const std::uint8_t* src_x[Ranks];
   __shared__ std::int64_t src_x_stride[Ranks];

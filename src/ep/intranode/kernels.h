@@ -78,6 +78,9 @@ cudaError_t launch_dispatch(const DispatchParams& p, cudaStream_t stream);
 
 struct CombineParams {
   SyncParams sync;  // entry barrier epoch + 1, exit epoch + 2
+  /// false: a notify_peers launch before this one published the offsets
+  /// below and ran the entry barrier (an internode Buffer's node combine).
+  bool entry_barrier = true;
   // Published into this rank's Meta by block 0 before the entry barrier.
   std::int64_t x_offset = 0;
   std::int64_t x_stride = 0;
