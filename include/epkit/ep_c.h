@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or signature below changes incompatibly. */
-#define EPKIT_EP_ABI_VERSION 1
+#define EPKIT_EP_ABI_VERSION 2
 
 typedef enum epkit_ep_status {
   EPKIT_EP_OK = 0,
@@ -66,6 +66,9 @@ typedef struct epkit_ep_options {
   int32_t max_topk;
   uint64_t num_bytes; /* heap budget per GPU; 0 = what the sizes need */
   double timeout_s;   /* bound on every wait for another rank */
+  /* Internode: ranks per node (1..8; global rank = node * ranks_per_node +
+   * local rank); 0 or the world size: one node (ep.h BufferOptions). */
+  int32_t ranks_per_node;
 } epkit_ep_options;
 
 typedef struct epkit_ep_config {
@@ -87,14 +90,18 @@ typedef struct epkit_ep_handle epkit_ep_handle;
 
 /* The bootstrap: every rank's `bytes` bytes (the same count on every rank),
  * by rank, into `out` (world_size * bytes). Return 0 on success. Called on the
- * creating thread, during epkit_ep_buffer_create only. */
+ * creating thread, during epkit_ep_buffer_create only (an internode Buffer
+ * also trades its network's ids through it). */
 typedef int (*epkit_ep_all_gather_fn)(void* user, const void* mine, size_t bytes, void* out);
 
 typedef struct epkit_ep_layout_out {
   epkit_ep_tensor num_tokens_per_rank;   /* int32 [ranks] */
   epkit_ep_tensor num_tokens_per_expert; /* int32 [experts] */
   epkit_ep_tensor is_token_in_rank;      /* bool [tokens, ranks] */
-  void* event;                           /* cudaEvent_t when order.want_event */
+  /* int32 [nodes]: tokens with any destination on each node (internode
+   * Buffers; absent otherwise) */
+  epkit_ep_tensor num_tokens_per_rdma_rank;
+  void* event; /* cudaEvent_t when order.want_event */
 } epkit_ep_layout_out;
 
 typedef struct epkit_ep_dispatch_args {
@@ -117,7 +124,7 @@ typedef struct epkit_ep_dispatch_out {
   epkit_ep_tensor recv_x_scales;          /* fp32 row-major (fp8 only) */
   epkit_ep_tensor recv_topk_idx;          /* local expert or -1 */
   epkit_ep_tensor recv_topk_weights;      /* fp32 */
-  epkit_ep_tensor recv_src_idx;           /* int32 [received] */
+  epkit_ep_tensor recv_src_idx;           /* int32 [received]; absent internode */
   epkit_ep_tensor recv_tokens_per_expert; /* int32 [local experts] on the device */
   /* Received rows per local expert (aligned); host memory owned by the
    * Buffer, valid until its next dispatch. Count 0 with num_worst_tokens or
@@ -133,6 +140,9 @@ typedef struct epkit_ep_combine_args {
   epkit_ep_tensor x;            /* bf16 [received, hidden] in receive order */
   epkit_ep_tensor topk_weights; /* fp32 [received, topk], optional */
   const epkit_ep_handle* handle;
+  /* bf16 [tokens, hidden], optional, at most two: the sum starts from them
+   * (internode Buffers only) */
+  epkit_ep_tensor bias[2];
   epkit_ep_config config;
   epkit_ep_order order;
 } epkit_ep_combine_args;
@@ -149,8 +159,12 @@ typedef struct epkit_ep_handle_info {
   int32_t hidden;
   int32_t num_recv_tokens; /* -1 after a num_worst_tokens dispatch */
   int32_t num_worst_tokens;
-  epkit_ep_tensor rank_prefix_matrix; /* int32 [ranks, ranks] */
-  epkit_ep_tensor send_row;           /* int32 [tokens, ranks] */
+  epkit_ep_tensor rank_prefix_matrix; /* int32 [ranks, ranks]; a node's ranks internode */
+  epkit_ep_tensor send_row;           /* int32 [tokens, ranks]; [tokens, nodes] internode */
+  int32_t num_nodes;                  /* 1 for an intranode Buffer */
+  /* int32 [ranks], internode only: inclusive prefix over global source ranks
+   * of the rows received (DeepEP's recv_gbl_rank_prefix_sum) */
+  epkit_ep_tensor recv_gbl_rank_prefix_sum;
 } epkit_ep_handle_info;
 
 EPKIT_EP_API int32_t epkit_ep_abi_version(void);
@@ -158,6 +172,11 @@ EPKIT_EP_API const char* epkit_ep_version(void);
 /* The message of this thread's last failed call ("" if none). */
 EPKIT_EP_API const char* epkit_ep_last_error(void);
 EPKIT_EP_API const char* epkit_ep_status_name(int32_t status);
+/* sizeof of a struct of this header by its name without the prefix
+ * ("options", "tensor", "dispatch_args", ...): how a binding written in
+ * another language checks its mirror of the layouts when it loads. 0 for an
+ * unknown name. */
+EPKIT_EP_API uint64_t epkit_ep_struct_size(const char* name);
 
 /* Visible CUDA devices; EPKIT_EP_ERR_UNAVAILABLE naming the cause when none. */
 EPKIT_EP_API epkit_ep_status epkit_ep_device_count(int32_t* count);
@@ -179,6 +198,10 @@ EPKIT_EP_API epkit_ep_status epkit_ep_buffer_create(int32_t rank, int32_t world_
 EPKIT_EP_API void epkit_ep_buffer_destroy(epkit_ep_buffer* buffer);
 EPKIT_EP_API epkit_ep_status epkit_ep_buffer_info(const epkit_ep_buffer* buffer, int32_t* rank,
                                                   int32_t* num_ranks, void** comm_stream);
+/* Nodes the Buffer spans (1 intranode) and its network leg in words ("" for
+ * one node); the string lives as long as the Buffer. Either may be NULL. */
+EPKIT_EP_API epkit_ep_status epkit_ep_buffer_nodes(const epkit_ep_buffer* buffer,
+                                                   int32_t* num_nodes, const char** network);
 
 EPKIT_EP_API epkit_ep_status epkit_ep_layout(epkit_ep_buffer* buffer,
                                              const epkit_ep_tensor* topk_idx, int32_t num_experts,

@@ -9,7 +9,7 @@ import os
 import pathlib
 from typing import List, Optional
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 LIBRARY_NAME = "libepkit_ep.so"
 
 OK, ERR_INVALID, ERR_UNAVAILABLE, ERR_CUDA, ERR_TIMEOUT, ERR_BOOTSTRAP, ERR_INTERNAL = range(7)
@@ -24,7 +24,7 @@ class Tensor(ctypes.Structure):
 class Options(ctypes.Structure):
     _fields_ = [("max_tokens", ctypes.c_int32), ("max_hidden", ctypes.c_int32),
                 ("max_topk", ctypes.c_int32), ("num_bytes", ctypes.c_uint64),
-                ("timeout_s", ctypes.c_double)]
+                ("timeout_s", ctypes.c_double), ("ranks_per_node", ctypes.c_int32)]
 
 
 class Config(ctypes.Structure):
@@ -39,7 +39,8 @@ class Order(ctypes.Structure):
 
 class LayoutOut(ctypes.Structure):
     _fields_ = [("num_tokens_per_rank", Tensor), ("num_tokens_per_expert", Tensor),
-                ("is_token_in_rank", Tensor), ("event", ctypes.c_void_p)]
+                ("is_token_in_rank", Tensor), ("num_tokens_per_rdma_rank", Tensor),
+                ("event", ctypes.c_void_p)]
 
 
 class DispatchArgs(ctypes.Structure):
@@ -61,7 +62,7 @@ class DispatchOut(ctypes.Structure):
 
 class CombineArgs(ctypes.Structure):
     _fields_ = [("x", Tensor), ("topk_weights", Tensor), ("handle", ctypes.c_void_p),
-                ("config", Config), ("order", Order)]
+                ("bias", Tensor * 2), ("config", Config), ("order", Order)]
 
 
 class CombineOut(ctypes.Structure):
@@ -72,8 +73,13 @@ class HandleInfo(ctypes.Structure):
     _fields_ = [("num_tokens", ctypes.c_int32), ("num_ranks", ctypes.c_int32),
                 ("hidden", ctypes.c_int32), ("num_recv_tokens", ctypes.c_int32),
                 ("num_worst_tokens", ctypes.c_int32), ("rank_prefix_matrix", Tensor),
-                ("send_row", Tensor)]
+                ("send_row", Tensor), ("num_nodes", ctypes.c_int32), ("recv_gbl_rank_prefix_sum", Tensor)]
 
+
+# What epkit_ep_struct_size is asked for when the library loads.
+STRUCTS = {"tensor": Tensor, "options": Options, "config": Config, "order": Order, "layout_out": LayoutOut,
+           "dispatch_args": DispatchArgs, "dispatch_out": DispatchOut, "combine_args": CombineArgs,
+           "combine_out": CombineOut, "handle_info": HandleInfo}
 
 ALL_GATHER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                  ctypes.c_void_p)
@@ -85,6 +91,7 @@ _SIGNATURES = {
     "epkit_ep_version": (ctypes.c_char_p, []),
     "epkit_ep_last_error": (ctypes.c_char_p, []),
     "epkit_ep_status_name": (ctypes.c_char_p, [ctypes.c_int32]),
+    "epkit_ep_struct_size": (ctypes.c_uint64, [ctypes.c_char_p]),
     "epkit_ep_device_count": (_S, [_P(ctypes.c_int32)]),
     "epkit_ep_set_device": (_S, [ctypes.c_int32]),
     "epkit_ep_default_options": (_S, [_P(Options)]),
@@ -95,6 +102,7 @@ _SIGNATURES = {
     "epkit_ep_buffer_destroy": (None, [ctypes.c_void_p]),
     "epkit_ep_buffer_info": (_S, [ctypes.c_void_p, _P(ctypes.c_int32), _P(ctypes.c_int32),
                                   _P(ctypes.c_void_p)]),
+    "epkit_ep_buffer_nodes": (_S, [ctypes.c_void_p, _P(ctypes.c_int32), _P(ctypes.c_char_p)]),
     "epkit_ep_layout": (_S, [ctypes.c_void_p, _P(Tensor), ctypes.c_int32, _P(Order), _P(LayoutOut)]),
     "epkit_ep_dispatch": (_S, [ctypes.c_void_p, _P(DispatchArgs), _P(DispatchOut)]),
     "epkit_ep_combine": (_S, [ctypes.c_void_p, _P(CombineArgs), _P(CombineOut)]),
@@ -149,6 +157,11 @@ class Library:
         abi = self.abi_version()
         if abi != ABI_VERSION:
             raise ImportError(f"{path} has C ABI version {abi}; this package needs {ABI_VERSION}")
+        for name, struct in STRUCTS.items():
+            size = self.struct_size(name.encode())
+            if size != ctypes.sizeof(struct):
+                raise ImportError(f"{path}: epkit_ep_{name} is {size} bytes there and {ctypes.sizeof(struct)} "
+                                  "in this package (built from another ep_c.h)")
 
     def last_error(self) -> str:
         return (self.lib.epkit_ep_last_error() or b"").decode(errors="replace")

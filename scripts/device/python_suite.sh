@@ -3,7 +3,11 @@
 #   1. DeepEP's tests/test_intranode.py (commit 29d31c0) with only
 #      `import deep_ep` changed to epkit.deep_ep, with 2 and 4 ranks;
 #   2. CUDA-graph capture and replay vs eager (tests/python/device/graph_replay.py);
-#   3. host time per call: Python vs the C++ API (overhead.py, epkit_ep_call_overhead).
+#   3. host time per call: Python vs the C++ API (overhead.py, epkit_ep_call_overhead);
+#   4. (step internode, not in the default set) DeepEP's tests/test_internode.py,
+#      import changed only, on 2 nodes x 8 ranks faked on this host: two
+#      launches (WORLD_SIZE=2, RANK=0/1), 16 processes; INTERNODE_ARGS adds
+#      the test's own flags (e.g. --num-tokens 256 to fit the 10 minutes).
 # Usage: scripts/device/python_suite.sh DEEPEP_DIR [RANKS...]
 #   DEEPEP_DIR holds DeepEP's tests/ (test_intranode.py, test_low_latency.py,
 #   utils.py), e.g. from `git -C MIRROR archive 29d31c0 tests | tar -x -C .deepep`.
@@ -67,13 +71,18 @@ step() {  # step NAME COMMAND...: runs with a log, prints the verdict and tail
   return $rc
 }
 
-# 1. DeepEP's test, import line changed only.
-if want deepep; then
+# DeepEP's tests with the import line changed only.
 tests=$out/deepep-tests
 rm -rf "$tests" && mkdir -p "$tests"
-cp "$deepep"/tests/test_intranode.py "$deepep"/tests/test_low_latency.py "$deepep"/tests/utils.py "$tests"/
-sed -i 's/^import deep_ep$/import epkit.deep_ep as deep_ep/' "$tests"/test_intranode.py "$tests"/test_low_latency.py
-diff <(cd "$deepep/tests" && cat test_intranode.py) "$tests/test_intranode.py" >"$out/import-change.diff"
+cp "$deepep"/tests/test_intranode.py "$deepep"/tests/test_internode.py "$deepep"/tests/test_low_latency.py \
+  "$deepep"/tests/utils.py "$tests"/
+sed -i 's/^import deep_ep$/import epkit.deep_ep as deep_ep/' "$tests"/test_*.py
+for t in test_intranode test_internode test_low_latency; do
+  diff "$deepep/tests/$t.py" "$tests/$t.py"
+done >"$out/import-change.diff"
+
+# 1. test_intranode.py.
+if want deepep; then
 port=8361
 for n in "${ranks[@]}"; do
   (cd "$tests" && EPKIT_SHARE_GPU=1 MASTER_PORT=$port \
@@ -86,6 +95,26 @@ for n in "${ranks[@]}"; do
   ((rc)) && tail -n 15 "$out/test_intranode_$n.txt"
   port=$((port + 1))
 done
+fi
+
+# 4. test_internode.py on two faked nodes of 8 ranks (the test asserts 8 per node).
+if want internode; then
+  pids=()
+  for node in 1 0; do
+    # shellcheck disable=SC2086  # INTERNODE_ARGS is a list of flags
+    (cd "$tests" && EPKIT_SHARE_GPU=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=8391 WORLD_SIZE=2 RANK=$node \
+      timeout 560 python3 test_internode.py --num-processes 8 ${INTERNODE_ARGS:-}) \
+      >"$out/test_internode_node$node.txt" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+  ((rc)) && status=1
+  log=$out/test_internode_node0.txt
+  passed=$(grep -c " passed" "$log")
+  echo "== test_internode.py, 2 nodes x 8 ranks: exit $rc, $passed/32 cases passed"
+  grep -h "\[config\]\|\[layout\]\|Best" "$log"
+  ((rc)) && tail -n 15 "$out"/test_internode_node*.txt
 fi
 
 # 2. CUDA graphs.

@@ -19,6 +19,7 @@
 struct epkit_ep_buffer {
   std::unique_ptr<epkit::ep::Buffer> buffer;
   std::vector<std::int32_t> recv_counts;  // the last dispatch's per-expert list
+  std::string network;                    // Buffer::network(), kept for the C string
   int device = 0;
 };
 
@@ -103,6 +104,30 @@ epkit_ep_status take_event(const epkit_ep_buffer& b, const epkit_ep_order& order
   return epkit::capi::record_on(b.buffer->comm_stream(), out);
 }
 
+/// The ranks a Buffer of these options may span: 1 to 8 on one node; an
+/// internode Buffer whole nodes of ranks_per_node, up to the engine's limit.
+epkit_ep_status check_ranks(const epkit_ep_options& o, int32_t num_ranks) {
+  const int per_node = o.ranks_per_node;
+  if (per_node < 0 || per_node > 8)
+    return fail(
+        EPKIT_EP_ERR_INVALID,
+        fmt::format("ranks_per_node = {}: a node has 1 to 8 ranks (0: one node)", per_node));
+  if (per_node == 0 || per_node >= num_ranks) {
+    if (num_ranks < 1 || num_ranks > 8)
+      return fail(EPKIT_EP_ERR_INVALID,
+                  fmt::format("num_ranks = {}: a Buffer spans 1 to 8 ranks of one node (set "
+                              "ranks_per_node to span nodes)",
+                              num_ranks));
+    return EPKIT_EP_OK;
+  }
+  if (num_ranks > 256 || num_ranks % per_node != 0)
+    return fail(EPKIT_EP_ERR_INVALID,
+                fmt::format("num_ranks = {}: an internode Buffer spans whole nodes of "
+                            "ranks_per_node = {} ranks, 256 at most",
+                            num_ranks, per_node));
+  return EPKIT_EP_OK;
+}
+
 /// A usable Buffer, with its device current on this thread (the current
 /// device is per thread: autograd and data-loader threads start on 0).
 epkit_ep_status check_buffer(const epkit_ep_buffer* b) {
@@ -127,6 +152,24 @@ int32_t epkit_ep_abi_version(void) {
 
 const char* epkit_ep_version(void) {
   return EPKIT_VERSION;
+}
+
+uint64_t epkit_ep_struct_size(const char* name) {
+  if (name == nullptr) return 0;
+  const std::pair<const char*, std::size_t> sizes[] = {
+      {"tensor", sizeof(epkit_ep_tensor)},
+      {"options", sizeof(epkit_ep_options)},
+      {"config", sizeof(epkit_ep_config)},
+      {"order", sizeof(epkit_ep_order)},
+      {"layout_out", sizeof(epkit_ep_layout_out)},
+      {"dispatch_args", sizeof(epkit_ep_dispatch_args)},
+      {"dispatch_out", sizeof(epkit_ep_dispatch_out)},
+      {"combine_args", sizeof(epkit_ep_combine_args)},
+      {"combine_out", sizeof(epkit_ep_combine_out)},
+      {"handle_info", sizeof(epkit_ep_handle_info)}};
+  for (const auto& [n, size] : sizes)
+    if (std::strcmp(n, name) == 0) return size;
+  return 0;
 }
 
 epkit_ep_status epkit_ep_device_count(int32_t* count) {
@@ -162,6 +205,7 @@ epkit_ep_status epkit_ep_default_options(epkit_ep_options* out) {
   out->max_topk = o.max_topk;
   out->num_bytes = o.num_bytes;
   out->timeout_s = o.timeout_s;
+  out->ranks_per_node = o.ranks_per_node;
   return EPKIT_EP_OK;
 }
 
@@ -177,9 +221,7 @@ epkit_ep_status epkit_ep_bytes_needed(const epkit_ep_options* options, int32_t n
   return guard([&]() -> epkit_ep_status {
     if (options == nullptr || out == nullptr)
       return fail(EPKIT_EP_ERR_INVALID, "options or out is null");
-    if (num_ranks < 1 || num_ranks > 8)
-      return fail(EPKIT_EP_ERR_INVALID,
-                  fmt::format("num_ranks = {}: a Buffer spans 1 to 8 ranks", num_ranks));
+    if (epkit_ep_status s = check_ranks(*options, num_ranks); s != EPKIT_EP_OK) return s;
     *out = ep::Buffer::bytes_needed(epkit::capi::to_options(*options), num_ranks);
     return EPKIT_EP_OK;
   });
@@ -193,10 +235,9 @@ epkit_ep_status epkit_ep_buffer_create(int32_t rank, int32_t world_size,
     *out = nullptr;
     if (all_gather == nullptr) return fail(EPKIT_EP_ERR_INVALID, "all_gather is null");
     if (options == nullptr) return fail(EPKIT_EP_ERR_INVALID, "options is null");
-    if (world_size < 1 || world_size > 8 || rank < 0 || rank >= world_size)
-      return fail(
-          EPKIT_EP_ERR_INVALID,
-          fmt::format("rank {} of {}: a Buffer spans 1 to 8 ranks of one node", rank, world_size));
+    if (epkit_ep_status s = check_ranks(*options, world_size); s != EPKIT_EP_OK) return s;
+    if (rank < 0 || rank >= world_size)
+      return fail(EPKIT_EP_ERR_INVALID, fmt::format("rank {} of {} ranks", rank, world_size));
     int32_t devices = 0;
     if (epkit_ep_status s = epkit_ep_device_count(&devices); s != EPKIT_EP_OK)
       return fail(s, fmt::format("cannot create an EP Buffer: {}", epkit_ep_last_error()));
@@ -205,6 +246,7 @@ epkit_ep_status epkit_ep_buffer_create(int32_t rank, int32_t world_size,
     if (!made) return epkit::capi::fail_with(made.error());
     auto holder = std::make_unique<epkit_ep_buffer>();
     holder->buffer = std::move(*made);
+    holder->network = holder->buffer->network();
     cudaGetDevice(&holder->device);
     *out = holder.release();
     return EPKIT_EP_OK;
@@ -227,6 +269,14 @@ epkit_ep_status epkit_ep_buffer_info(const epkit_ep_buffer* buffer, int32_t* ran
   return EPKIT_EP_OK;
 }
 
+epkit_ep_status epkit_ep_buffer_nodes(const epkit_ep_buffer* buffer, int32_t* num_nodes,
+                                      const char** network) {
+  if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+  if (num_nodes != nullptr) *num_nodes = buffer->buffer->num_nodes();
+  if (network != nullptr) *network = buffer->network.c_str();
+  return EPKIT_EP_OK;
+}
+
 epkit_ep_status epkit_ep_layout(epkit_ep_buffer* buffer, const epkit_ep_tensor* topk_idx,
                                 int32_t num_experts, const epkit_ep_order* order,
                                 epkit_ep_layout_out* out) {
@@ -241,6 +291,7 @@ epkit_ep_status epkit_ep_layout(epkit_ep_buffer* buffer, const epkit_ep_tensor* 
     out->num_tokens_per_rank = from_view(layout->num_tokens_per_rank);
     out->num_tokens_per_expert = from_view(layout->num_tokens_per_expert);
     out->is_token_in_rank = from_view(layout->is_token_in_rank);
+    out->num_tokens_per_rdma_rank = from_view(layout->num_tokens_per_rdma_rank);
     return take_event(*buffer, *order, &out->event);
   });
 }
@@ -307,6 +358,10 @@ epkit_ep_status epkit_ep_combine(epkit_ep_buffer* buffer, const epkit_ep_combine
     if (epkit_ep_status s = to_view(args->topk_weights, "topk_weights", c.topk_weights);
         s != EPKIT_EP_OK)
       return s;
+    for (std::size_t b = 0; b < c.bias.size(); ++b)
+      if (epkit_ep_status s = to_view(args->bias[b], b == 0 ? "bias[0]" : "bias[1]", c.bias[b]);
+          s != EPKIT_EP_OK)
+        return s;
     c.handle = args->handle->handle;
     c.config = to_config(args->config);
     c.order = to_order(args->order);
@@ -373,6 +428,8 @@ epkit_ep_status epkit_ep_handle_info_get(const epkit_ep_handle* handle, epkit_ep
   out->num_worst_tokens = h.num_worst_tokens;
   out->rank_prefix_matrix = from_view(h.rank_prefix_matrix);
   out->send_row = from_view(h.send_row);
+  out->num_nodes = h.num_nodes;
+  out->recv_gbl_rank_prefix_sum = from_view(h.recv_gbl_rank_prefix_sum);
   return EPKIT_EP_OK;
 }
 

@@ -59,6 +59,7 @@ ep::BufferOptions to_options(const epkit_ep_options& o) {
   out.max_topk = o.max_topk;
   out.num_bytes = static_cast<std::size_t>(o.num_bytes);
   out.timeout_s = o.timeout_s;
+  out.ranks_per_node = o.ranks_per_node;
   return out;
 }
 

@@ -57,6 +57,41 @@ TEST(EpCapi, BytesNeeded) {
   EXPECT_EQ(epkit_ep_bytes_needed(&o, 2, nullptr), EPKIT_EP_ERR_INVALID);
 }
 
+TEST(EpCapi, InternodeSizesAndRankCounts) {
+  epkit_ep_options o{};
+  ASSERT_EQ(epkit_ep_default_options(&o), EPKIT_EP_OK);
+  EXPECT_EQ(o.ranks_per_node, 0);
+  o.max_tokens = 256;
+  o.ranks_per_node = 8;
+  epkit::ep::BufferOptions cpp;
+  cpp.max_tokens = 256;
+  cpp.ranks_per_node = 8;
+  uint64_t bytes = 0;
+  ASSERT_EQ(epkit_ep_bytes_needed(&o, 16, &bytes), EPKIT_EP_OK) << last_error();
+  EXPECT_EQ(bytes, epkit::ep::Buffer::bytes_needed(cpp, 16));
+  EXPECT_GT(bytes, epkit::ep::Buffer::bytes_needed(cpp, 8)) << "the network leg's memory";
+  EXPECT_EQ(epkit_ep_bytes_needed(&o, 12, &bytes), EPKIT_EP_ERR_INVALID);
+  EXPECT_NE(last_error().find("whole nodes of ranks_per_node = 8"), std::string::npos)
+      << last_error();
+  EXPECT_EQ(epkit_ep_bytes_needed(&o, 264, &bytes), EPKIT_EP_ERR_INVALID);
+  o.ranks_per_node = 9;
+  EXPECT_EQ(epkit_ep_bytes_needed(&o, 18, &bytes), EPKIT_EP_ERR_INVALID);
+  EXPECT_NE(last_error().find("1 to 8 ranks"), std::string::npos) << last_error();
+  o.ranks_per_node = 2;
+  epkit_ep_buffer* b = nullptr;
+  EXPECT_EQ(epkit_ep_buffer_create(0, 5, gather_copy, nullptr, &o, &b), EPKIT_EP_ERR_INVALID);
+  EXPECT_NE(last_error().find("whole nodes"), std::string::npos) << last_error();
+}
+
+TEST(EpCapi, StructSizesForBindings) {
+  EXPECT_EQ(epkit_ep_struct_size("options"), sizeof(epkit_ep_options));
+  EXPECT_EQ(epkit_ep_struct_size("combine_args"), sizeof(epkit_ep_combine_args));
+  EXPECT_EQ(epkit_ep_struct_size("handle_info"), sizeof(epkit_ep_handle_info));
+  EXPECT_EQ(epkit_ep_struct_size("tensor"), sizeof(epkit_ep_tensor));
+  EXPECT_EQ(epkit_ep_struct_size("no_such_struct"), 0u);
+  EXPECT_EQ(epkit_ep_struct_size(nullptr), 0u);
+}
+
 TEST(EpCapi, CreateRejectsBadArguments) {
   epkit_ep_options o{};
   ASSERT_EQ(epkit_ep_default_options(&o), EPKIT_EP_OK);
@@ -99,6 +134,7 @@ TEST(EpCapi, NullBufferIsAnErrorEverywhere) {
   void* event = nullptr;
   int32_t rank = 0;
   EXPECT_EQ(epkit_ep_buffer_info(nullptr, &rank, nullptr, nullptr), EPKIT_EP_ERR_INVALID);
+  EXPECT_EQ(epkit_ep_buffer_nodes(nullptr, &rank, nullptr), EPKIT_EP_ERR_INVALID);
   EXPECT_EQ(epkit_ep_layout(nullptr, &t, 8, &order, &lo), EPKIT_EP_ERR_INVALID);
   EXPECT_EQ(epkit_ep_dispatch(nullptr, &da, &dout), EPKIT_EP_ERR_INVALID);
   EXPECT_EQ(epkit_ep_combine(nullptr, &ca, &cout), EPKIT_EP_ERR_INVALID);

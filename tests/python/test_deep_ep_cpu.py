@@ -47,7 +47,7 @@ class ImportWithoutGpu(unittest.TestCase):
             deep_ep.topk_idx_t  # noqa: B018
 
     def test_unsupported_modes_name_the_feature(self):
-        cases = [(dict(num_rdma_bytes=int(1e9)), "internode"), (dict(low_latency_mode=True), "low-latency"),
+        cases = [(dict(low_latency_mode=True), "low-latency"),
                  (dict(enable_shrink=True), "shrink"), (dict(use_fabric=True), "fabric")]
         for kwargs, feature in cases:
             with self.subTest(feature=feature):
@@ -73,6 +73,23 @@ class Library(unittest.TestCase):
         self.lib.check(self.lib.bytes_needed(_native.ctypes.byref(opts), 4, _native.ctypes.byref(bytes_out)))
         self.assertGreater(bytes_out.value, 4096 * 7168 * 2)
         self.assertEqual(deep_ep.Config().get_nvl_buffer_size_hint(7168 * 2, 4), bytes_out.value)
+
+    def test_internode_sizes(self):
+        opts = _native.Options()
+        self.lib.check(self.lib.default_options(_native.ctypes.byref(opts)))
+        self.assertEqual(opts.ranks_per_node, 0)
+        opts.ranks_per_node, opts.max_tokens = 8, 256
+        two_nodes, one_node = _native.ctypes.c_uint64(), _native.ctypes.c_uint64()
+        self.lib.check(self.lib.bytes_needed(_native.ctypes.byref(opts), 16, _native.ctypes.byref(two_nodes)))
+        self.lib.check(self.lib.bytes_needed(_native.ctypes.byref(opts), 8, _native.ctypes.byref(one_node)))
+        self.assertGreater(two_nodes.value, one_node.value)
+        with self.assertRaisesRegex(_native.EngineError, "whole nodes"):
+            self.lib.check(self.lib.bytes_needed(_native.ctypes.byref(opts), 12, _native.ctypes.byref(two_nodes)))
+
+    def test_struct_layouts_match_the_library(self):
+        for name, struct in _native.STRUCTS.items():
+            with self.subTest(struct=name):
+                self.assertEqual(self.lib.struct_size(name.encode()), _native.ctypes.sizeof(struct))
 
     def test_no_device_is_named(self):
         count = _native.ctypes.c_int32(-1)
@@ -220,6 +237,16 @@ class ArgumentChecks(unittest.TestCase):
             _native_handle((None,) * 6)
         h = DispatchHandle(("prefix", None, None, "src", "in_rank", None), native=None)
         self.assertEqual((len(h), h[0], h[4]), (6, "prefix", "in_rank"))
+        h = DispatchHandle(("in_rank",) + (None,) * 5 + ("gbl_prefix",) + (None,) * 3, native=None)
+        self.assertEqual((len(h), h[0], h[-4]), (10, "in_rank", "gbl_prefix"))
+
+    def test_internode_methods_need_nodes(self):
+        buffer = deep_ep.Buffer.__new__(deep_ep.Buffer)  # no engine: the node count only
+        buffer.num_nodes = 1
+        with self.assertRaisesRegex(AssertionError, "several nodes"):
+            buffer.internode_dispatch(None)
+        with self.assertRaisesRegex(AssertionError, "several nodes"):
+            buffer.internode_combine(None, None)
 
 
 if __name__ == "__main__":

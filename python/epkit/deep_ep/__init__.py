@@ -1,8 +1,9 @@
 """DeepEP V1's Python API (deep_ep at commit 29d31c0) over epkit's engine.
 
-Replace `import deep_ep` with `import epkit.deep_ep as deep_ep`. Intranode
-normal mode (1-8 ranks of one node: layout, dispatch, cached dispatch,
-combine) is supported; internode and low-latency mode raise
+Replace `import deep_ep` with `import epkit.deep_ep as deep_ep`. Normal
+mode (layout, dispatch, cached dispatch, combine) is supported on one node
+(1-8 ranks) and across nodes (nodes of up to 8 ranks, the network leg over
+NCCL: internode_dispatch / internode_combine); low-latency mode raises
 NotImplementedError naming the feature. Importing needs no PyTorch;
 `topk_idx_t` and Buffer do.
 """

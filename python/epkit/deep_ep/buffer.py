@@ -1,4 +1,4 @@
-"""deep_ep.Buffer over epkit's engine (intranode normal mode).
+"""deep_ep.Buffer over epkit's engine (normal mode, intranode and internode).
 
 Every operation queues the engine's kernels on the Buffer's communication
 stream, then copies the engine's outputs (views into the Buffer) into
@@ -40,7 +40,8 @@ def _torch():
 
 def _not_implemented(feature: str):
     return NotImplementedError(f"epkit.deep_ep: {feature} is not implemented yet "
-                               "(epkit's engine does intranode normal mode: 1-8 ranks of one node)")
+                               "(epkit's engine does normal mode: 1-8 ranks of one node, or nodes of "
+                               "1-8 ranks over NCCL)")
 
 
 class _NativeHandle:
@@ -61,10 +62,16 @@ class _NativeHandle:
 
 
 class DispatchHandle(tuple):
-    """DeepEP's handle tuple (rank_prefix_matrix, channel_prefix_matrix,
-    recv_channel_prefix_matrix, recv_src_idx, is_token_in_rank, send_head)
-    plus the engine's routing. The channel matrices and send_head have no
-    counterpart in epkit's engine and are None."""
+    """DeepEP's handle tuple plus the engine's routing.
+
+    Intranode, 6 entries: (rank_prefix_matrix, channel_prefix_matrix,
+    recv_channel_prefix_matrix, recv_src_idx, is_token_in_rank, send_head).
+    Internode, 10: (is_token_in_rank, rdma_channel_prefix_matrix,
+    gbl_channel_prefix_matrix, recv_rdma_channel_prefix_matrix,
+    recv_rdma_rank_prefix_sum, recv_gbl_channel_prefix_matrix,
+    recv_gbl_rank_prefix_sum, recv_src_meta, send_rdma_head, send_nvl_head).
+    Entries with no counterpart in epkit's engine (the channel matrices, the
+    heads, the source metadata) are None."""
 
     native: _NativeHandle
 
@@ -100,9 +107,14 @@ class _View:
 class Buffer:
     """DeepEP's Buffer (V1, commit 29d31c0) over epkit's engine.
 
+    More ranks than one node holds make an internode Buffer: nodes of
+    min(ranks, 8) ranks as DeepEP counts them (epkit's `ranks_per_node`
+    overrides), NVLink inside a node and NCCL between nodes.
+
     epkit-only keyword arguments: max_tokens (largest token count a rank
-    passes; default: as many as num_nvl_bytes holds), max_hidden, max_topk,
-    zero_copy (outputs are views into the Buffer), timeout_s."""
+    passes; default: as many as num_nvl_bytes, plus num_rdma_bytes across
+    nodes, holds), max_hidden, max_topk, zero_copy (outputs are views into
+    the Buffer), timeout_s, ranks_per_node."""
 
     num_sms: int = 20
 
@@ -111,12 +123,11 @@ class Buffer:
                  allow_nvlink_for_low_latency_mode: bool = True, allow_mnnvl: bool = False,
                  use_fabric: bool = False, explicitly_destroy: bool = False, enable_shrink: bool = False,
                  comm=None, *, max_tokens: Optional[int] = None, max_hidden: int = 7168, max_topk: int = 8,
-                 zero_copy: bool = False, timeout_s: Optional[float] = None) -> None:
+                 zero_copy: bool = False, timeout_s: Optional[float] = None,
+                 ranks_per_node: Optional[int] = None) -> None:
         self.runtime = None
         if low_latency_mode:
             raise _not_implemented("low-latency mode (low_latency_mode=True)")
-        if num_rdma_bytes > 0:
-            raise _not_implemented("internode (RDMA) communication (num_rdma_bytes > 0)")
         if enable_shrink:
             raise _not_implemented("shrink mode (enable_shrink=True)")
         if use_fabric:
@@ -139,8 +150,10 @@ class Buffer:
                 return comm.allgather(obj)
         else:
             raise ValueError("Either 'group' or 'comm' must be provided.")
-        if self.group_size > 8:
-            raise _not_implemented(f"internode communication ({self.group_size} ranks; a Buffer spans 1-8)")
+        per_node = min(self.group_size, 8) if ranks_per_node is None else ranks_per_node
+        require(1 <= per_node <= 8 and self.group_size % per_node == 0,
+                f"{self.group_size} ranks do not make whole nodes of {per_node} ranks (1 to 8 per node)")
+        self.ranks_per_node, self.num_nodes = per_node, self.group_size // per_node
 
         self.num_nvl_bytes = num_nvl_bytes
         self.num_rdma_bytes = num_rdma_bytes
@@ -154,8 +167,9 @@ class Buffer:
         options.max_hidden, options.max_topk = max_hidden, max_topk
         if timeout_s is not None:
             options.timeout_s = timeout_s
+        options.ranks_per_node = per_node if self.num_nodes > 1 else 0
         options.max_tokens = max_tokens if max_tokens is not None else self._tokens_fitting(options)
-        options.num_bytes = int(num_nvl_bytes)
+        options.num_bytes = int(self._budget())
         self.max_tokens, self.max_hidden, self.max_topk = options.max_tokens, max_hidden, max_topk
 
         self._device = torch.cuda.current_device()
@@ -183,6 +197,10 @@ class Buffer:
         self.runtime = runtime.value
         stream = ctypes.c_void_p()
         lib.check(lib.buffer_info(self.runtime, None, None, _byref(stream)))
+        nodes, network = ctypes.c_int32(), ctypes.c_char_p()
+        lib.check(lib.buffer_nodes(self.runtime, _byref(nodes), _byref(network)))
+        require(nodes.value == self.num_nodes, f"the engine made {nodes.value} nodes, not {self.num_nodes}")
+        self.network = (network.value or b"").decode()
         self._comm_stream = torch.cuda.ExternalStream(stream.value, device=self._device)
         self._comm_ptr = stream.value
         self._dtypes = {_native.BF16: torch.bfloat16, _native.FP8_E4M3: torch.float8_e4m3fn,
@@ -190,10 +208,16 @@ class Buffer:
                         _native.INT64: torch.int64, _native.BOOL: torch.bool}
         self._cuda = torch.device("cuda", self._device)
 
+    def _budget(self) -> int:
+        """Bytes the engine may take: num_nvl_bytes, and across nodes also
+        num_rdma_bytes (the network leg's buckets live in the same budget)."""
+        return self.num_nvl_bytes + (self.num_rdma_bytes if self.num_nodes > 1 else 0)
+
     def _tokens_fitting(self, options: _native.Options) -> int:
-        """The most tokens per rank whose heap fits num_nvl_bytes (DeepEP
-        sizes its buffer in bytes; the engine in tokens)."""
-        if self.num_nvl_bytes <= 0:
+        """The most tokens per rank whose memory fits the budget (DeepEP
+        sizes its buffers in bytes; the engine in tokens)."""
+        budget = self._budget()
+        if budget <= 0:
             return options.max_tokens
 
         def need(tokens: int) -> int:
@@ -202,13 +226,14 @@ class Buffer:
             self._lib.check(self._lib.bytes_needed(_byref(options), self.group_size, _byref(out)))
             return out.value
 
-        if need(1) > self.num_nvl_bytes:
-            raise ValueError(f"num_nvl_bytes = {self.num_nvl_bytes} does not hold one token of hidden "
-                             f"{options.max_hidden} on {self.group_size} ranks ({need(1)} bytes needed)")
+        if need(1) > budget:
+            raise ValueError(f"num_nvl_bytes = {self.num_nvl_bytes} (num_rdma_bytes = {self.num_rdma_bytes}) "
+                             f"does not hold one token of hidden {options.max_hidden} on {self.group_size} ranks "
+                             f"({need(1)} bytes needed)")
         lo, hi = 1, _MAX_TOKENS_CAP
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if need(mid) <= self.num_nvl_bytes else (lo, mid - 1)
+            lo, hi = (mid, hi) if need(mid) <= budget else (lo, mid - 1)
         return lo
 
     # Lifetime -------------------------------------------------------------
@@ -376,25 +401,51 @@ class Buffer:
         lib = self._lib
         lib.check(lib.layout(self._live(), _byref(_checks.describe(topk_idx, "topk_idx")), num_experts,
                              _byref(order), _byref(out)))
-        (per_rank, per_expert, in_rank), event = self._outputs(
-            (out.num_tokens_per_rank, out.num_tokens_per_expert, out.is_token_in_rank), stream,
-            async_finish, allocate_on_comm_stream, out.event)
-        self._record(async_finish, allocate_on_comm_stream, (topk_idx,), (per_rank, per_expert, in_rank))
-        return per_rank, None, per_expert, in_rank, EventOverlap(event)
+        (per_rank, per_node, per_expert, in_rank), event = self._outputs(
+            (out.num_tokens_per_rank, out.num_tokens_per_rdma_rank, out.num_tokens_per_expert,
+             out.is_token_in_rank), stream, async_finish, allocate_on_comm_stream, out.event)
+        self._record(async_finish, allocate_on_comm_stream, (topk_idx,), (per_rank, per_node, per_expert, in_rank))
+        return per_rank, per_node, per_expert, in_rank, EventOverlap(event)
 
     def dispatch(self, x, handle: Optional[Tuple] = None, num_tokens_per_rank=None, num_tokens_per_rdma_rank=None,
                  is_token_in_rank=None, num_tokens_per_expert=None, topk_idx=None, topk_weights=None,
                  expert_alignment: int = 1, num_worst_tokens: int = 0, config: Optional[Config] = None,
                  previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
                  allocate_on_comm_stream: bool = False):
+        if self.num_nodes > 1:
+            return self.internode_dispatch(x, handle, num_tokens_per_rank, num_tokens_per_rdma_rank, is_token_in_rank,
+                                           num_tokens_per_expert, topk_idx, topk_weights, expert_alignment,
+                                           num_worst_tokens, config, previous_event, async_finish,
+                                           allocate_on_comm_stream)
+        return self._dispatch(False, x, handle, num_tokens_per_rank, None, is_token_in_rank, num_tokens_per_expert,
+                              topk_idx, topk_weights, expert_alignment, num_worst_tokens, config, previous_event,
+                              async_finish, allocate_on_comm_stream)
+
+    def internode_dispatch(self, x, handle: Optional[Tuple] = None, num_tokens_per_rank=None,
+                           num_tokens_per_rdma_rank=None, is_token_in_rank=None, num_tokens_per_expert=None,
+                           topk_idx=None, topk_weights=None, expert_alignment: int = 1, num_worst_tokens: int = 0,
+                           config: Optional[Config] = None, previous_event: Optional[EventOverlap] = None,
+                           async_finish: bool = False, allocate_on_comm_stream: bool = False):
+        require(self.num_nodes > 1, "internode_dispatch needs a Buffer spanning several nodes")
+        return self._dispatch(True, x, handle, num_tokens_per_rank, num_tokens_per_rdma_rank, is_token_in_rank,
+                              num_tokens_per_expert, topk_idx, topk_weights, expert_alignment, num_worst_tokens,
+                              config, previous_event, async_finish, allocate_on_comm_stream)
+
+    def _dispatch(self, internode: bool, x, handle, num_tokens_per_rank, num_tokens_per_rdma_rank, is_token_in_rank,
+                  num_tokens_per_expert, topk_idx, topk_weights, expert_alignment: int, num_worst_tokens: int,
+                  config: Optional[Config], previous_event, async_finish: bool, allocate_on_comm_stream: bool):
         config = self._default_config(_DISPATCH_CONFIGS) if config is None else config
         x, x_scales = x if isinstance(x, tuple) else (x, None)
         cached = handle is not None
         native = _native_handle(handle) if cached else None
         if cached:
-            is_token_in_rank = handle[4]
+            is_token_in_rank = handle[0] if internode else handle[4]
         _checks.dispatch(x, x_scales, cached, num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert,
                          topk_idx, topk_weights, self.group_size, expert_alignment, num_worst_tokens)
+        if internode and not cached and num_tokens_per_rdma_rank is not None:
+            _checks.vector(num_tokens_per_rdma_rank, "num_tokens_per_rdma_rank", "torch.int32")
+            require(num_tokens_per_rdma_rank.size(0) == self.num_nodes,
+                    f"num_tokens_per_rdma_rank must have {self.num_nodes} entries (one per node)")
         _checks.config(config, "dispatch")
         _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
         describe = _checks.describe
@@ -430,7 +481,7 @@ class Buffer:
             info = _native.HandleInfo()
             lib.check(lib.handle_info_get(out.handle, _byref(info)))
             views = [out.recv_x, out.recv_x_scales, out.recv_topk_idx, out.recv_topk_weights, out.recv_src_idx,
-                     info.rank_prefix_matrix]
+                     info.recv_gbl_rank_prefix_sum if internode else info.rank_prefix_matrix]
             counts = [out.num_recv_tokens_per_expert[i] for i in range(out.num_local_experts)]
         tensors, event = self._outputs(views, stream, async_finish, allocate_on_comm_stream, out.event)
         self._record(async_finish, allocate_on_comm_stream,
@@ -441,19 +492,40 @@ class Buffer:
             return recv_x, None, None, None, None, EventOverlap(event)
         if topk_idx is None:
             tensors[2] = tensors[3] = None
-        prefix = tensors[5].view(self.group_size, self.group_size) if tensors[5] is not None else None
-        new_tuple = DispatchHandle((prefix, None, None, tensors[4], is_token_in_rank, None), new_handle)
-        return recv_x, tensors[2], tensors[3], counts, new_tuple, EventOverlap(event)
+        if internode:
+            items = (is_token_in_rank, None, None, None, None, None, tensors[5], None, None, None)
+        else:
+            prefix = tensors[5].view(self.group_size, self.group_size) if tensors[5] is not None else None
+            items = (prefix, None, None, tensors[4], is_token_in_rank, None)
+        return recv_x, tensors[2], tensors[3], counts, DispatchHandle(items, new_handle), EventOverlap(event)
 
     def combine(self, x, handle: Tuple, topk_weights=None, bias=None, config: Optional[Config] = None,
                 previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
                 allocate_on_comm_stream: bool = False):
-        config = self._default_config(_COMBINE_CONFIGS) if config is None else config
-        native = _native_handle(handle)
+        if self.num_nodes > 1:
+            return self.internode_combine(x, handle, topk_weights, bias, config, previous_event, async_finish,
+                                          allocate_on_comm_stream)
         bias_0, bias_1 = Buffer._unpack_bias(bias)
         if bias_0 is not None or bias_1 is not None:
-            raise _not_implemented("combine with bias")
+            raise _not_implemented("combine with bias on one node")
+        return self._combine(x, handle, topk_weights, (None, None), config, previous_event, async_finish,
+                             allocate_on_comm_stream)
+
+    def internode_combine(self, x, handle: Tuple, topk_weights=None, bias=None, config: Optional[Config] = None,
+                          previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
+                          allocate_on_comm_stream: bool = False):
+        require(self.num_nodes > 1, "internode_combine needs a Buffer spanning several nodes")
+        return self._combine(x, handle, topk_weights, Buffer._unpack_bias(bias), config, previous_event,
+                             async_finish, allocate_on_comm_stream)
+
+    def _combine(self, x, handle, topk_weights, biases, config: Optional[Config], previous_event,
+                 async_finish: bool, allocate_on_comm_stream: bool):
+        config = self._default_config(_COMBINE_CONFIGS) if config is None else config
+        native = _native_handle(handle)
         _checks.combine(x, topk_weights, native.rows)
+        for i, b in enumerate(biases):
+            if b is not None:
+                _checks.matrix(b, f"bias[{i}]", "torch.bfloat16")
         _checks.config(config, "combine")
         _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
         stream = _current_stream()
@@ -461,6 +533,8 @@ class Buffer:
         args.x = _checks.describe(x, "x")
         if topk_weights is not None:
             args.topk_weights = _checks.describe(topk_weights, "topk_weights")
+        for i, b in enumerate(biases):
+            args.bias[i] = _checks.describe(b, f"bias[{i}]")
         args.handle = native.ptr
         args.config = config.native()
         args.order = self._engine_order(previous_event, async_finish, stream)
@@ -468,16 +542,11 @@ class Buffer:
         self._lib.check(self._lib.combine(self._live(), _byref(args), _byref(out)))
         (combined_x, combined_w), event = self._outputs(
             (out.combined_x, out.combined_topk_weights), stream, async_finish, allocate_on_comm_stream, out.event)
-        self._record(async_finish, allocate_on_comm_stream, (x, topk_weights), (combined_x, combined_w))
+        self._record(async_finish, allocate_on_comm_stream, (x, topk_weights) + tuple(biases),
+                     (combined_x, combined_w))
         return combined_x, combined_w, EventOverlap(event)
 
     # Not in epkit's engine yet -------------------------------------------
-
-    def internode_dispatch(self, *args, **kwargs):
-        raise _not_implemented("internode dispatch")
-
-    def internode_combine(self, *args, **kwargs):
-        raise _not_implemented("internode combine")
 
     def clean_low_latency_buffer(self, *args, **kwargs):
         raise _not_implemented("low-latency mode")
