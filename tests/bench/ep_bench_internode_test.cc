@@ -179,7 +179,8 @@ TEST(EpBenchInternode, BytesLinesSayWhichFigureIsWhich) {
 
 TEST(EpBenchInternode, TableIsNcclTestsStyle) {
   const std::string golden =
-      "#                                                  logical (DeepEP)    physical (moved)\n"
+      "#                                                      logical (DeepEP)    physical "
+      "(moved)\n"
       "# operation                    SMs   NVL       time      RDMA       NVL      RDMA       "
       "NVL\n"
       "#                                  chunk       (us)    (GB/s)    (GB/s)    (GB/s)    "
@@ -218,7 +219,7 @@ TEST(EpBenchInternode, ReportPrintsNetworkLinesThenTheTable) {
       "[tuning] Best dispatch (BF16): SMs 24, NVL chunk 4: 700.00 us",
       "[tuning] Best combine: SMs 24, NVL chunk 4, 700.00 us",
       "[tuning] Combine of rows outside the Buffer (staged): SMs 24, NVL chunk 4: 800.00 us",
-      "#                                                  logical (DeepEP)",
+      "#                                                      logical (DeepEP)",
       "  combine, staged ",
   };
   std::size_t at = 0;
