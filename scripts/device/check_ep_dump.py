@@ -12,9 +12,16 @@ each group in token order. Combine sums a token's rows from every rank it
 went to in FP32, in rank order, and rounds once to BF16 (round to nearest
 even). BF16 is stored as '<u2' and FP8 as '|u1' (README.txt in DIR).
 
+A dump made across nodes (README.txt says "Across nodes (N nodes x G)") has
+no recv_src_idx and holds recv_gbl_rank_prefix_sum (the rank's column of the
+prefix matrix); its combine sums each node's rows in rank order, rounds to
+BF16, then sums the nodes in node order and rounds again (weights: FP32 sums
+per node, then over nodes), as the internode engine does.
+
 Exit status: 0 when everything matches, 1 on a mismatch, 2 on a bad folder.
 """
 import os
+import re
 import sys
 
 import numpy as np
@@ -22,9 +29,21 @@ import numpy as np
 
 REQUIRED = ("x", "x_fp8", "x_scales", "topk_idx", "topk_weights", "num_tokens_per_rank",
             "num_tokens_per_expert", "is_token_in_rank", "recv_x", "recv_topk_idx",
-            "recv_topk_weights", "recv_src_idx", "recv_x_fp8", "recv_x_scales",
-            "num_recv_tokens_per_expert", "rank_prefix_matrix", "combined_x",
-            "combined_topk_weights")
+            "recv_topk_weights", "recv_x_fp8", "recv_x_scales", "num_recv_tokens_per_expert",
+            "combined_x", "combined_topk_weights")
+INTRANODE = ("recv_src_idx", "rank_prefix_matrix")
+INTERNODE = ("recv_gbl_rank_prefix_sum",)
+
+
+def nodes_of(top, world):
+    """Ranks per node from README.txt's "Across nodes (N nodes x G)"; world
+    (one node) when the line is absent."""
+    try:
+        with open(os.path.join(top, "README.txt")) as f:
+            m = re.search(r"Across nodes \((\d+) nodes x (\d+)\)", f.read())
+    except OSError:
+        m = None
+    return int(m.group(2)) if m else world
 
 
 def bf16_to_f32(bits):
@@ -81,9 +100,14 @@ def main():
         print(f"{top}: expected folders rank0..rankN-1, found {ranks}", file=sys.stderr)
         return 2
     world = len(ranks)
+    per_node = nodes_of(top, world)
+    internode = per_node < world
+    if world % per_node != 0:
+        print(f"{top}: {world} ranks do not split into nodes of {per_node}", file=sys.stderr)
+        return 2
     data = [load_rank(os.path.join(top, f"rank{r}")) for r in ranks]
     for r, files in enumerate(data):
-        missing = sorted(set(REQUIRED) - set(files))
+        missing = sorted(set(REQUIRED + (INTERNODE if internode else INTRANODE)) - set(files))
         if missing:
             print(f"{top}/rank{r}: missing {', '.join(n + '.npy' for n in missing)}",
                   file=sys.stderr)
@@ -94,7 +118,9 @@ def main():
         return 2
     per_rank = experts // world
     hidden = data[0]["x"].shape[1]
-    print(f"{top}: {world} ranks, {data[0]['x'].shape[0]} tokens, hidden {hidden}, "
+    print(f"{top}: {world} ranks"
+          f"{f' ({world // per_node} nodes x {per_node})' if internode else ''}, "
+          f"{data[0]['x'].shape[0]} tokens, hidden {hidden}, "
           f"top-{data[0]['topk_idx'].shape[1]}, {experts} experts")
     check = Checker()
 
@@ -138,7 +164,8 @@ def main():
                    f", {remote} rows from other ranks")
         check.same(d, "recv_topk_idx", got["recv_topk_idx"], np.concatenate(parts["idx"]))
         check.same(d, "recv_topk_weights", got["recv_topk_weights"], np.concatenate(parts["w"]))
-        check.same(d, "recv_src_idx", got["recv_src_idx"], np.concatenate(parts["src"]))
+        if not internode:  # an internode dispatch has no recv_src_idx, as DeepEP's
+            check.same(d, "recv_src_idx", got["recv_src_idx"], np.concatenate(parts["src"]))
         check.same(d, "recv_x_fp8", got["recv_x_fp8"], np.concatenate(parts["x_fp8"]))
         check.same(d, "recv_x_scales", got["recv_x_scales"], np.concatenate(parts["scales"]))
         recv_idx = np.concatenate(parts["idx"])
@@ -149,21 +176,35 @@ def main():
     # (i, j): rows rank j received from ranks 0..i; every rank holds all of it.
     prefix = np.cumsum(sent_to, axis=0).astype(np.int32)
     for r in range(world):
-        check.same(r, "rank_prefix_matrix", data[r]["rank_prefix_matrix"], prefix)
+        if internode:  # the rank's column only
+            check.same(r, "recv_gbl_rank_prefix_sum", data[r]["recv_gbl_rank_prefix_sum"],
+                       np.ascontiguousarray(prefix[:, r]))
+        else:
+            check.same(r, "rank_prefix_matrix", data[r]["rank_prefix_matrix"], prefix)
 
     # Combine, on each source rank: what each rank it went to got back from
     # it (its own row, and its weights where the expert is that rank's),
-    # summed in FP32 in rank order and rounded once.
+    # summed in FP32 in rank order and rounded once; across nodes summed so
+    # per node, rounded, then summed over the nodes the token reached.
     for s in range(world):
         idx = data[s]["topk_idx"]
         x = bf16_to_f32(data[s]["x"])
         acc = np.zeros(x.shape, dtype=np.float32)
         acc_w = np.zeros(idx.shape, dtype=np.float32)
-        for d in range(world):
-            sent = in_rank[s][:, d]
-            local = (idx >= d * per_rank) & (idx < (d + 1) * per_rank)
-            acc[sent] += x[sent]
-            acc_w[sent] += np.where(local, data[s]["topk_weights"], 0).astype(np.float32)[sent]
+        for first in range(0, world, per_node):
+            node_x = np.zeros(x.shape, dtype=np.float32)
+            node_w = np.zeros(idx.shape, dtype=np.float32)
+            reached = np.zeros(x.shape[0], dtype=bool)
+            for d in range(first, first + per_node):
+                sent = in_rank[s][:, d]
+                local = (idx >= d * per_rank) & (idx < (d + 1) * per_rank)
+                node_x[sent] += x[sent]
+                node_w[sent] += np.where(local, data[s]["topk_weights"], 0).astype(np.float32)[sent]
+                reached |= sent
+            if internode:
+                node_x = bf16_to_f32(f32_to_bf16(node_x))
+            acc[reached] += node_x[reached]
+            acc_w[reached] += node_w[reached]
         check.same(s, "combined_x", data[s]["combined_x"], f32_to_bf16(acc))
         check.same(s, "combined_topk_weights", data[s]["combined_topk_weights"], acc_w)
 

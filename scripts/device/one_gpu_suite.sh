@@ -3,7 +3,8 @@
 # ranks that share a GPU run at once instead of time-slicing), runs the `gpu`
 # CTest label (cases that need more GPUs than there are use --oversubscribe),
 # then `epkit test ep` and a short `epkit bench ep` with 4 ranks sharing the
-# GPUs, and stops MPS whatever happened.
+# GPUs, the same bench across two nodes faked on this machine, and stops MPS
+# whatever happened.
 #   scripts/device/one_gpu_suite.sh BUILD_DIR [RANKS]
 # Logs go to $OUT (or ./one-gpu-<host>) as <step>.txt.
 set -u
@@ -53,3 +54,19 @@ grep -E "tests passed|Passed|Skipped|Failed|SKIP" "$OUT/ctest_gpu.txt" | tail -n
 step test_ep "$EPKIT" test ep --nproc-per-node "$RANKS" --oversubscribe --timeout 300
 step bench_ep "$EPKIT" bench ep --nproc-per-node "$RANKS" --oversubscribe --sms 24 --chunks 4 \
   --warmup 3 --iters 10 --timeout 300
+
+# Two nodes of 2 ranks faked on this machine: one node agent per NCCL_HOSTID,
+# so the internode Buffer's network leg runs over NCCL's sockets. Node 1's
+# lines go to bench_ep_nodes_node1.txt.
+two_node_bench() {
+  local common=(bench ep --nnodes 2 --nproc-per-node 2 --oversubscribe
+    --master 127.0.0.1:29651 --tokens 1024 --sms 24 --chunks 4 --warmup 3 --iters 10 --timeout 300)
+  NCCL_HOSTID=fake-b "$EPKIT" "${common[@]}" --node-rank 1 >"$OUT/bench_ep_nodes_node1.txt" 2>&1 &
+  local node1=$!
+  NCCL_HOSTID=fake-a "$EPKIT" "${common[@]}" --node-rank 0
+  local rc=$?
+  wait "$node1"
+  local rc1=$?
+  return $((rc != 0 ? rc : rc1))
+}
+STEP_TAIL=16 step bench_ep_nodes two_node_bench

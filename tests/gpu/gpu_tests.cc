@@ -213,9 +213,10 @@ TEST(EpConformance, FourRanks) {
 // Internode: nodes faked by two node agents (on one GPU, distinct NCCL_HOSTID
 // per rank, so NCCL's network leg runs over its socket transport); every
 // case bitwise against the reference, which sums per node then over nodes.
-std::string two_fake_nodes(const std::string& args, int port) {
+std::string two_fake_nodes(const std::string& args, int port,
+                           const std::string& command = "test ep") {
   const std::string common =
-      " test ep --nnodes 2 --master 127.0.0.1:" + std::to_string(port) + " " + args;
+      " " + command + " --nnodes 2 --master 127.0.0.1:" + std::to_string(port) + " " + args;
   return "( env NCCL_HOSTID=fake-b " + epkit() + common + " --node-rank 1 >/dev/null 2>&1 & env " +
          "NCCL_HOSTID=fake-a " + epkit() + common +
          " --node-rank 0; rc=$?; wait $!; rb=$?; exit $((rc + rb)) )";
@@ -237,6 +238,26 @@ TEST(EpConformance, InternodeTwoNodesTwoRanksEach) {
                                 29633));
   expect_ep_passed(r, 4);
   EXPECT_NE(r.out.find("(2 nodes x 2)"), std::string::npos) << r.out;
+}
+
+// bench ep across the same faked nodes: the checks pass bitwise, then
+// test_internode.py's RDMA and NVL figures, logical and physical, and the
+// table (the speed is the socket transport's, not judged).
+TEST(EpBench, InternodeTwoNodesTwoRanksEach) {
+  need_gpus(1);
+  auto r =
+      shell(two_fake_nodes("--nproc-per-node 2 --tokens 1024 --sms 24 --chunks 4 --warmup 2 "
+                           "--iters 5 --timeout 300" +
+                               std::string(gpu_count() < 4 ? " --oversubscribe" : ""),
+                           29635, "bench ep"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count_of(r.out, "FAILED"), 0u) << r.out;
+  for (const char* piece :
+       {"ranks=4 (2 nodes x 2)", "[network] NCCL", "passed on 4 ranks", "(token, node) pairs",
+        "[tuning] Best dispatch (FP8): SMs 24, NVL chunk 4: ", "GB/s (RDMA)", "GB/s (NVL)",
+        "[tuning] Best combine: SMs 24, NVL chunk 4, ", "logical (DeepEP)", "physical (moved)"}) {
+    EXPECT_NE(r.out.find(piece), std::string::npos) << piece << "\n" << r.out;
+  }
 }
 
 // --json: the summary object, and --seed reproduces a run (it is echoed).

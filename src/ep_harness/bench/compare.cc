@@ -65,7 +65,8 @@ void note(std::string& verdict, const std::string& message) {
   verdict += message;
 }
 
-std::string compare_dispatch(const HostDispatch& e, const HostDispatch& r, bool routing) {
+std::string compare_dispatch(const HostDispatch& e, const HostDispatch& r, bool routing,
+                             const Comparer& who) {
   std::string v;
   if (e.rows != r.rows) {
     note(v, fmt::format("received rows: engine {}, reference {}", e.rows, r.rows));
@@ -75,10 +76,23 @@ std::string compare_dispatch(const HostDispatch& e, const HostDispatch& r, bool 
   if (routing) {
     note(v, compare("recv_topk_idx", e.recv_topk_idx, r.recv_topk_idx));
     note(v, compare("recv_topk_weights", e.recv_topk_weights, r.recv_topk_weights));
-    note(v, compare("recv_src_idx", e.recv_src_idx, r.recv_src_idx));
+    if (!who.internode) note(v, compare("recv_src_idx", e.recv_src_idx, r.recv_src_idx));
     note(v, compare_ints("num_recv_tokens_per_expert", e.per_expert, r.per_expert));
   }
-  note(v, compare_ints("rank_prefix_matrix", e.rank_prefix_matrix, r.rank_prefix_matrix));
+  if (!who.internode) {
+    note(v, compare_ints("rank_prefix_matrix", e.rank_prefix_matrix, r.rank_prefix_matrix));
+    return v;
+  }
+  // This rank's column of the reference's matrix: element src is the rows
+  // it received from ranks 0..src, which is recv_gbl_rank_prefix_sum.
+  const int n = who.ranks;
+  std::vector<int> column;
+  if (r.rank_prefix_matrix.size() == static_cast<std::size_t>(n * n) && who.rank >= 0 &&
+      who.rank < n) {
+    for (int src = 0; src < n; ++src)
+      column.push_back(r.rank_prefix_matrix[static_cast<std::size_t>(src * n + who.rank)]);
+  }
+  note(v, compare_ints("recv_gbl_rank_prefix_sum", e.recv_gbl_rank_prefix_sum, column));
   return v;
 }
 

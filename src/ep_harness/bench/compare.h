@@ -16,7 +16,17 @@ std::string compare_ints(const char* name, const std::vector<int>& engine,
                          const std::vector<int>& ref);
 /// Joins the non-empty messages of a check.
 void note(std::string& verdict, const std::string& message);
-std::string compare_dispatch(const HostDispatch& e, const HostDispatch& r, bool routing);
+/// Which rank compares, of how many, and whether the Buffer spans nodes.
+struct Comparer {
+  int rank = 0;
+  int ranks = 1;
+  bool internode = false;
+};
+/// Across nodes the engine has no recv_src_idx, and its
+/// recv_gbl_rank_prefix_sum is held against this rank's column of the
+/// reference's rank prefix matrix; otherwise the whole matrix is compared.
+std::string compare_dispatch(const HostDispatch& e, const HostDispatch& r, bool routing,
+                             const Comparer& who);
 std::string compare_combine(const HostCombine& e, const HostCombine& r);
 
 }  // namespace epkit::bench::detail

@@ -67,12 +67,30 @@ rank<r>/ holds rank r's files:
                                                          order, rounded once to BF16
   combined_topk_weights.npy f32 [tokens, topk]
 
-scripts/device/check_ep_dump.py DIR re-derives the outputs from every rank's inputs.
+{internode}scripts/device/check_ep_dump.py DIR re-derives the outputs from every rank's inputs.
 )",
       fmt::arg("tokens", rep.shape.tokens), fmt::arg("hidden", rep.shape.hidden),
       fmt::arg("topk", rep.shape.topk), fmt::arg("experts", rep.shape.experts),
       fmt::arg("ranks", rep.shape.ranks), fmt::arg("seed", rep.seed),
-      fmt::arg("sms", rep.check_sms), fmt::arg("chunk", rep.check_chunk));
+      fmt::arg("sms", rep.check_sms), fmt::arg("chunk", rep.check_chunk),
+      fmt::arg("internode",
+               rep.internode()
+                   ? fmt::format(
+                         "Across nodes ({} nodes x {}): no recv_src_idx.npy (an internode dispatch "
+                         "has none, as DeepEP's)\nand recv_gbl_rank_prefix_sum.npy i32 [ranks] "
+                         "(rows from rank r end at element r) instead of\n"
+                         "rank_prefix_matrix.npy; combined_x sums each node's rows, rounds, then "
+                         "sums the nodes.\n\n",
+                         rep.shape.nodes, rep.shape.ranks / rep.shape.nodes)
+                   : std::string()));
+}
+
+// int32 counts (host vectors rather than tensors); flat unless `shape` says.
+Result<void> write_ints(const std::filesystem::path& base, const char* name,
+                        const std::vector<int>& v, std::vector<std::int64_t> shape = {}) {
+  if (shape.empty()) shape = {static_cast<std::int64_t>(v.size())};
+  return util::write_npy((base / (std::string(name) + ".npy")).string(), "<i4", shape, v.data(),
+                         v.size() * sizeof(int));
 }
 
 }  // namespace
@@ -106,31 +124,28 @@ Result<void> write_dump(const std::string& dir, int rank, const EpReport& rep, c
       {"recv_x", &d.bf16.recv_x},
       {"recv_topk_idx", &d.bf16.recv_topk_idx},
       {"recv_topk_weights", &d.bf16.recv_topk_weights},
-      {"recv_src_idx", &d.bf16.recv_src_idx},
       {"recv_x_fp8", &d.fp8.recv_x},
       {"recv_x_scales", &d.fp8.recv_x_scales},
       {"combined_x", &d.combined.combined_x},
       {"combined_topk_weights", &d.combined.combined_topk_weights},
   };
-  for (const auto& [name, t] : files) {
-    EPKIT_TRY(util::write_npy((base / (std::string(name) + ".npy")).string(), npy_descr(t->dtype),
-                              t->shape, t->bytes.data(), t->bytes.size()));
+  auto write = [&](const std::string& name, const HostTensor& t) {
+    return util::write_npy((base / (name + ".npy")).string(), npy_descr(t.dtype), t.shape,
+                           t.bytes.data(), t.bytes.size());
+  };
+  for (const auto& [name, t] : files) EPKIT_TRY(write(name, *t));
+  EPKIT_TRY(write_ints(base, "num_recv_tokens_per_expert", d.bf16.per_expert));
+  if (rep.internode()) {
+    return write_ints(base, "recv_gbl_rank_prefix_sum", d.bf16.recv_gbl_rank_prefix_sum);
   }
+  EPKIT_TRY(write("recv_src_idx", d.bf16.recv_src_idx));
   const auto& m = d.bf16.rank_prefix_matrix;
   const auto n = static_cast<std::int64_t>(rep.shape.ranks);
   // A matrix of the wrong size (a failed check says so) is still written,
   // flat, for whoever investigates.
-  const std::vector<std::int64_t> m_shape =
-      m.size() == static_cast<std::size_t>(n * n)
-          ? std::vector<std::int64_t>{n, n}
-          : std::vector<std::int64_t>{static_cast<std::int64_t>(m.size())};
-  EPKIT_TRY(util::write_npy((base / "rank_prefix_matrix.npy").string(), "<i4", m_shape, m.data(),
-                            m.size() * sizeof(int)));
-  const auto& e = d.bf16.per_expert;
-  EPKIT_TRY(util::write_npy((base / "num_recv_tokens_per_expert.npy").string(), "<i4",
-                            {static_cast<std::int64_t>(e.size())}, e.data(),
-                            e.size() * sizeof(int)));
-  return {};
+  return write_ints(base, "rank_prefix_matrix", m,
+                    m.size() == static_cast<std::size_t>(n * n) ? std::vector<std::int64_t>{n, n}
+                                                                : std::vector<std::int64_t>{});
 }
 
 }  // namespace epkit::bench::detail

@@ -34,14 +34,22 @@ struct EpBenchOptions {
   std::function<void(EpOp op, int sms)> progress;
 };
 
-/// The Buffer for these sizes over the rank's store (collective).
+/// The Buffer's options for these sizes. A launch of several nodes with
+/// fewer ranks on each than in all gets the internode Buffer, its nodes
+/// being the launch's (ranks_per_node = the local ranks), as `epkit test ep`
+/// makes it.
+ep::BufferOptions ep_buffer_options(const runtime::LaunchInfo& launch,
+                                    const EpBenchOptions& options);
+/// The Buffer for these options over the rank's store (collective).
 Result<std::unique_ptr<ep::Buffer>> make_ep_buffer(runtime::GpuRank& rank,
                                                    const EpBenchOptions& options);
 
 /// Runs on every rank: inputs, checks against the reference (every rank
 /// learns every rank's verdict), the dump, and unless a check failed the
 /// timed sweep. Rank 0's report holds every rank's times and counts. A
-/// failed check is not an error: see EpReport::checks_passed.
+/// failed check is not an error: see EpReport::checks_passed. On an
+/// internode Buffer the checks compare recv_gbl_rank_prefix_sum (there is
+/// no recv_src_idx) and the rows carry DeepEP's (RDMA) figures as well.
 Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
                               const EpBenchOptions& options);
 

@@ -51,7 +51,11 @@ Result<HostDispatch> copy_dispatch(const ep::DispatchResult& r, bool routing) {
     if (!src) return src.error();
     h.recv_src_idx = std::move(*src);
   }
-  if (r.handle) {
+  if (r.handle && r.handle->num_nodes > 1) {
+    auto p = ep::to_host(r.handle->recv_gbl_rank_prefix_sum);
+    if (!p) return p.error();
+    h.recv_gbl_rank_prefix_sum = as_ints(*p);
+  } else if (r.handle) {
     auto m = ep::to_host(r.handle->rank_prefix_matrix);
     if (!m) return m.error();
     h.rank_prefix_matrix = as_ints(*m);

@@ -37,11 +37,16 @@ struct HostDispatch {
   HostTensor recv_x_scales;
   HostTensor recv_topk_idx;
   HostTensor recv_topk_weights;
-  HostTensor recv_src_idx;
+  HostTensor recv_src_idx;  // empty across nodes (the engine has none there, as DeepEP)
   std::vector<int> rank_prefix_matrix;
+  /// Across nodes, instead of the matrix: this rank's column of it, from the
+  /// handle's recv_gbl_rank_prefix_sum (rows from rank r end at element r).
+  std::vector<int> recv_gbl_rank_prefix_sum;
   std::vector<int> per_expert;
 };
 
+/// The handle's prefix: rank_prefix_matrix for an intranode handle,
+/// recv_gbl_rank_prefix_sum for an internode one (num_nodes > 1).
 Result<HostDispatch> copy_dispatch(const ep::DispatchResult& r, bool routing);
 Result<HostDispatch> copy_reference(const ep::ReferenceDispatch& r);
 

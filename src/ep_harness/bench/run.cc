@@ -11,6 +11,7 @@
 
 #include "base/cuda_error.h"
 #include "ep/core/device_memory.h"
+#include "ep/internode/buffer_internode.h"
 #include "ep_harness/bench/compare.h"
 #include "ep_harness/bench/dump.h"
 #include "ep_harness/bench/ep_bench_runner.h"
@@ -33,7 +34,8 @@ struct CheckSpec {
 };
 
 // The checks in the order they are printed; each rank fills one verdict per
-// entry ("" = passed).
+// entry ("" = passed). Across nodes the engine has no recv_src_idx and its
+// rank prefix is recv_gbl_rank_prefix_sum (DeepEP's internode handle).
 constexpr CheckSpec k_checks[] = {
     {"layout", "num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank"},
     {"dispatch (BF16)",
@@ -48,6 +50,17 @@ constexpr CheckSpec k_checks[] = {
      "NVL chunk"},
 };
 constexpr std::size_t k_num_checks = sizeof(k_checks) / sizeof(k_checks[0]);
+constexpr CheckSpec k_internode_checks[k_num_checks] = {
+    {"layout",
+     "num_tokens_per_rank, num_tokens_per_rdma_rank, num_tokens_per_expert, is_token_in_rank"},
+    {"dispatch (BF16)",
+     "recv_x, recv_topk_idx, recv_topk_weights bitwise; row and per-expert counts, "
+     "recv_gbl_rank_prefix_sum"},
+    k_checks[2],
+    {"dispatch (FP8)", "recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights bitwise; counts"},
+    k_checks[4],
+    k_checks[5],
+};
 
 // Every rank's check verdicts through the store, so that every rank stops
 // (or goes on to the timing) together.
@@ -55,7 +68,9 @@ Result<void> exchange_checks(runtime::Store& store, int me, int world, Deadline 
                              const std::vector<std::string>& mine, EpReport& rep) {
   EPKIT_TRY(store.set(fmt::format("epbench/checks/{}", me), nlohmann::json(mine).dump(), deadline));
   rep.checks.clear();
-  for (const auto& spec : k_checks) rep.checks.push_back({spec.name, spec.what, {}, {}});
+  for (const auto& spec : rep.internode() ? k_internode_checks : k_checks) {
+    rep.checks.push_back({spec.name, spec.what, {}, {}});
+  }
   for (int r = 0; r < world; ++r) {
     auto value = store.get(fmt::format("epbench/checks/{}", r), deadline);
     if (!value) return value.error();
@@ -77,27 +92,65 @@ Result<void> exchange_checks(runtime::Store& store, int me, int world, Deadline 
 
 }  // namespace
 
-Result<std::unique_ptr<ep::Buffer>> make_ep_buffer(runtime::GpuRank& rank,
-                                                   const EpBenchOptions& o) {
-  ep::StoreBootstrap boot(rank.store(), rank.launch.rank, rank.launch.world_size, "epbench/buffer",
-                          runtime::Millis(static_cast<std::int64_t>(o.timeout_s * 1000.0)));
+ep::BufferOptions ep_buffer_options(const runtime::LaunchInfo& launch, const EpBenchOptions& o) {
   ep::BufferOptions bo;
   bo.max_tokens = o.shape.tokens;
   bo.max_hidden = o.shape.hidden;
   bo.max_topk = o.shape.topk;
   bo.timeout_s = o.timeout_s;
-  return ep::Buffer::create(boot, bo);
+  if (launch.nnodes > 1 && launch.local_world_size > 0 &&
+      launch.local_world_size < launch.world_size) {
+    bo.ranks_per_node = launch.local_world_size;
+  }
+  return bo;
 }
+
+Result<std::unique_ptr<ep::Buffer>> make_ep_buffer(runtime::GpuRank& rank,
+                                                   const EpBenchOptions& o) {
+  ep::StoreBootstrap boot(rank.store(), rank.launch.rank, rank.launch.world_size, "epbench/buffer",
+                          runtime::Millis(static_cast<std::int64_t>(o.timeout_s * 1000.0)));
+  return ep::Buffer::create(boot, ep_buffer_options(rank.launch, o));
+}
+
+namespace {
+
+// The bytes the internode engine sends per row, read from its own row
+// format (ep/internode/buffer_internode.h), so that the physical figure
+// follows the engine if the format changes.
+EpWireRows wire_rows(const ep::BufferOptions& bo, int ranks, int hidden, int topk,
+                     ep::DType idx_dtype) {
+  using ep::DType;
+  const int per_node = bo.ranks_per_node;
+  const int idx = static_cast<int>(ep::dtype_size(idx_dtype));
+  EpWireRows w;
+  w.dispatch_fp8 = ep::row_format(DType::fp8_e4m3, hidden, 0, 0, false, per_node).pitch;
+  w.dispatch_bf16 = ep::row_format(DType::bf16, hidden, 0, 0, false, per_node).pitch;
+  w.full_fp8 = ep::row_format(DType::fp8_e4m3, hidden, idx, topk, true, per_node).pitch;
+  w.full_bf16 = ep::row_format(DType::bf16, hidden, idx, topk, true, per_node).pitch;
+  w.combine = static_cast<std::int64_t>(hidden) * 2;
+  const int nodes = ranks / std::max(per_node, 1);
+  w.messages =
+      static_cast<std::int64_t>(nodes - 1) * ep::internode_layout(bo, ranks).message_ints * 4;
+  return w;
+}
+
+}  // namespace
 
 Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const EpBenchOptions& o) {
   const int me = buffer.rank();
   const int world = buffer.num_ranks();
+  const int nodes = buffer.num_nodes();
+  const bool internode = nodes > 1;
+  const int per_node = world / nodes;
+  const Comparer who{me, world, internode};
   auto step = [&] { return Deadline::after_seconds(o.timeout_s); };
   runtime::NcclSession& session = *rank.session;
 
   EpReport rep;
   rep.shape = o.shape;
   rep.shape.ranks = world;
+  rep.shape.nodes = nodes;
+  if (internode) rep.network = buffer.network();
   rep.seed = o.seed;
   rep.warmup = o.warmup;
   rep.iters = o.iters;
@@ -140,7 +193,14 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
 
   auto comm = session.blocking_comm(step());
   if (!comm) return comm.error();
-  const ep::NcclContext nccl{&session.api(), *comm, session.stream(), me, world};
+  ep::NcclContext nccl{&session.api(), *comm, session.stream(), me, world};
+  // Across nodes the reference combine rounds per node, then sums the
+  // nodes, as the internode engine does.
+  if (internode) nccl.ranks_per_node = per_node;
+  if (internode) {
+    rep.wire = wire_rows(ep_buffer_options(rank.launch, o), world, o.shape.hidden, o.shape.topk,
+                         inputs->topk_idx.view.dtype);
+  }
 
   ep::StreamOrder order;
   order.stream = stream;
@@ -151,6 +211,7 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
   const TensorView& x_scales = inputs->x_scales_view;
 
   std::vector<std::string> verdict(k_num_checks);
+  EpRankBytes bytes;
   DumpData dump;
   const bool dumping = !o.dump_dir.empty();
 
@@ -205,6 +266,16 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
     note(v, compare_ints("num_tokens_per_expert", as_ints(*per_expert), hl.num_tokens_per_expert));
     if (in_rank->bytes != hl.is_token_in_rank) {
       note(v, "is_token_in_rank differs from the host's");
+    }
+    if (internode) {
+      // The (token, node) pairs DeepEP's RDMA figure counts, from the host's
+      // routing; the engine's count must agree.
+      const std::vector<int> host_per_node =
+          ep_tokens_per_node(hl.is_token_in_rank, world, per_node);
+      auto per_node_dev = ep::to_host(layout->num_tokens_per_rdma_rank);
+      if (!per_node_dev) return per_node_dev.error();
+      note(v, compare_ints("num_tokens_per_rdma_rank", as_ints(*per_node_dev), host_per_node));
+      bytes.pairs = ep_node_pairs(host_per_node, me / per_node);
     }
     if (dumping) {
       dump.num_tokens_per_rank = {DType::int32, {world}, std::move(*per_rank)};
@@ -273,19 +344,19 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
   // reuses the handle of a dispatch at its own SM count, in case the
   // engine's handle depends on it (DeepEP's does: one channel per 2 SMs).
   std::vector<Handles> handles(o.sms.size());
-  std::int64_t recv_rows = 0;
-  std::int64_t remote_rows = 0;
   for (int fp8 = 0; fp8 < 2; ++fp8) {
     auto d = full_dispatch(fp8 != 0, check_config);
     if (!d) return d.error();
     EPKIT_TRY(sync(fp8 ? "dispatch (FP8)" : "dispatch (BF16)"));
     auto host = copy_dispatch(*d, true);
     if (!host) return host.error();
-    verdict[fp8 ? 3 : 1] = compare_dispatch(*host, fp8 ? *host_ref_fp8 : *host_ref_bf16, true);
+    verdict[fp8 ? 3 : 1] = compare_dispatch(*host, fp8 ? *host_ref_fp8 : *host_ref_bf16, true, who);
     handles[0][fp8] = d->handle;
     if (!fp8) {
-      recv_rows = host->rows;
-      remote_rows = ep_remote_rows(host->rank_prefix_matrix, world, me);
+      bytes.recv_rows = host->rows;
+      bytes.remote_rows = internode
+                              ? ep_nvl_remote_rows(host->recv_gbl_rank_prefix_sum, per_node, me)
+                              : ep_remote_rows(host->rank_prefix_matrix, world, me);
     }
     auto combined = combine(d->handle, check_config, true);
     if (!combined) return combined.error();
@@ -377,8 +448,7 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
     row.cached = cached;
     row.rank0 = t;
     row.max_median_us = t.median_us;
-    row.logical_bytes = ep_logical_bytes(op, recv_rows, o.shape.hidden);
-    row.physical_bytes = ep_physical_bytes(op, remote_rows, o.shape.hidden);
+    ep_fill_bytes(row, rep.shape, bytes, rep.wire);
     return row;
   };
   // Results are dropped: only the time counts, and each call's outputs
@@ -440,16 +510,28 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
 
   // Every rank's times and counts to rank 0: the lines print rank 0's, the
   // JSON adds the slowest rank's median.
-  nlohmann::json mine = {{"recv_rows", recv_rows}, {"remote_rows", remote_rows}};
+  struct PerRank {
+    const char* key;
+    std::vector<std::int64_t>* all;
+    std::int64_t mine;
+  };
+  std::vector<PerRank> per_rank = {{"recv_rows", &rep.recv_rows, bytes.recv_rows},
+                                   {"remote_rows", &rep.remote_rows, bytes.remote_rows}};
+  if (internode) {
+    per_rank.push_back({"node_pairs", &rep.node_pairs, bytes.pairs.all});
+    per_rank.push_back({"remote_node_pairs", &rep.remote_node_pairs, bytes.pairs.remote});
+  }
+  nlohmann::json mine = nlohmann::json::object();
+  for (const auto& p : per_rank) {
+    mine[p.key] = p.mine;
+    p.all->assign(static_cast<std::size_t>(world), 0);
+    (*p.all)[static_cast<std::size_t>(me)] = p.mine;
+  }
   nlohmann::json medians = nlohmann::json::array();
   for (const auto& r : rows) medians.push_back(r.rank0.median_us);
   for (const auto& r : non_cached) medians.push_back(r.rank0.median_us);
   mine["median_us"] = medians;
   EPKIT_TRY(rank.store().set(fmt::format("epbench/times/{}", me), mine.dump(), step()));
-  rep.recv_rows.assign(static_cast<std::size_t>(world), 0);
-  rep.remote_rows.assign(static_cast<std::size_t>(world), 0);
-  rep.recv_rows[static_cast<std::size_t>(me)] = recv_rows;
-  rep.remote_rows[static_cast<std::size_t>(me)] = remote_rows;
   if (me == 0) {
     for (int r = 1; r < world; ++r) {
       auto value = rank.store().get(fmt::format("epbench/times/{}", r), step());
@@ -460,8 +542,9 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
         return make_error(ErrorCode::internal,
                           fmt::format("bench ep: rank {} sent malformed times", r));
       }
-      rep.recv_rows[static_cast<std::size_t>(r)] = j["recv_rows"].get<std::int64_t>();
-      rep.remote_rows[static_cast<std::size_t>(r)] = j["remote_rows"].get<std::int64_t>();
+      for (const auto& p : per_rank) {
+        (*p.all)[static_cast<std::size_t>(r)] = j.value(p.key, std::int64_t{0});
+      }
       std::size_t i = 0;
       for (auto* list : {&rows, &non_cached}) {
         for (auto& row : *list) {

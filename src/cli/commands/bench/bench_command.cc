@@ -1,6 +1,7 @@
 // epkit bench nccl <collective>: nccl-tests' flags, table and bus-bandwidth
 // factors, with a data check on every GPU and a --min-busbw pass/fail exit.
-// epkit bench ep: DeepEP's test_intranode.py tuning run for the EP engine.
+// epkit bench ep: DeepEP's test_intranode.py tuning run for the EP engine
+// (test_internode.py's RDMA and NVL figures when the launch spans nodes).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -17,6 +18,7 @@
 
 #ifdef EPKIT_WITH_CUDA
 #include "bench/nccl_runner.h"
+#include "cli/node_nics.h"
 #include "ep_harness/bench/ep_bench_runner.h"
 #include "runtime/gpu_rank.h"
 #endif
@@ -187,11 +189,6 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
     io.line("FAIL: " + why);
     return code;
   };
-  if (launch.nnodes > 1) {
-    return fail(k_exit_usage, fmt::format("bench ep runs on one node (the engine spans one NVLink "
-                                          "domain); this job has {} nodes",
-                                          launch.nnodes));
-  }
   if (o.experts % launch.world_size != 0) {
     return fail(k_exit_usage, fmt::format("--experts {} does not split evenly over {} ranks",
                                           o.experts, launch.world_size));
@@ -216,14 +213,21 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
                    sms, s);
     }
   };
+  // Across nodes: the NIC each GPU should use, before the traffic, and the
+  // counters judged after it (one watcher per node), as `test ep` does.
+  auto nics = start_node_nic_watch(host, launch, r, io);
   auto buffer = bench::make_ep_buffer(r, eo);
   if (!buffer) {
     r.session->abort();
     // The engine says unavailable when this node cannot run it (no peer
     // access between the GPUs, for one): that is exit 12, not a lost peer.
+    // Invalid is a shape the launch cannot take (nodes of unequal size, more
+    // than 8 ranks on a node): the user's flags.
     const Error& e = buffer.error();
-    return fail(e.code == ErrorCode::unavailable ? k_gpu_unavailable : exit_code_for(e),
-                "ep::Buffer::create: " + e.message);
+    const int code = e.code == ErrorCode::unavailable ? k_gpu_unavailable
+                     : e.code == ErrorCode::invalid   ? k_exit_usage
+                                                      : exit_code_for(e);
+    return fail(code, "ep::Buffer::create: " + e.message);
   }
   auto report = bench::run_ep_bench(r, **buffer, eo);
   if (!report) {
@@ -238,6 +242,8 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
     return fail(exit_code_for(done.error()), done.error().message);
   }
   buffer->reset();
+  if (nics)
+    for (const auto& l : nics->finish().lines) io.line(l);
   if (launch.rank == 0) {
     if (lo.json) {
       io.summary << bench::ep_report_json(*report, code).dump(2) << "\n";

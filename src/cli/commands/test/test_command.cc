@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/commands/test/ep_reproduce.h"
 #include "cli/gpu_launch.h"
 #include "host/dl/nccl.h"
 
@@ -26,11 +27,10 @@
 #include <cuda_runtime_api.h>
 
 #include "base/cuda_error.h"
-#include "checks/nic_watch.h"
+#include "cli/node_nics.h"
 #include "ep_harness/conformance.h"
 #include "runtime/gpu_rank.h"
 #include "runtime/nccl_transports.h"
-#include "topo/probe.h"
 #endif
 
 namespace epkit::cli {
@@ -294,8 +294,8 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
   return code;
 }
 
-void write_ep_summary(const ep::ConformanceReport& report, const EpTestOptions& e, bool json,
-                      std::ostream& out) {
+void write_ep_summary(const ep::ConformanceReport& report, const EpTestOptions& e,
+                      const runtime::LaunchInfo& launch, bool json, std::ostream& out) {
   if (json) {
     nlohmann::json failures = nlohmann::json::array();
     for (const auto& f : report.failures) {
@@ -315,10 +315,17 @@ void write_ep_summary(const ep::ConformanceReport& report, const EpTestOptions& 
     out << fmt::format("  FAILED {} on rank {}: {}\n", f.case_name, f.rank, f.detail);
   }
   if (report.failed != 0) {
-    out << fmt::format(
-        "  reproduce with: epkit test ep --seed {} --tokens {} --hidden {} --topk {} "
-        "--experts {} --sms {} --nproc-per-node {}\n",
-        report.seed, e.tokens, e.hidden, e.topk, e.experts, e.sms, report.ranks);
+    const EpReproduce r{.seed = report.seed,
+                        .tokens = e.tokens,
+                        .hidden = e.hidden,
+                        .topk = e.topk,
+                        .experts = e.experts,
+                        .sms = e.sms,
+                        .ranks = report.ranks,
+                        .nnodes = launch.nnodes,
+                        .nproc_per_node = launch.local_world_size,
+                        .oversubscribe = launch.share_gpus};
+    out << "  reproduce with: " << ep_reproduce_command(r) << "\n";
   }
 }
 
@@ -337,21 +344,7 @@ int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, Rank
   co.timeout_s = opts.timeout_s;
   // Across nodes: the NIC each GPU should use, printed before the run and
   // checked from the NIC counters after it (one watcher per node).
-  std::optional<checks::NicWatch> nics;
-  if (launch.local_rank == 0 && launch.nnodes > 1) {
-    auto snap = topo::probe(host);
-    std::vector<std::string> ids;
-    const auto& mine = r.facts[static_cast<std::size_t>(launch.rank)];
-    for (const auto& f : r.facts)
-      if (f.host_id == mine.host_id) ids.push_back(f.pci_bus_id);
-    auto gpus = checks::gpu_indices_of_bus_ids(snap, ids);
-    if (!gpus) {
-      io.line("NIC map: not checked: " + gpus.error().message);
-    } else {
-      nics.emplace(host.fs(), snap, *gpus);
-      for (const auto& l : nics->start()) io.line(l);
-    }
-  }
+  auto nics = start_node_nic_watch(host, launch, r, io);
   auto report = ep::run_conformance(r, co, [&](const std::string& text) { io.line(text); });
   if (nics)
     for (const auto& l : nics->finish().lines) io.line(l);
@@ -362,7 +355,7 @@ int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, Rank
     return report.error().code == ErrorCode::invalid ? k_exit_usage : exit_code_for(report.error());
   }
   if (launch.rank == 0) {
-    write_ep_summary(*report, e, opts.json, io.summary);
+    write_ep_summary(*report, e, launch, opts.json, io.summary);
     io.summary.flush();
   }
   int code = report->failed == 0 ? k_gpu_ok : k_gpu_wrong_data;

@@ -1,0 +1,20 @@
+#include "cli/commands/test/ep_reproduce.h"
+
+#include <fmt/format.h>
+
+namespace epkit::cli {
+
+std::string ep_reproduce_command(const EpReproduce& r) {
+  std::string out =
+      fmt::format("epkit test ep --seed {} --tokens {} --hidden {} --topk {} --experts {} --sms {}",
+                  r.seed, r.tokens, r.hidden, r.topk, r.experts, r.sms);
+  const bool nodes = r.nnodes > 1;
+  if (nodes) out += fmt::format(" --nnodes {}", r.nnodes);
+  // One node: every rank is local, so the rank count is the flag.
+  out += fmt::format(" --nproc-per-node {}", nodes ? r.nproc_per_node : r.ranks);
+  if (r.oversubscribe) out += " --oversubscribe";
+  if (nodes) out += " (on every node, with its --node-rank and the same --master)";
+  return out;
+}
+
+}  // namespace epkit::cli
