@@ -23,9 +23,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace epkit::ep {
@@ -34,27 +36,32 @@ enum class DType : std::uint8_t { bf16, fp8_e4m3, fp32, int32, int64, boolean };
 std::size_t dtype_size(DType type);
 const char* to_string(DType type);
 
-/// A strided view of device memory of rank 1 or 2 (strides in elements). The
-/// view never owns the memory.
+/// A strided view of device memory of rank 1, 2 or 3 (strides in elements).
+/// The view never owns the memory. Rank 3 is for the low-latency mode's
+/// expert-major outputs ([experts, rows, hidden]).
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::bf16;
   int ndim = 2;
-  std::array<std::int64_t, 2> shape{0, 0};
-  std::array<std::int64_t, 2> strides{0, 1};
+  std::array<std::int64_t, 3> shape{0, 0, 0};
+  std::array<std::int64_t, 3> strides{0, 1, 0};
 
   static TensorView matrix(void* data, DType dtype, std::int64_t rows, std::int64_t cols);
   /// Column-major [rows, cols]: element (i, j) at j * rows + i (DeepEP's FP8
   /// scales, `s.T.contiguous().T`).
   static TensorView column_major(void* data, DType dtype, std::int64_t rows, std::int64_t cols);
   static TensorView vector(void* data, DType dtype, std::int64_t size);
+  /// Row-major [d0, d1, d2].
+  static TensorView tensor3(void* data, DType dtype, std::int64_t d0, std::int64_t d1,
+                            std::int64_t d2);
 
+  /// The first dimension; cols() the last (1 for a vector).
   std::int64_t rows() const { return shape[0]; }
-  std::int64_t cols() const { return ndim == 2 ? shape[1] : 1; }
-  std::int64_t numel() const { return ndim == 2 ? shape[0] * shape[1] : shape[0]; }
+  std::int64_t cols() const { return ndim >= 2 ? shape[static_cast<std::size_t>(ndim - 1)] : 1; }
+  std::int64_t numel() const;
   bool empty() const { return data == nullptr; }
-  /// Rows contiguous in memory (strides {cols', 1} with cols' >= cols).
-  bool row_major() const { return ndim == 1 || strides[1] == 1; }
+  /// Rows contiguous in memory (the last stride is 1).
+  bool row_major() const { return ndim == 1 || strides[static_cast<std::size_t>(ndim - 1)] == 1; }
   std::string describe() const;  // "bf16[4096, 7168]"
 };
 
@@ -132,6 +139,13 @@ struct BufferOptions {
   /// NVLink inside the node (DeepEP's hierarchical scheme; the network leg
   /// runs over NCCL). 0 or the world size: one node. See docs/ep-internode.md.
   int ranks_per_node = 0;
+  /// Bytes of the low-latency region (DeepEP's num_rdma_bytes with
+  /// low_latency_mode): 0 leaves it out and the low-latency calls refuse.
+  /// Buffer::low_latency_size_hint says what a shape needs. Intranode only.
+  std::size_t low_latency_bytes = 0;
+  /// DeepEP's enable_shrink (masking dead ranks out of the low-latency
+  /// mode) is not supported: true is refused.
+  bool enable_shrink = false;
 };
 
 /// The routing of one batch (DeepEP's get_dispatch_layout).
@@ -235,6 +249,106 @@ struct CombineResult {
   Event event;
 };
 
+// ---- Low-latency mode (DeepEP V1's low_latency_dispatch / combine) --------
+// Expert-major fixed-size outputs, no host synchronisation, FP8 cast in the
+// dispatch, a weighted combine and a receive hook. Semantics, memory and
+// protocol: docs/ep-engine.md, "Low-latency mode". Results live in one of two
+// buffers the operations use in turn: a result stays valid until the
+// low-latency operation two calls later, and a hook must be called before
+// that operation is issued.
+
+/// Where a low-latency dispatch put what it received (DeepEP's handle:
+/// src_info, layout_range and the shape); what the combine sends back along.
+/// Views into the Buffer's low-latency region.
+struct LowLatencyHandle {
+  /// int32 [local experts, ranks * max tokens]: the row's token index on its
+  /// source rank (valid rows only, see recv_count).
+  TensorView src_info;
+  /// int64 [local experts, ranks]: (first row << 32) | rows, per source rank.
+  TensorView layout_range;
+  TensorView recv_count;  // int32 [local experts]
+  int num_max_dispatch_tokens_per_rank = 0;
+  int hidden = 0;
+  int num_experts = 0;
+  int num_ranks = 0;
+  int num_topk = 0;
+  int buffer = 0;  // which of the two buffers the dispatch used
+};
+
+/// The receive half of a low-latency operation called with
+/// return_recv_hook: calling it launches the receive kernel on the Buffer's
+/// stream after the caller's stream and makes the caller's stream wait for
+/// it (the StreamOrder of the operation). Callable once.
+class LowLatencyHook {
+ public:
+  LowLatencyHook() = default;
+  explicit LowLatencyHook(std::function<Result<void>()> receive) : m_receive(std::move(receive)) {}
+  explicit operator bool() const { return static_cast<bool>(m_receive); }
+  Result<void> operator()();
+
+ private:
+  std::function<Result<void>()> m_receive;
+};
+
+struct LowLatencyDispatchArgs {
+  TensorView x;         // BF16 [tokens, hidden], rows 16-byte aligned
+  TensorView topk_idx;  // int64 or int32 [tokens, topk], row-major; -1 = no expert
+  /// Every rank passes the same two (and the same hidden).
+  int num_max_dispatch_tokens_per_rank = 0;
+  int num_experts = 0;
+  bool use_fp8 = true;
+  bool round_scale = false;  // scales rounded up to powers of two
+  bool use_ue8m0 = false;    // packed exponent scales (needs round_scale)
+  /// Optional int32 [local experts]: recv_count is added to it.
+  TensorView cumulative_local_expert_recv_stats;
+  /// Optional int64 [ranks]: SM clock cycles spent waiting per source rank.
+  TensorView dispatch_wait_recv_cost_stats;
+  bool return_recv_hook = false;
+  /// Blocks of the kernels (1024 threads each): every rank's must be
+  /// resident at once, so ranks sharing a GPU need num_sms x ranks <= SMs.
+  int num_sms = 24;
+  StreamOrder order;
+};
+
+struct LowLatencyDispatchResult {
+  /// [local experts, ranks * max tokens, hidden]: BF16, or FP8 E4M3.
+  TensorView recv_x;
+  /// FP8: fp32 [local experts, rows, hidden / 128] with strides
+  /// {hidden / 128 * rows, 1, rows} (column-major per expert); with use_ue8m0
+  /// int32 [local experts, rows, hidden / 512], four exponent bytes each.
+  TensorView recv_x_scales;
+  TensorView recv_count;  // int32 [local experts]: valid rows of each expert
+  LowLatencyHandle handle;
+  Event event;
+  LowLatencyHook hook;  // set with return_recv_hook
+};
+
+struct LowLatencyCombineArgs {
+  /// BF16 [local experts, ranks * max tokens, hidden] (rows 16-byte aligned):
+  /// the expert outputs in the dispatch's layout. May be empty with zero_copy.
+  TensorView x;
+  TensorView topk_idx;      // this rank's, as given to the dispatch
+  TensorView topk_weights;  // fp32 [tokens, topk], row-major
+  LowLatencyHandle handle;
+  /// The input was written into get_next_low_latency_combine_buffer().
+  bool zero_copy = false;
+  /// DeepEP's LogFMT-10 combine: not supported, true is refused.
+  bool use_logfmt = false;
+  bool return_recv_hook = false;
+  /// Optional BF16 [tokens, hidden]: the result is written here.
+  TensorView out;
+  /// Optional int64 [ranks]: SM clock cycles spent waiting per source rank.
+  TensorView combine_wait_recv_cost_stats;
+  int num_sms = 24;
+  StreamOrder order;
+};
+
+struct LowLatencyCombineResult {
+  TensorView combined_x;  // BF16 [tokens, hidden]: `out`, or a view into the region
+  Event event;
+  LowLatencyHook hook;
+};
+
 class Buffer {
  public:
   /// Allocates this rank's share on the current CUDA device and maps every
@@ -274,6 +388,21 @@ class Buffer {
   /// it into an error naming the rank (a plain CUDA call would only say
   /// "unspecified launch failure").
   virtual Result<void> synchronize() = 0;
+
+  /// Low-latency mode (see LowLatencyDispatchArgs). Buffers without the
+  /// region, and internode Buffers for now, refuse these calls.
+  virtual Result<LowLatencyDispatchResult> low_latency_dispatch(const LowLatencyDispatchArgs& args);
+  virtual Result<LowLatencyCombineResult> low_latency_combine(const LowLatencyCombineArgs& args);
+  /// Where the next low-latency combine reads a zero-copy input: BF16
+  /// [local experts, ranks * max tokens, hidden] inside the region.
+  virtual Result<TensorView> get_next_low_latency_combine_buffer(const LowLatencyHandle& handle);
+  /// Barrier, zeroes the region's flags and epochs, barrier; waits for it on
+  /// the host. Collective.
+  virtual Result<void> clean_low_latency_buffer(int num_max_dispatch_tokens_per_rank, int hidden,
+                                                int num_experts);
+  /// Bytes of BufferOptions::low_latency_bytes that this shape needs.
+  static std::size_t low_latency_size_hint(int num_max_dispatch_tokens_per_rank, int hidden,
+                                           int num_ranks, int num_experts);
 };
 
 }  // namespace epkit::ep

@@ -100,6 +100,35 @@ TEST(Buffer, RejectsBadOptions) {
   EXPECT_FALSE(Buffer::create(boot, o).ok());
 }
 
+TEST(LowLatencyOptions, ShrinkIsRefusedByName) {
+  FakeBootstrap boot(2);
+  BufferOptions o;
+  o.enable_shrink = true;
+  auto b = Buffer::create(boot, o);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.error().code, ErrorCode::invalid);
+  EXPECT_NE(b.error().message.find("enable_shrink"), std::string::npos);
+}
+
+TEST(LowLatencyOptions, InternodeRegionIsRefused) {
+  FakeBootstrap boot(4);
+  BufferOptions o;
+  o.ranks_per_node = 2;
+  o.low_latency_bytes = Buffer::low_latency_size_hint(8, 1024, 4, 8);
+  auto b = Buffer::create(boot, o);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.error().message.find("intranode only"), std::string::npos);
+}
+
+TEST(LowLatencyOptions, TooSmallRegionIsRefused) {
+  FakeBootstrap boot(2);
+  BufferOptions o;
+  o.low_latency_bytes = 100;
+  auto b = Buffer::create(boot, o);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.error().message.find("low_latency_bytes = 100"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace epkit::ep
 #endif

@@ -47,6 +47,7 @@ HeapLayout heap_layout(const BufferOptions& o, int ranks) {
   h.recv_src = take(h.rows * sizeof(std::int32_t));
   h.stage_x = take(h.rows * h.row_bytes);
   h.stage_w = take(h.rows * topk * sizeof(float));
+  h.low_latency = take(o.low_latency_bytes);
   h.total = at;
   return h;
 }
@@ -94,6 +95,11 @@ Result<void> BufferImpl::init(Bootstrap& bootstrap, const BufferOptions& o, int 
   if (o.max_topk < 1 || o.max_topk > 32)
     return invalid(fmt::format("BufferOptions.max_topk = {}: must be 1..32", o.max_topk));
   if (!(o.timeout_s > 0)) return invalid("BufferOptions.timeout_s must be positive");
+  if (o.low_latency_bytes != 0 && o.low_latency_bytes < sizeof(k::LowLatencyHeader))
+    return invalid(fmt::format(
+        "BufferOptions.low_latency_bytes = {}: at least {} (Buffer::low_latency_size_hint gives "
+        "what a shape needs), or 0 for no low-latency region",
+        o.low_latency_bytes, sizeof(k::LowLatencyHeader)));
   m_heap = heap_layout(o, m_ranks);
   if (o.num_bytes != 0 && o.num_bytes < m_heap.total)
     return invalid(fmt::format(
@@ -109,6 +115,10 @@ Result<void> BufferImpl::init(Bootstrap& bootstrap, const BufferOptions& o, int 
     return cuda_error(rc, fmt::format("cudaMalloc of the {}-byte heap", m_heap.total));
   m_peers[m_rank] = static_cast<std::uint8_t*>(heap);
   if ((rc = cudaMemset(heap, 0, sizeof(k::Meta))) != cudaSuccess)
+    return cuda_error(rc, "cudaMemset");
+  // The low-latency flags and epochs start at 0 on every rank.
+  if (o.low_latency_bytes != 0 && (rc = cudaMemset(m_peers[m_rank] + m_heap.low_latency, 0,
+                                                   sizeof(k::LowLatencyHeader))) != cudaSuccess)
     return cuda_error(rc, "cudaMemset");
 
   // Local memory: counters, layout outputs, per-expert counts, combine outputs.
@@ -241,6 +251,18 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
                                   "node) never answered on the network; rank {} died or hung",
                                   what, m_rank_base + static_cast<int>(m_mailbox->error_value),
                                   m_mailbox->error_rank, m_mailbox->error_rank));
+  }
+  if (kind == k::k_timeout_low_latency) {
+    m_broken = true;
+    const long long wait = m_mailbox->error_value;
+    const char* missing = wait == k::k_ll_wait_counts     ? "its low-latency dispatch counts"
+                          : wait == k::k_ll_wait_dispatch ? "its low-latency dispatch rows"
+                                                          : "its low-latency combine rows";
+    return make_error(
+        ErrorCode::timeout,
+        fmt::format("{}: rank {} did not send {} within {} s (it died, hung, or "
+                    "called a different operation)",
+                    what, m_rank_base + m_mailbox->error_rank, missing, m_opts.timeout_s));
   }
   if (kind == k::k_worst_too_small) {
     m_broken = true;
@@ -385,7 +407,17 @@ std::size_t Buffer::bytes_needed(const BufferOptions& options, int num_ranks) {
 }
 
 Result<std::unique_ptr<Buffer>> Buffer::create(Bootstrap& bootstrap, const BufferOptions& options) {
-  if (internode(options, bootstrap.world_size())) return make_internode_buffer(bootstrap, options);
+  if (options.enable_shrink)
+    return invalid(
+        "BufferOptions.enable_shrink: DeepEP's rank masking (shrink mode) is not supported; a "
+        "rank that stops makes the others fail within timeout_s naming it");
+  if (internode(options, bootstrap.world_size())) {
+    if (options.low_latency_bytes != 0)
+      return invalid(
+          "BufferOptions.low_latency_bytes: the low-latency mode is intranode only for now (an "
+          "internode Buffer, ranks_per_node < world size, has no low-latency region)");
+    return make_internode_buffer(bootstrap, options);
+  }
   if (options.ranks_per_node < 0 || options.ranks_per_node > bootstrap.world_size())
     return invalid(fmt::format("BufferOptions.ranks_per_node = {} with {} ranks",
                                options.ranks_per_node, bootstrap.world_size()));

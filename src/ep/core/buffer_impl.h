@@ -7,11 +7,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "ep/core/device_memory.h"
 #include "ep/intranode/kernels.h"
+#include "ep/lowlatency/kernels.h"
 
 namespace epkit::ep {
 namespace k = kernels;
@@ -22,7 +24,9 @@ struct HeapLayout {
   std::size_t row_bytes = 0;
   std::size_t num_scales = 0;
   std::size_t recv_x = 0, recv_scales = 0, recv_topk = 0, recv_weights = 0, recv_src = 0;
-  std::size_t stage_x = 0, stage_w = 0, total = 0;
+  std::size_t stage_x = 0, stage_w = 0;
+  std::size_t low_latency = 0;  // the low-latency region (BufferOptions::low_latency_bytes)
+  std::size_t total = 0;
 };
 
 HeapLayout heap_layout(const BufferOptions& o, int ranks);
@@ -83,6 +87,12 @@ class BufferImpl final : public Buffer {
   Result<TensorView> combine_weights_input(std::int64_t rows, std::int64_t topk) override;
   Result<void> barrier() override;
   Result<void> synchronize() override;
+  Result<LowLatencyDispatchResult> low_latency_dispatch(
+      const LowLatencyDispatchArgs& args) override;
+  Result<LowLatencyCombineResult> low_latency_combine(const LowLatencyCombineArgs& args) override;
+  Result<TensorView> get_next_low_latency_combine_buffer(const LowLatencyHandle& handle) override;
+  Result<void> clean_low_latency_buffer(int num_max_dispatch_tokens_per_rank, int hidden,
+                                        int num_experts) override;
 
   /// rank_base: the global rank of this node's first rank (internode), so
   /// that errors name global ranks.
@@ -121,6 +131,19 @@ class BufferImpl final : public Buffer {
   k::DispatchParams dispatch_params(const DispatchArgs& args, const std::int32_t* send_row,
                                     const std::int32_t* prefix) const;
 
+  // Low-latency mode (ep/lowlatency/buffer_low_latency*.cc).
+  /// The region for a call's shape, or why the call cannot have it.
+  Result<k::LowLatencyRegion> ll_region(const char* op, int max_tokens, int hidden,
+                                        int experts) const;
+  k::LowLatencyCommon ll_common(const k::LowLatencyRegion& region, int buffer, int phases) const;
+  /// One half of an operation: ordered after `order`, launched, and the
+  /// caller's stream made to wait (unless order.async).
+  Result<Event> ll_launch(const StreamOrder& order, const char* what,
+                          const std::function<cudaError_t()>& launch);
+  /// The hook of a send: the receive half on the caller's stream of `order`.
+  LowLatencyHook ll_hook(const StreamOrder& order, const char* what,
+                         std::function<cudaError_t()> launch);
+
   BufferOptions m_opts;
   HeapLayout m_heap;
   int m_rank = 0;
@@ -144,6 +167,7 @@ class BufferImpl final : public Buffer {
   float* m_combined_w = nullptr;
   std::uint64_t m_count_seq = 0;     // numbers the counts the mailbox carries
   std::uint64_t* m_epoch = nullptr;  // device (see SyncParams::epoch)
+  int m_ll_next = 0;                 // the buffer the next low-latency operation uses (0 or 1)
   bool m_broken = false;
   /// Cached dispatch and combine run their entry barrier as a notify_peers
   /// kernel of its own instead of inside the data kernel. An internode

@@ -56,11 +56,12 @@ struct Mailbox {
 
 enum ErrorKind : std::int32_t {
   k_no_error = 0,
-  k_timeout_barrier = 1,  // a rank never reached a barrier
-  k_bad_expert = 2,       // topk index outside [-1, num_experts): value, token in error_rank
-  k_worst_too_small = 3,  // received more rows than num_worst_tokens: value = rows
-  k_timeout_local = 4,    // a block waited for another block of its grid
-  k_peer_blamed = 5,      // a peer of this node gave up on error_rank (a global rank)
+  k_timeout_barrier = 1,      // a rank never reached a barrier
+  k_bad_expert = 2,           // topk index outside [-1, num_experts): value, token in error_rank
+  k_worst_too_small = 3,      // received more rows than num_worst_tokens: value = rows
+  k_timeout_local = 4,        // a block waited for another block of its grid
+  k_peer_blamed = 5,          // a peer of this node gave up on error_rank (a global rank)
+  k_timeout_low_latency = 6,  // a low-latency wait for error_rank; value: what (LowLatencyWait)
 };
 
 /// What every synchronising kernel shares.

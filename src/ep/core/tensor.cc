@@ -52,11 +52,24 @@ TensorView TensorView::column_major(void* data, DType dtype, std::int64_t rows, 
 }
 
 TensorView TensorView::vector(void* data, DType dtype, std::int64_t size) {
-  return TensorView{data, dtype, 1, {size, 0}, {1, 0}};
+  return TensorView{data, dtype, 1, {size, 0, 0}, {1, 0, 0}};
+}
+
+TensorView TensorView::tensor3(void* data, DType dtype, std::int64_t d0, std::int64_t d1,
+                               std::int64_t d2) {
+  return TensorView{data, dtype, 3, {d0, d1, d2}, {d1 * d2, d2, 1}};
+}
+
+std::int64_t TensorView::numel() const {
+  std::int64_t n = 1;
+  for (int i = 0; i < ndim && i < 3; ++i) n *= shape[static_cast<std::size_t>(i)];
+  return n;
 }
 
 std::string TensorView::describe() const {
   if (ndim == 1) return fmt::format("{}[{}]", to_string(dtype), shape[0]);
+  if (ndim == 3)
+    return fmt::format("{}[{}, {}, {}]", to_string(dtype), shape[0], shape[1], shape[2]);
   return fmt::format("{}[{}, {}]", to_string(dtype), shape[0], shape[1]);
 }
 

@@ -1,0 +1,161 @@
+// The low-latency mode's host side that dispatch and combine share: the
+// region a call's shape needs, the launch of one half (send or receive) in
+// the Buffer's stream order, the receive hook, the zero-copy buffer, the
+// clean, and the refusals of Buffers without the mode.
+#include <fmt/format.h>
+
+#include "ep/core/buffer_impl.h"
+#include "ep/lowlatency/checks.h"
+#include "ep/lowlatency/region.h"
+
+namespace epkit::ep {
+
+namespace {
+
+Error no_low_latency(const char* op) {
+  return make_error(ErrorCode::unavailable,
+                    fmt::format("{}: this Buffer has no low-latency mode (an internode Buffer does "
+                                "not offer it yet; see docs/ep-engine.md)",
+                                op));
+}
+
+}  // namespace
+
+Result<LowLatencyDispatchResult> Buffer::low_latency_dispatch(const LowLatencyDispatchArgs&) {
+  return no_low_latency("low_latency_dispatch");
+}
+
+Result<LowLatencyCombineResult> Buffer::low_latency_combine(const LowLatencyCombineArgs&) {
+  return no_low_latency("low_latency_combine");
+}
+
+Result<TensorView> Buffer::get_next_low_latency_combine_buffer(const LowLatencyHandle&) {
+  return no_low_latency("get_next_low_latency_combine_buffer");
+}
+
+Result<void> Buffer::clean_low_latency_buffer(int, int, int) {
+  return no_low_latency("clean_low_latency_buffer");
+}
+
+Result<void> check_stats(const TensorView& v, const char* name, DType dtype, std::int64_t size) {
+  if (v.data == nullptr) return {};
+  if (v.dtype != dtype || v.ndim != 1 || v.rows() != size || v.strides[0] != 1)
+    return invalid(fmt::format("{} ({}) must be a contiguous {}[{}]", name, v.describe(),
+                               to_string(dtype), size));
+  return {};
+}
+
+Result<void> check_topk_idx(const TensorView& t, const char* name, std::int64_t tokens,
+                            int max_topk) {
+  if (!given(t)) return invalid(fmt::format("{} is missing", name));
+  if ((t.dtype != DType::int64 && t.dtype != DType::int32) || t.ndim != 2 || t.strides[1] != 1 ||
+      t.rows() != tokens || t.cols() < 1 || t.cols() > max_topk || (t.rows() > 0 && !t.data))
+    return invalid(fmt::format("{} ({}) must be a row-major int64/int32 [{}, 1..{}]", name,
+                               t.describe(), tokens, max_topk));
+  return {};
+}
+
+Result<void> check_low_latency_order(const char* op, bool hook, const StreamOrder& order,
+                                     int num_sms) {
+  if (hook && order.async)
+    return invalid(fmt::format(
+        "{}: return_recv_hook and async together (the hook orders the caller's stream itself)",
+        op));
+  if (num_sms < 1 || num_sms > 1024)
+    return invalid(fmt::format("{}: num_sms = {}: must be 1..1024", op, num_sms));
+  return {};
+}
+
+std::size_t Buffer::low_latency_size_hint(int num_max_dispatch_tokens_per_rank, int hidden,
+                                          int num_ranks, int num_experts) {
+  auto region =
+      lowlatency::region_for(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts);
+  return region ? static_cast<std::size_t>(region->total) : 0;
+}
+
+Result<void> LowLatencyHook::operator()() {
+  if (!m_receive)
+    return make_error(ErrorCode::invalid,
+                      "low-latency hook: empty, or already called (a hook runs once)");
+  auto receive = std::move(m_receive);
+  m_receive = nullptr;
+  return receive();
+}
+
+Result<k::LowLatencyRegion> BufferImpl::ll_region(const char* op, int max_tokens, int hidden,
+                                                  int experts) const {
+  if (m_opts.low_latency_bytes == 0)
+    return invalid(fmt::format(
+        "{}: the Buffer has no low-latency region (BufferOptions.low_latency_bytes is 0; "
+        "Buffer::low_latency_size_hint gives what a shape needs)",
+        op));
+  auto region = lowlatency::region_for(max_tokens, hidden, m_ranks, experts);
+  if (!region) return invalid(fmt::format("{}: {}", op, region.error().message));
+  if (static_cast<std::size_t>(region->total) > m_opts.low_latency_bytes)
+    return invalid(fmt::format(
+        "{}: {} tokens per rank of hidden {} over {} experts and {} ranks need {} bytes of "
+        "low-latency region, the Buffer has {} (BufferOptions.low_latency_bytes; see "
+        "Buffer::low_latency_size_hint)",
+        op, max_tokens, hidden, experts, m_ranks, region->total, m_opts.low_latency_bytes));
+  return region;
+}
+
+k::LowLatencyCommon BufferImpl::ll_common(const k::LowLatencyRegion& region, int buffer,
+                                          int phases) const {
+  k::LowLatencyCommon c;
+  c.phases = phases;
+  c.rank = m_rank;
+  c.num_ranks = m_ranks;
+  c.buffer = buffer;
+  c.region = region;
+  for (int r = 0; r < m_ranks; ++r) c.base[r] = m_peers[r] + m_heap.low_latency;
+  c.timeout_ns = static_cast<std::uint64_t>(m_opts.timeout_s * 1e9);
+  c.mailbox = m_mailbox_dev;
+  return c;
+}
+
+Result<Event> BufferImpl::ll_launch(const StreamOrder& order, const char* what,
+                                    const std::function<cudaError_t()>& launch) {
+  EPKIT_TRY(enter(order));
+  if (cudaError_t rc = launch(); rc != cudaSuccess) return failure(rc, what);
+  return leave(order);
+}
+
+LowLatencyHook BufferImpl::ll_hook(const StreamOrder& order, const char* what,
+                                   std::function<cudaError_t()> launch) {
+  // The receive half follows whatever the caller queued after the send (the
+  // work the hook lets overlap), on the same stream; a `previous` event of
+  // the send is not reused.
+  StreamOrder after;
+  after.stream = order.stream;
+  return LowLatencyHook([this, after, what, launch = std::move(launch)]() -> Result<void> {
+    auto event = ll_launch(after, what, launch);
+    if (!event) return event.error();
+    return {};
+  });
+}
+
+Result<TensorView> BufferImpl::get_next_low_latency_combine_buffer(const LowLatencyHandle& h) {
+  auto region = ll_region("get_next_low_latency_combine_buffer", h.num_max_dispatch_tokens_per_rank,
+                          h.hidden, h.num_experts);
+  if (!region) return region.error();
+  const auto& g = *region;
+  return TensorView::tensor3(m_peers[m_rank] + m_heap.low_latency + g.buffer[m_ll_next].combine_in,
+                             DType::bf16, g.local_experts, g.rows_per_expert, g.hidden);
+}
+
+Result<void> BufferImpl::clean_low_latency_buffer(int max_tokens, int hidden, int experts) {
+  auto region = ll_region("clean_low_latency_buffer", max_tokens, hidden, experts);
+  if (!region) return region.error();
+  if (m_broken)
+    return make_error(ErrorCode::unavailable, "the Buffer failed before and cannot be used");
+  k::LowLatencyCleanParams p;
+  p.sync = sync();
+  p.header = reinterpret_cast<k::LowLatencyHeader*>(m_peers[m_rank] + m_heap.low_latency);
+  if (cudaError_t rc = k::launch_low_latency_clean(p, m_stream); rc != cudaSuccess)
+    return failure(rc, "clean_low_latency_buffer");
+  m_ll_next = 0;
+  return synchronize();
+}
+
+}  // namespace epkit::ep
