@@ -51,13 +51,14 @@ typedef enum epkit_ep_dtype {
 } epkit_ep_dtype;
 
 /* A strided view of device memory. data == NULL: not given (optional inputs),
- * unless shape says it is an empty matrix. */
+ * unless shape says it is an empty matrix. Rank 3 is for the low-latency
+ * mode's expert-major [experts, rows, hidden] tensors. */
 typedef struct epkit_ep_tensor {
   void* data;
   int32_t dtype; /* epkit_ep_dtype */
-  int32_t ndim;  /* 1 or 2 */
-  int64_t shape[2];
-  int64_t strides[2]; /* elements */
+  int32_t ndim;  /* 1, 2 or 3 */
+  int64_t shape[3];
+  int64_t strides[3]; /* elements */
 } epkit_ep_tensor;
 
 typedef struct epkit_ep_options {
@@ -69,6 +70,9 @@ typedef struct epkit_ep_options {
   /* Internode: ranks per node (1..8; global rank = node * ranks_per_node +
    * local rank); 0 or the world size: one node (ep.h BufferOptions). */
   int32_t ranks_per_node;
+  /* Bytes of the low-latency region (DeepEP's num_rdma_bytes with
+   * low_latency_mode); 0: no low-latency calls. epkit_ep_ll_size_hint. */
+  uint64_t low_latency_bytes;
 } epkit_ep_options;
 
 typedef struct epkit_ep_config {
@@ -87,6 +91,9 @@ typedef struct epkit_ep_order {
 
 typedef struct epkit_ep_buffer epkit_ep_buffer;
 typedef struct epkit_ep_handle epkit_ep_handle;
+/* The receive half of a low-latency operation asked for with
+ * return_recv_hook (epkit_ep_hook_call once, then epkit_ep_hook_release). */
+typedef struct epkit_ep_hook epkit_ep_hook;
 
 /* The bootstrap: every rank's `bytes` bytes (the same count on every rank),
  * by rank, into `out` (world_size * bytes). Return 0 on success. Called on the
@@ -167,6 +174,65 @@ typedef struct epkit_ep_handle_info {
   epkit_ep_tensor recv_gbl_rank_prefix_sum;
 } epkit_ep_handle_info;
 
+/* Low-latency mode (ep.h LowLatency*: DeepEP's low_latency_dispatch and
+ * low_latency_combine). Outputs are views into the Buffer's low-latency
+ * region, valid until the low-latency operation two calls later. */
+typedef struct epkit_ep_ll_handle {
+  epkit_ep_tensor src_info;     /* int32 [local experts, ranks * max tokens] */
+  epkit_ep_tensor layout_range; /* int64 [local experts, ranks]: (first << 32) | rows */
+  epkit_ep_tensor recv_count;   /* int32 [local experts] */
+  int32_t num_max_dispatch_tokens_per_rank;
+  int32_t hidden;
+  int32_t num_experts;
+  int32_t num_ranks;
+  int32_t num_topk;
+  int32_t buffer; /* which of the two buffers the dispatch used */
+} epkit_ep_ll_handle;
+
+typedef struct epkit_ep_ll_dispatch_args {
+  epkit_ep_tensor x;        /* bf16 [tokens, hidden] */
+  epkit_ep_tensor topk_idx; /* int64/int32 [tokens, topk]; -1 = no expert */
+  int32_t num_max_dispatch_tokens_per_rank;
+  int32_t num_experts;
+  int32_t use_fp8;
+  int32_t round_scale;
+  int32_t use_ue8m0;
+  epkit_ep_tensor cumulative_local_expert_recv_stats; /* int32 [local experts], optional */
+  epkit_ep_tensor dispatch_wait_recv_cost_stats;      /* int64 [ranks], optional */
+  int32_t return_recv_hook;
+  int32_t num_sms;
+  epkit_ep_order order;
+} epkit_ep_ll_dispatch_args;
+
+typedef struct epkit_ep_ll_dispatch_out {
+  epkit_ep_tensor recv_x;        /* [local experts, ranks * max tokens, hidden] */
+  epkit_ep_tensor recv_x_scales; /* fp32 or packed ue8m0 int32 (FP8 only) */
+  epkit_ep_tensor recv_count;    /* int32 [local experts] */
+  epkit_ep_ll_handle handle;
+  epkit_ep_hook* hook; /* with return_recv_hook (caller releases) */
+  void* event;
+} epkit_ep_ll_dispatch_out;
+
+typedef struct epkit_ep_ll_combine_args {
+  epkit_ep_tensor x; /* bf16 [local experts, ranks * max tokens, hidden]; absent with zero_copy */
+  epkit_ep_tensor topk_idx;
+  epkit_ep_tensor topk_weights; /* fp32 [tokens, topk] */
+  epkit_ep_ll_handle handle;
+  int32_t zero_copy;
+  int32_t use_logfmt;
+  int32_t return_recv_hook;
+  epkit_ep_tensor out;                          /* bf16 [tokens, hidden], optional */
+  epkit_ep_tensor combine_wait_recv_cost_stats; /* int64 [ranks], optional */
+  int32_t num_sms;
+  epkit_ep_order order;
+} epkit_ep_ll_combine_args;
+
+typedef struct epkit_ep_ll_combine_out {
+  epkit_ep_tensor combined_x;
+  epkit_ep_hook* hook;
+  void* event;
+} epkit_ep_ll_combine_out;
+
 EPKIT_EP_API int32_t epkit_ep_abi_version(void);
 EPKIT_EP_API const char* epkit_ep_version(void);
 /* The message of this thread's last failed call ("" if none). */
@@ -229,6 +295,29 @@ EPKIT_EP_API epkit_ep_status epkit_ep_copy(epkit_ep_buffer* buffer, int32_t n,
 EPKIT_EP_API epkit_ep_status epkit_ep_handle_info_get(const epkit_ep_handle* handle,
                                                       epkit_ep_handle_info* out);
 EPKIT_EP_API void epkit_ep_handle_release(epkit_ep_handle* handle);
+
+/* Bytes of options.low_latency_bytes a shape needs (DeepEP's
+ * get_low_latency_rdma_size_hint). */
+EPKIT_EP_API epkit_ep_status epkit_ep_ll_size_hint(int32_t num_max_dispatch_tokens_per_rank,
+                                                   int32_t hidden, int32_t num_ranks,
+                                                   int32_t num_experts, uint64_t* out);
+EPKIT_EP_API epkit_ep_status epkit_ep_ll_dispatch(epkit_ep_buffer* buffer,
+                                                  const epkit_ep_ll_dispatch_args* args,
+                                                  epkit_ep_ll_dispatch_out* out);
+EPKIT_EP_API epkit_ep_status epkit_ep_ll_combine(epkit_ep_buffer* buffer,
+                                                 const epkit_ep_ll_combine_args* args,
+                                                 epkit_ep_ll_combine_out* out);
+/* Where the next low-latency combine reads a zero-copy input. */
+EPKIT_EP_API epkit_ep_status epkit_ep_ll_next_combine_buffer(epkit_ep_buffer* buffer,
+                                                             const epkit_ep_ll_handle* handle,
+                                                             epkit_ep_tensor* out);
+/* Collective; waits on the host. */
+EPKIT_EP_API epkit_ep_status epkit_ep_ll_clean(epkit_ep_buffer* buffer,
+                                               int32_t num_max_dispatch_tokens_per_rank,
+                                               int32_t hidden, int32_t num_experts);
+/* Launches the receive half (once); the hook stays to be released. */
+EPKIT_EP_API epkit_ep_status epkit_ep_hook_call(epkit_ep_hook* hook);
+EPKIT_EP_API void epkit_ep_hook_release(epkit_ep_hook* hook);
 
 /* A new event recorded on `stream` (DeepEP's Buffer.capture); the caller
  * destroys it. */

@@ -18,13 +18,14 @@ BF16, FP8_E4M3, FP32, INT32, INT64, BOOL = range(6)
 
 class Tensor(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("shape", ctypes.c_int64 * 2), ("strides", ctypes.c_int64 * 2)]
+                ("shape", ctypes.c_int64 * 3), ("strides", ctypes.c_int64 * 3)]
 
 
 class Options(ctypes.Structure):
     _fields_ = [("max_tokens", ctypes.c_int32), ("max_hidden", ctypes.c_int32),
                 ("max_topk", ctypes.c_int32), ("num_bytes", ctypes.c_uint64),
-                ("timeout_s", ctypes.c_double), ("ranks_per_node", ctypes.c_int32)]
+                ("timeout_s", ctypes.c_double), ("ranks_per_node", ctypes.c_int32),
+                ("low_latency_bytes", ctypes.c_uint64)]
 
 
 class Config(ctypes.Structure):
@@ -76,10 +77,43 @@ class HandleInfo(ctypes.Structure):
                 ("send_row", Tensor), ("num_nodes", ctypes.c_int32), ("recv_gbl_rank_prefix_sum", Tensor)]
 
 
+class LLHandle(ctypes.Structure):
+    _fields_ = [("src_info", Tensor), ("layout_range", Tensor), ("recv_count", Tensor),
+                ("num_max_dispatch_tokens_per_rank", ctypes.c_int32), ("hidden", ctypes.c_int32),
+                ("num_experts", ctypes.c_int32), ("num_ranks", ctypes.c_int32), ("num_topk", ctypes.c_int32),
+                ("buffer", ctypes.c_int32)]
+
+
+class LLDispatchArgs(ctypes.Structure):
+    _fields_ = [("x", Tensor), ("topk_idx", Tensor), ("num_max_dispatch_tokens_per_rank", ctypes.c_int32),
+                ("num_experts", ctypes.c_int32), ("use_fp8", ctypes.c_int32), ("round_scale", ctypes.c_int32),
+                ("use_ue8m0", ctypes.c_int32), ("cumulative_local_expert_recv_stats", Tensor),
+                ("dispatch_wait_recv_cost_stats", Tensor), ("return_recv_hook", ctypes.c_int32),
+                ("num_sms", ctypes.c_int32), ("order", Order)]
+
+
+class LLDispatchOut(ctypes.Structure):
+    _fields_ = [("recv_x", Tensor), ("recv_x_scales", Tensor), ("recv_count", Tensor), ("handle", LLHandle),
+                ("hook", ctypes.c_void_p), ("event", ctypes.c_void_p)]
+
+
+class LLCombineArgs(ctypes.Structure):
+    _fields_ = [("x", Tensor), ("topk_idx", Tensor), ("topk_weights", Tensor), ("handle", LLHandle),
+                ("zero_copy", ctypes.c_int32), ("use_logfmt", ctypes.c_int32), ("return_recv_hook", ctypes.c_int32),
+                ("out", Tensor), ("combine_wait_recv_cost_stats", Tensor), ("num_sms", ctypes.c_int32),
+                ("order", Order)]
+
+
+class LLCombineOut(ctypes.Structure):
+    _fields_ = [("combined_x", Tensor), ("hook", ctypes.c_void_p), ("event", ctypes.c_void_p)]
+
+
 # What epkit_ep_struct_size is asked for when the library loads.
 STRUCTS = {"tensor": Tensor, "options": Options, "config": Config, "order": Order, "layout_out": LayoutOut,
            "dispatch_args": DispatchArgs, "dispatch_out": DispatchOut, "combine_args": CombineArgs,
-           "combine_out": CombineOut, "handle_info": HandleInfo}
+           "combine_out": CombineOut, "handle_info": HandleInfo, "ll_handle": LLHandle,
+           "ll_dispatch_args": LLDispatchArgs, "ll_dispatch_out": LLDispatchOut, "ll_combine_args": LLCombineArgs,
+           "ll_combine_out": LLCombineOut}
 
 ALL_GATHER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                  ctypes.c_void_p)
@@ -113,6 +147,14 @@ _SIGNATURES = {
                            _P(ctypes.c_void_p)]),
     "epkit_ep_handle_info_get": (_S, [ctypes.c_void_p, _P(HandleInfo)]),
     "epkit_ep_handle_release": (None, [ctypes.c_void_p]),
+    "epkit_ep_ll_size_hint": (_S, [ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
+                                   _P(ctypes.c_uint64)]),
+    "epkit_ep_ll_dispatch": (_S, [ctypes.c_void_p, _P(LLDispatchArgs), _P(LLDispatchOut)]),
+    "epkit_ep_ll_combine": (_S, [ctypes.c_void_p, _P(LLCombineArgs), _P(LLCombineOut)]),
+    "epkit_ep_ll_next_combine_buffer": (_S, [ctypes.c_void_p, _P(LLHandle), _P(Tensor)]),
+    "epkit_ep_ll_clean": (_S, [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32]),
+    "epkit_ep_hook_call": (_S, [ctypes.c_void_p]),
+    "epkit_ep_hook_release": (None, [ctypes.c_void_p]),
     "epkit_ep_event_record": (_S, [ctypes.c_void_p, _P(ctypes.c_void_p)]),
     "epkit_ep_event_wait": (_S, [ctypes.c_void_p, ctypes.c_void_p]),
     "epkit_ep_event_synchronize": (_S, [ctypes.c_void_p]),

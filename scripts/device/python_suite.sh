@@ -7,7 +7,10 @@
 #   4. (step internode, not in the default set) DeepEP's tests/test_internode.py,
 #      import changed only, on 2 nodes x 8 ranks faked on this host: two
 #      launches (WORLD_SIZE=2, RANK=0/1), 16 processes; INTERNODE_ARGS adds
-#      the test's own flags (e.g. --num-tokens 256 to fit the 10 minutes).
+#      the test's own flags (e.g. --num-tokens 256 to fit the 10 minutes);
+#   5. (step lowlatency) DeepEP's tests/test_low_latency.py, import changed
+#      only, with each RANKS count (its defaults: 128 tokens, hidden 7168,
+#      top-8, 288 experts).
 # Usage: scripts/device/python_suite.sh DEEPEP_DIR [RANKS...]
 #   DEEPEP_DIR holds DeepEP's tests/ (test_intranode.py, test_low_latency.py,
 #   utils.py), e.g. from `git -C MIRROR archive 29d31c0 tests | tar -x -C .deepep`.
@@ -115,6 +118,22 @@ if want internode; then
   echo "== test_internode.py, 2 nodes x 8 ranks: exit $rc, $passed/32 cases passed"
   grep -h "\[config\]\|\[layout\]\|Best" "$log"
   ((rc)) && tail -n 15 "$out"/test_internode_node*.txt
+fi
+
+# 5. test_low_latency.py.
+if want lowlatency; then
+  port=8371
+  for n in "${ranks[@]}"; do
+    log=$out/test_low_latency_$n.txt
+    (cd "$tests" && EPKIT_SHARE_GPU=1 MASTER_PORT=$port \
+      timeout 300 python3 test_low_latency.py --num-processes "$n") >"$log" 2>&1
+    rc=$?
+    ((rc)) && status=1
+    echo "== test_low_latency.py, $n ranks: exit $rc"
+    grep -h "rank 0\]" "$log"
+    ((rc)) && tail -n 20 "$log"
+    port=$((port + 1))
+  done
 fi
 
 # 2. CUDA graphs.

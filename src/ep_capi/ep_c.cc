@@ -9,8 +9,10 @@
 
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,11 @@ struct epkit_ep_buffer {
 
 struct epkit_ep_handle {
   std::shared_ptr<const epkit::ep::DispatchHandle> handle;
+};
+
+struct epkit_ep_hook {
+  epkit::ep::LowLatencyHook hook;
+  int device = 0;
 };
 
 namespace ep = epkit::ep;
@@ -142,6 +149,52 @@ epkit_ep_status check_buffer(const epkit_ep_buffer* b) {
   return EPKIT_EP_OK;
 }
 
+/// The C handle's views and sizes as the engine's (and back).
+epkit_ep_status to_ll_handle(const epkit_ep_ll_handle& c, ep::LowLatencyHandle& out) {
+  const std::pair<const epkit_ep_tensor*, ep::TensorView*> views[] = {
+      {&c.src_info, &out.src_info},
+      {&c.layout_range, &out.layout_range},
+      {&c.recv_count, &out.recv_count}};
+  const char* names[] = {"handle.src_info", "handle.layout_range", "handle.recv_count"};
+  for (std::size_t i = 0; i < std::size(views); ++i)
+    if (epkit_ep_status s = to_view(*views[i].first, names[i], *views[i].second); s != EPKIT_EP_OK)
+      return s;
+  out.num_max_dispatch_tokens_per_rank = c.num_max_dispatch_tokens_per_rank;
+  out.hidden = c.hidden;
+  out.num_experts = c.num_experts;
+  out.num_ranks = c.num_ranks;
+  out.num_topk = c.num_topk;
+  out.buffer = c.buffer;
+  return EPKIT_EP_OK;
+}
+
+epkit_ep_ll_handle from_ll_handle(const ep::LowLatencyHandle& h) {
+  epkit_ep_ll_handle c{};
+  c.src_info = from_view(h.src_info);
+  c.layout_range = from_view(h.layout_range);
+  c.recv_count = from_view(h.recv_count);
+  c.num_max_dispatch_tokens_per_rank = h.num_max_dispatch_tokens_per_rank;
+  c.hidden = h.hidden;
+  c.num_experts = h.num_experts;
+  c.num_ranks = h.num_ranks;
+  c.num_topk = h.num_topk;
+  c.buffer = h.buffer;
+  return c;
+}
+
+/// Converts named optional/required inputs in one loop.
+epkit_ep_status to_views(
+    std::initializer_list<std::tuple<const epkit_ep_tensor*, const char*, ep::TensorView*>> list) {
+  for (const auto& [t, name, v] : list)
+    if (epkit_ep_status s = to_view(*t, name, *v); s != EPKIT_EP_OK) return s;
+  return EPKIT_EP_OK;
+}
+
+epkit_ep_hook* wrap_hook(ep::LowLatencyHook hook, int device) {
+  if (!hook) return nullptr;
+  return new epkit_ep_hook{std::move(hook), device};
+}
+
 }  // namespace
 
 extern "C" {
@@ -166,7 +219,12 @@ uint64_t epkit_ep_struct_size(const char* name) {
       {"dispatch_out", sizeof(epkit_ep_dispatch_out)},
       {"combine_args", sizeof(epkit_ep_combine_args)},
       {"combine_out", sizeof(epkit_ep_combine_out)},
-      {"handle_info", sizeof(epkit_ep_handle_info)}};
+      {"handle_info", sizeof(epkit_ep_handle_info)},
+      {"ll_handle", sizeof(epkit_ep_ll_handle)},
+      {"ll_dispatch_args", sizeof(epkit_ep_ll_dispatch_args)},
+      {"ll_dispatch_out", sizeof(epkit_ep_ll_dispatch_out)},
+      {"ll_combine_args", sizeof(epkit_ep_ll_combine_args)},
+      {"ll_combine_out", sizeof(epkit_ep_ll_combine_out)}};
   for (const auto& [n, size] : sizes)
     if (std::strcmp(n, name) == 0) return size;
   return 0;
@@ -206,6 +264,7 @@ epkit_ep_status epkit_ep_default_options(epkit_ep_options* out) {
   out->num_bytes = o.num_bytes;
   out->timeout_s = o.timeout_s;
   out->ranks_per_node = o.ranks_per_node;
+  out->low_latency_bytes = o.low_latency_bytes;
   return EPKIT_EP_OK;
 }
 
@@ -436,6 +495,132 @@ epkit_ep_status epkit_ep_handle_info_get(const epkit_ep_handle* handle, epkit_ep
 void epkit_ep_handle_release(epkit_ep_handle* handle) {
   try {
     delete handle;
+  } catch (...) {  // NOLINT: a destructor failure must not cross the ABI
+  }
+}
+
+epkit_ep_status epkit_ep_ll_size_hint(int32_t num_max_dispatch_tokens_per_rank, int32_t hidden,
+                                      int32_t num_ranks, int32_t num_experts, uint64_t* out) {
+  return guard([&]() -> epkit_ep_status {
+    if (out == nullptr) return fail(EPKIT_EP_ERR_INVALID, "out is null");
+    if (num_max_dispatch_tokens_per_rank < 1 || hidden < 1 || num_ranks < 1 || num_experts < 1)
+      return fail(
+          EPKIT_EP_ERR_INVALID,
+          fmt::format("low-latency size hint of {} tokens, hidden {}, {} ranks, {} experts: "
+                      "every figure must be positive",
+                      num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts));
+    *out = ep::Buffer::low_latency_size_hint(num_max_dispatch_tokens_per_rank, hidden, num_ranks,
+                                             num_experts);
+    return EPKIT_EP_OK;
+  });
+}
+
+epkit_ep_status epkit_ep_ll_dispatch(epkit_ep_buffer* buffer, const epkit_ep_ll_dispatch_args* args,
+                                     epkit_ep_ll_dispatch_out* out) {
+  return guard([&]() -> epkit_ep_status {
+    if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+    if (args == nullptr || out == nullptr) return fail(EPKIT_EP_ERR_INVALID, "args or out is null");
+    std::memset(out, 0, sizeof(*out));
+    ep::LowLatencyDispatchArgs d;
+    if (epkit_ep_status s =
+            to_views({{&args->x, "x", &d.x},
+                      {&args->topk_idx, "topk_idx", &d.topk_idx},
+                      {&args->cumulative_local_expert_recv_stats,
+                       "cumulative_local_expert_recv_stats", &d.cumulative_local_expert_recv_stats},
+                      {&args->dispatch_wait_recv_cost_stats, "dispatch_wait_recv_cost_stats",
+                       &d.dispatch_wait_recv_cost_stats}});
+        s != EPKIT_EP_OK)
+      return s;
+    d.num_max_dispatch_tokens_per_rank = args->num_max_dispatch_tokens_per_rank;
+    d.num_experts = args->num_experts;
+    d.use_fp8 = args->use_fp8 != 0;
+    d.round_scale = args->round_scale != 0;
+    d.use_ue8m0 = args->use_ue8m0 != 0;
+    d.return_recv_hook = args->return_recv_hook != 0;
+    d.num_sms = args->num_sms;
+    d.order = to_order(args->order);
+    auto result = buffer->buffer->low_latency_dispatch(d);
+    if (!result) return epkit::capi::fail_with(result.error());
+    out->recv_x = from_view(result->recv_x);
+    out->recv_x_scales = from_view(result->recv_x_scales);
+    out->recv_count = from_view(result->recv_count);
+    out->handle = from_ll_handle(result->handle);
+    out->hook = wrap_hook(std::move(result->hook), buffer->device);
+    return take_event(*buffer, args->order, &out->event);
+  });
+}
+
+epkit_ep_status epkit_ep_ll_combine(epkit_ep_buffer* buffer, const epkit_ep_ll_combine_args* args,
+                                    epkit_ep_ll_combine_out* out) {
+  return guard([&]() -> epkit_ep_status {
+    if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+    if (args == nullptr || out == nullptr) return fail(EPKIT_EP_ERR_INVALID, "args or out is null");
+    std::memset(out, 0, sizeof(*out));
+    ep::LowLatencyCombineArgs c;
+    if (epkit_ep_status s =
+            to_views({{&args->x, "x", &c.x},
+                      {&args->topk_idx, "topk_idx", &c.topk_idx},
+                      {&args->topk_weights, "topk_weights", &c.topk_weights},
+                      {&args->out, "out", &c.out},
+                      {&args->combine_wait_recv_cost_stats, "combine_wait_recv_cost_stats",
+                       &c.combine_wait_recv_cost_stats}});
+        s != EPKIT_EP_OK)
+      return s;
+    if (epkit_ep_status s = to_ll_handle(args->handle, c.handle); s != EPKIT_EP_OK) return s;
+    c.zero_copy = args->zero_copy != 0;
+    c.use_logfmt = args->use_logfmt != 0;
+    c.return_recv_hook = args->return_recv_hook != 0;
+    c.num_sms = args->num_sms;
+    c.order = to_order(args->order);
+    auto result = buffer->buffer->low_latency_combine(c);
+    if (!result) return epkit::capi::fail_with(result.error());
+    out->combined_x = from_view(result->combined_x);
+    out->hook = wrap_hook(std::move(result->hook), buffer->device);
+    return take_event(*buffer, args->order, &out->event);
+  });
+}
+
+epkit_ep_status epkit_ep_ll_next_combine_buffer(epkit_ep_buffer* buffer,
+                                                const epkit_ep_ll_handle* handle,
+                                                epkit_ep_tensor* out) {
+  return guard([&]() -> epkit_ep_status {
+    if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+    if (handle == nullptr || out == nullptr)
+      return fail(EPKIT_EP_ERR_INVALID, "handle or out is null");
+    ep::LowLatencyHandle h;
+    if (epkit_ep_status s = to_ll_handle(*handle, h); s != EPKIT_EP_OK) return s;
+    auto view = buffer->buffer->get_next_low_latency_combine_buffer(h);
+    if (!view) return epkit::capi::fail_with(view.error());
+    *out = from_view(*view);
+    return EPKIT_EP_OK;
+  });
+}
+
+epkit_ep_status epkit_ep_ll_clean(epkit_ep_buffer* buffer, int32_t num_max_dispatch_tokens_per_rank,
+                                  int32_t hidden, int32_t num_experts) {
+  return guard([&]() -> epkit_ep_status {
+    if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+    auto r = buffer->buffer->clean_low_latency_buffer(num_max_dispatch_tokens_per_rank, hidden,
+                                                      num_experts);
+    return r ? EPKIT_EP_OK : epkit::capi::fail_with(r.error());
+  });
+}
+
+epkit_ep_status epkit_ep_hook_call(epkit_ep_hook* hook) {
+  return guard([&]() -> epkit_ep_status {
+    if (hook == nullptr) return fail(EPKIT_EP_ERR_INVALID, "the hook is null");
+    // Hooks run from the caller's thread, whatever device it has current.
+    if (cudaError_t rc = cudaSetDevice(hook->device); rc != cudaSuccess)
+      return fail(EPKIT_EP_ERR_CUDA,
+                  fmt::format("cudaSetDevice({}): {}", hook->device, cudaGetErrorString(rc)));
+    auto r = hook->hook();
+    return r ? EPKIT_EP_OK : epkit::capi::fail_with(r.error());
+  });
+}
+
+void epkit_ep_hook_release(epkit_ep_hook* hook) {
+  try {
+    delete hook;
   } catch (...) {  // NOLINT: a destructor failure must not cross the ABI
   }
 }

@@ -60,19 +60,20 @@ ep::BufferOptions to_options(const epkit_ep_options& o) {
   out.num_bytes = static_cast<std::size_t>(o.num_bytes);
   out.timeout_s = o.timeout_s;
   out.ranks_per_node = o.ranks_per_node;
+  out.low_latency_bytes = static_cast<std::size_t>(o.low_latency_bytes);
   return out;
 }
 
 epkit_ep_status to_view(const epkit_ep_tensor& t, const char* name, ep::TensorView& out) {
   out = ep::TensorView{};
   if (t.ndim == 0 && t.data == nullptr) {
-    out.shape = {0, 0};  // not given
+    out.shape = {0, 0, 0};  // not given
     return EPKIT_EP_OK;
   }
-  if (t.ndim != 1 && t.ndim != 2)
+  if (t.ndim < 1 || t.ndim > 3)
     return fail(
         EPKIT_EP_ERR_INVALID,
-        fmt::format("{}: ndim is {}; the engine takes tensors of rank 1 or 2", name, t.ndim));
+        fmt::format("{}: ndim is {}; the engine takes tensors of rank 1 to 3", name, t.ndim));
   if (!valid_dtype(t.dtype))
     return fail(EPKIT_EP_ERR_INVALID, fmt::format("{}: unknown dtype code {}", name, t.dtype));
   for (int i = 0; i < t.ndim; ++i)
@@ -85,21 +86,23 @@ epkit_ep_status to_view(const epkit_ep_tensor& t, const char* name, ep::TensorVi
   out.data = t.data;
   out.dtype = static_cast<ep::DType>(t.dtype);
   out.ndim = t.ndim;
-  out.shape = {t.shape[0], t.ndim == 2 ? t.shape[1] : 0};
-  out.strides = {t.strides[0], t.ndim == 2 ? t.strides[1] : 0};
+  for (int i = 0; i < 3; ++i) {
+    out.shape[static_cast<std::size_t>(i)] = i < t.ndim ? t.shape[i] : 0;
+    out.strides[static_cast<std::size_t>(i)] = i < t.ndim ? t.strides[i] : 0;
+  }
   return EPKIT_EP_OK;
 }
 
 epkit_ep_tensor from_view(const ep::TensorView& v) {
   epkit_ep_tensor t{};
-  if (v.data == nullptr && v.numel() == 0 && !(v.ndim == 2 && v.shape[1] > 0)) return t;
+  if (v.data == nullptr && v.numel() == 0 && !(v.ndim >= 2 && v.cols() > 0)) return t;
   t.data = v.data;
   t.dtype = static_cast<std::int32_t>(v.dtype);
   t.ndim = v.ndim;
-  t.shape[0] = v.shape[0];
-  t.shape[1] = v.ndim == 2 ? v.shape[1] : 0;
-  t.strides[0] = v.strides[0];
-  t.strides[1] = v.ndim == 2 ? v.strides[1] : 0;
+  for (int i = 0; i < 3; ++i) {
+    t.shape[i] = i < v.ndim ? v.shape[static_cast<std::size_t>(i)] : 0;
+    t.strides[i] = i < v.ndim ? v.strides[static_cast<std::size_t>(i)] : 0;
+  }
   return t;
 }
 
@@ -111,7 +114,7 @@ epkit_ep_status copy_async(const epkit_ep_tensor& dst, const epkit_ep_tensor& sr
   std::string sn = fmt::format("copy source {}", index);
   if (epkit_ep_status st = to_view(dst, dn.c_str(), d); st != EPKIT_EP_OK) return st;
   if (epkit_ep_status st = to_view(src, sn.c_str(), s); st != EPKIT_EP_OK) return st;
-  if (d.dtype != s.dtype || d.ndim != s.ndim || d.rows() != s.rows() || d.cols() != s.cols())
+  if (d.dtype != s.dtype || d.ndim != s.ndim || d.shape != s.shape)
     return fail(EPKIT_EP_ERR_INVALID, fmt::format("copy {}: destination {} and source {} differ",
                                                   index, d.describe(), s.describe()));
   if (d.numel() == 0) return EPKIT_EP_OK;
@@ -120,7 +123,19 @@ epkit_ep_status copy_async(const epkit_ep_tensor& dst, const epkit_ep_tensor& sr
                 fmt::format("copy {}: rows must be contiguous (inner stride 1)", index));
   auto es = ep::dtype_size(d.dtype);
   cudaError_t rc;
-  if (d.ndim == 1) {
+  if (d.ndim == 3) {
+    // Whole packed blocks only (what a low-latency output is).
+    auto packed = [](const ep::TensorView& v) {
+      return v.strides[2] == 1 && v.strides[1] == v.shape[2] &&
+             v.strides[0] == v.shape[1] * v.shape[2];
+    };
+    if (!packed(d) || !packed(s))
+      return fail(
+          EPKIT_EP_ERR_INVALID,
+          fmt::format("copy {}: rank-3 tensors are copied packed (row-major, no gaps)", index));
+    rc = cudaMemcpyAsync(d.data, s.data, static_cast<std::size_t>(d.numel()) * es,
+                         cudaMemcpyDeviceToDevice, stream);
+  } else if (d.ndim == 1) {
     rc = cudaMemcpyAsync(d.data, s.data, static_cast<std::size_t>(d.numel()) * es,
                          cudaMemcpyDeviceToDevice, stream);
   } else {

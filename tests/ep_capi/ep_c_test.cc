@@ -88,8 +88,22 @@ TEST(EpCapi, StructSizesForBindings) {
   EXPECT_EQ(epkit_ep_struct_size("combine_args"), sizeof(epkit_ep_combine_args));
   EXPECT_EQ(epkit_ep_struct_size("handle_info"), sizeof(epkit_ep_handle_info));
   EXPECT_EQ(epkit_ep_struct_size("tensor"), sizeof(epkit_ep_tensor));
+  EXPECT_EQ(epkit_ep_struct_size("ll_dispatch_args"), sizeof(epkit_ep_ll_dispatch_args));
+  EXPECT_EQ(epkit_ep_struct_size("ll_combine_out"), sizeof(epkit_ep_ll_combine_out));
   EXPECT_EQ(epkit_ep_struct_size("no_such_struct"), 0u);
   EXPECT_EQ(epkit_ep_struct_size(nullptr), 0u);
+}
+
+TEST(EpCapi, LowLatencySizeHintMatchesTheCppApi) {
+  uint64_t bytes = 0;
+  ASSERT_EQ(epkit_ep_ll_size_hint(128, 7168, 8, 288, &bytes), EPKIT_EP_OK) << last_error();
+  EXPECT_EQ(bytes, epkit::ep::Buffer::low_latency_size_hint(128, 7168, 8, 288));
+  EXPECT_EQ(epkit_ep_ll_size_hint(0, 7168, 8, 288, &bytes), EPKIT_EP_ERR_INVALID);
+  EXPECT_NE(last_error().find("positive"), std::string::npos) << last_error();
+  EXPECT_EQ(epkit_ep_ll_size_hint(128, 7168, 8, 288, nullptr), EPKIT_EP_ERR_INVALID);
+  epkit_ep_options o{};
+  ASSERT_EQ(epkit_ep_default_options(&o), EPKIT_EP_OK);
+  EXPECT_EQ(o.low_latency_bytes, 0u);
 }
 
 TEST(EpCapi, CreateRejectsBadArguments) {
@@ -140,6 +154,16 @@ TEST(EpCapi, NullBufferIsAnErrorEverywhere) {
   EXPECT_EQ(epkit_ep_combine(nullptr, &ca, &cout), EPKIT_EP_ERR_INVALID);
   EXPECT_EQ(epkit_ep_combine_input(nullptr, 1, 128, &t), EPKIT_EP_ERR_INVALID);
   EXPECT_EQ(epkit_ep_copy(nullptr, 1, &t, &t, &order, &event), EPKIT_EP_ERR_INVALID);
+  epkit_ep_ll_dispatch_args lda{};
+  epkit_ep_ll_dispatch_out ldo{};
+  epkit_ep_ll_combine_args lca{};
+  epkit_ep_ll_combine_out lco{};
+  epkit_ep_ll_handle lh{};
+  EXPECT_EQ(epkit_ep_ll_dispatch(nullptr, &lda, &ldo), EPKIT_EP_ERR_INVALID);
+  EXPECT_EQ(epkit_ep_ll_combine(nullptr, &lca, &lco), EPKIT_EP_ERR_INVALID);
+  EXPECT_EQ(epkit_ep_ll_next_combine_buffer(nullptr, &lh, &t), EPKIT_EP_ERR_INVALID);
+  EXPECT_EQ(epkit_ep_ll_clean(nullptr, 128, 7168, 288), EPKIT_EP_ERR_INVALID);
+  EXPECT_EQ(epkit_ep_hook_call(nullptr), EPKIT_EP_ERR_INVALID);
   EXPECT_EQ(epkit_ep_barrier(nullptr), EPKIT_EP_ERR_INVALID);
   EXPECT_EQ(epkit_ep_synchronize(nullptr), EPKIT_EP_ERR_INVALID);
   EXPECT_NE(last_error().find("buffer is null"), std::string::npos) << last_error();
@@ -152,6 +176,7 @@ TEST(EpCapi, NullBufferIsAnErrorEverywhere) {
   epkit_ep_buffer_destroy(nullptr);
   epkit_ep_handle_release(nullptr);
   epkit_ep_event_destroy(nullptr);
+  epkit_ep_hook_release(nullptr);
 }
 
 TEST(EpCapi, LastErrorIsPerThread) {

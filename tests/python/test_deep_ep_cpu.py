@@ -47,8 +47,7 @@ class ImportWithoutGpu(unittest.TestCase):
             deep_ep.topk_idx_t  # noqa: B018
 
     def test_unsupported_modes_name_the_feature(self):
-        cases = [(dict(low_latency_mode=True), "low-latency"),
-                 (dict(enable_shrink=True), "shrink"), (dict(use_fabric=True), "fabric")]
+        cases = [(dict(enable_shrink=True), "shrink"), (dict(use_fabric=True), "fabric")]
         for kwargs, feature in cases:
             with self.subTest(feature=feature):
                 with self.assertRaisesRegex(NotImplementedError, feature):
@@ -85,6 +84,14 @@ class Library(unittest.TestCase):
         self.assertGreater(two_nodes.value, one_node.value)
         with self.assertRaisesRegex(_native.EngineError, "whole nodes"):
             self.lib.check(self.lib.bytes_needed(_native.ctypes.byref(opts), 12, _native.ctypes.byref(two_nodes)))
+
+    def test_low_latency_size_hint(self):
+        hint = deep_ep.Buffer.get_low_latency_rdma_size_hint(128, 7168, 8, 288)
+        # At least the two buffers of expert-major BF16 rows a rank can receive.
+        self.assertGreater(hint, 2 * (288 // 8) * 8 * 128 * 7168 * 2)
+        self.assertGreater(hint, deep_ep.Buffer.get_low_latency_rdma_size_hint(64, 7168, 8, 288))
+        with self.assertRaisesRegex(_native.EngineError, "positive"):
+            deep_ep.Buffer.get_low_latency_rdma_size_hint(0, 7168, 8, 288)
 
     def test_struct_layouts_match_the_library(self):
         for name, struct in _native.STRUCTS.items():
@@ -128,8 +135,6 @@ class ConfigAndStatics(unittest.TestCase):
         finally:
             deep_ep.Buffer.num_sms = saved
         self.assertTrue(deep_ep.Buffer.is_sm90_compiled())
-        with self.assertRaisesRegex(NotImplementedError, "low-latency"):
-            deep_ep.Buffer.get_low_latency_rdma_size_hint(128, 7168, 8, 256)
 
     def test_engine_config_follows_the_fields(self):
         c = deep_ep.Config(24, 8, 256)
@@ -227,7 +232,7 @@ class ArgumentChecks(unittest.TestCase):
     def test_descriptors(self):
         d = _checks.describe(T((TOKENS, HIDDEN), "float8_e4m3fn", ptr=0x1234), "x")
         self.assertEqual((d.data, d.dtype, d.ndim), (0x1234, _native.FP8_E4M3, 2))
-        self.assertEqual((list(d.shape), list(d.strides)), ([TOKENS, HIDDEN], [HIDDEN, 1]))
+        self.assertEqual((list(d.shape), list(d.strides)), ([TOKENS, HIDDEN, 0], [HIDDEN, 1, 0]))
         self.assertEqual(_checks.describe(None, "x").ndim, 0)
         with self.assertRaisesRegex(AssertionError, "float16"):
             _checks.describe(T((4, 4), "float16"), "x")
@@ -239,6 +244,25 @@ class ArgumentChecks(unittest.TestCase):
         self.assertEqual((len(h), h[0], h[4]), (6, "prefix", "in_rank"))
         h = DispatchHandle(("in_rank",) + (None,) * 5 + ("gbl_prefix",) + (None,) * 3, native=None)
         self.assertEqual((len(h), h[0], h[-4]), (10, "in_rank", "gbl_prefix"))
+
+    def test_low_latency_checks(self):
+        x, idx = T((TOKENS, HIDDEN), "bfloat16"), T((TOKENS, TOPK), "int64")
+        _checks.low_latency_dispatch(x, idx, 128, EXPERTS, False, True)
+        with self.assertRaisesRegex(AssertionError, "exclude each other"):
+            _checks.low_latency_dispatch(x, idx, 128, EXPERTS, True, True)
+        with self.assertRaisesRegex(AssertionError, "more than num_max_dispatch_tokens_per_rank"):
+            _checks.low_latency_dispatch(x, idx, 8, EXPERTS, False, False)
+        with self.assertRaisesRegex(AssertionError, "torch.int64"):
+            _checks.low_latency_dispatch(x, T((TOKENS, TOPK), "int32"), 128, EXPERTS, False, False)
+        buffer = deep_ep.Buffer.__new__(deep_ep.Buffer)
+        buffer.low_latency_mode = False
+        with self.assertRaisesRegex(AssertionError, "low_latency_mode=True"):
+            buffer.low_latency_dispatch(x, idx, 128, EXPERTS)
+        buffer.low_latency_mode = True
+        with self.assertRaisesRegex(NotImplementedError, "LogFMT"):
+            buffer.low_latency_combine(None, idx, None, None, use_logfmt=True)
+        with self.assertRaisesRegex(TypeError, "low_latency_dispatch"):
+            buffer.low_latency_combine(None, idx, None, (None,) * 5)
 
     def test_internode_methods_need_nodes(self):
         buffer = deep_ep.Buffer.__new__(deep_ep.Buffer)  # no engine: the node count only

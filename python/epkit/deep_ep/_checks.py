@@ -54,7 +54,7 @@ def describe(t, name: str) -> "_native.Tensor":
     """The C descriptor of a tensor (None: not given)."""
     if t is None:
         return _native.Tensor()
-    require(t.dim() in (1, 2), f"{name} must be 1-D or 2-D, not {t.dim()}-D")
+    require(t.dim() in (1, 2, 3), f"{name} must be 1-D to 3-D, not {t.dim()}-D")
     code = dtype_code(t, name)
     shape = tuple(t.size())
     return _native.tensor(t.data_ptr(), code, shape, tuple(t.stride()))
@@ -125,6 +125,19 @@ def dispatch(x, x_scales, handle_given: bool, num_tokens_per_rank, is_token_in_r
         require(str(x.dtype) == "torch.bfloat16", "FP8 x needs x_scales: pass (x, x_scales)")
     require(expert_alignment >= 1, f"expert_alignment must be >= 1, not {expert_alignment}")
     require(num_worst_tokens >= 0, f"num_worst_tokens must be >= 0, not {num_worst_tokens}")
+
+
+def low_latency_dispatch(x, topk_idx, num_max_dispatch_tokens_per_rank: int, num_experts: int,
+                         async_finish: bool, return_recv_hook: bool) -> None:
+    """DeepEP's low_latency_dispatch checks."""
+    require(not (async_finish and return_recv_hook), "async_finish and return_recv_hook exclude each other")
+    matrix(x, "x", "torch.bfloat16")
+    require(x.size(1) % 128 == 0, f"hidden {x.size(1)} must be a multiple of 128")
+    matrix(topk_idx, "topk_idx", "torch.int64")
+    require(topk_idx.size(0) == x.size(0), "topk_idx needs one row per token of x")
+    require(x.size(0) <= num_max_dispatch_tokens_per_rank,
+            f"{x.size(0)} tokens, more than num_max_dispatch_tokens_per_rank = {num_max_dispatch_tokens_per_rank}")
+    require(num_experts > 0, f"num_experts must be positive, not {num_experts}")
 
 
 def combine(x, topk_weights, num_recv_rows: int) -> None:

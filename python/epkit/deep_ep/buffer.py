@@ -117,6 +117,9 @@ class Buffer:
     the Buffer), timeout_s, ranks_per_node."""
 
     num_sms: int = 20
+    #: Blocks of the low-latency kernels (epkit-only): every rank's must be
+    #: resident at once, so ranks sharing a GPU need this x ranks <= its SMs.
+    low_latency_num_sms: int = 24
 
     def __init__(self, group, num_nvl_bytes: int = 0, num_rdma_bytes: int = 0,
                  low_latency_mode: bool = False, num_qps_per_rank: int = 24,
@@ -126,8 +129,6 @@ class Buffer:
                  zero_copy: bool = False, timeout_s: Optional[float] = None,
                  ranks_per_node: Optional[int] = None) -> None:
         self.runtime = None
-        if low_latency_mode:
-            raise _not_implemented("low-latency mode (low_latency_mode=True)")
         if enable_shrink:
             raise _not_implemented("shrink mode (enable_shrink=True)")
         if use_fabric:
@@ -154,6 +155,8 @@ class Buffer:
         require(1 <= per_node <= 8 and self.group_size % per_node == 0,
                 f"{self.group_size} ranks do not make whole nodes of {per_node} ranks (1 to 8 per node)")
         self.ranks_per_node, self.num_nodes = per_node, self.group_size // per_node
+        if low_latency_mode and self.num_nodes > 1:
+            raise _not_implemented("low-latency mode across nodes")
 
         self.num_nvl_bytes = num_nvl_bytes
         self.num_rdma_bytes = num_rdma_bytes
@@ -168,6 +171,8 @@ class Buffer:
         if timeout_s is not None:
             options.timeout_s = timeout_s
         options.ranks_per_node = per_node if self.num_nodes > 1 else 0
+        if low_latency_mode:
+            options.low_latency_bytes = int(num_rdma_bytes)
         options.max_tokens = max_tokens if max_tokens is not None else self._tokens_fitting(options)
         options.num_bytes = int(self._budget())
         self.max_tokens, self.max_hidden, self.max_topk = options.max_tokens, max_hidden, max_topk
@@ -218,7 +223,9 @@ class Buffer:
         sizes its buffers in bytes; the engine in tokens)."""
         budget = self._budget()
         if budget <= 0:
-            return options.max_tokens
+            # A low-latency Buffer without num_nvl_bytes has no normal mode in
+            # DeepEP either: the smallest heap (normal calls then refuse).
+            return 1 if self.low_latency_mode else options.max_tokens
 
         def need(tokens: int) -> int:
             options.max_tokens = tokens
@@ -278,7 +285,10 @@ class Buffer:
     @staticmethod
     def get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank: int, hidden: int, num_ranks: int,
                                        num_experts: int) -> int:
-        raise _not_implemented("low-latency mode")
+        lib = _native.load()
+        out = ctypes.c_uint64()
+        lib.check(lib.ll_size_hint(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts, _byref(out)))
+        return out.value
 
     @staticmethod
     def get_dispatch_config(num_ranks: int) -> Config:
@@ -546,16 +556,102 @@ class Buffer:
                      (combined_x, combined_w))
         return combined_x, combined_w, EventOverlap(event)
 
+    # Low-latency mode -----------------------------------------------------
+
+    def _ll_order(self, async_finish: bool) -> Tuple[int, _native.Order]:
+        stream = _current_stream()
+        return stream, _native.Order(stream, None, int(async_finish), int(async_finish))
+
+    def _ll_hook(self, ptr, keep):
+        return _Hook(self._lib, ptr, keep) if ptr else None
+
+    def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank: int, num_experts: int,
+                             cumulative_local_expert_recv_stats=None, dispatch_wait_recv_cost_stats=None,
+                             use_fp8: bool = True, round_scale: bool = False, use_ue8m0: bool = False,
+                             async_finish: bool = False, return_recv_hook: bool = False):
+        """DeepEP's low_latency_dispatch. recv_x, its scales, recv_count and
+        the handle's tensors are views into the Buffer's low-latency region,
+        valid until the low-latency call two calls later (DeepEP's double
+        buffer); clone what must live longer."""
+        require(self.low_latency_mode, "low_latency_dispatch needs a Buffer made with low_latency_mode=True")
+        _checks.low_latency_dispatch(x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts, async_finish,
+                                     return_recv_hook)
+        describe = _checks.describe
+        stream, order = self._ll_order(async_finish)
+        args = _native.LLDispatchArgs()
+        args.x = describe(x, "x")
+        args.topk_idx = describe(topk_idx, "topk_idx")
+        args.num_max_dispatch_tokens_per_rank = num_max_dispatch_tokens_per_rank
+        args.num_experts = num_experts
+        args.use_fp8, args.round_scale, args.use_ue8m0 = int(use_fp8), int(round_scale), int(use_ue8m0)
+        args.cumulative_local_expert_recv_stats = describe(cumulative_local_expert_recv_stats,
+                                                           "cumulative_local_expert_recv_stats")
+        args.dispatch_wait_recv_cost_stats = describe(dispatch_wait_recv_cost_stats, "dispatch_wait_recv_cost_stats")
+        args.return_recv_hook = int(return_recv_hook)
+        args.num_sms = self.low_latency_num_sms
+        args.order = order
+        out = _native.LLDispatchOut()
+        self._lib.check(self._lib.ll_dispatch(self._live(), _byref(args), _byref(out)))
+        recv_x = self._as_view(out.recv_x)
+        if use_fp8:
+            recv_x = (recv_x, self._as_view(out.recv_x_scales))
+        native = _native.LLHandle.from_buffer_copy(out.handle)
+        handle = LowLatencyHandle((self._as_view(native.src_info), self._as_view(native.layout_range),
+                                   num_max_dispatch_tokens_per_rank, x.size(1), num_experts), native)
+        hook = self._ll_hook(out.hook, (x, topk_idx, cumulative_local_expert_recv_stats,
+                                        dispatch_wait_recv_cost_stats))
+        event = EventHandle(out.event) if out.event else None
+        return recv_x, self._as_view(out.recv_count), handle, EventOverlap(event), hook
+
+    def low_latency_combine(self, x, topk_idx, topk_weights, handle: tuple, use_logfmt: bool = False,
+                            zero_copy: bool = False, async_finish: bool = False, return_recv_hook: bool = False,
+                            out=None, combine_wait_recv_cost_stats=None):
+        """DeepEP's low_latency_combine; the result goes to `out` (a new
+        tensor when not given)."""
+        require(self.low_latency_mode, "low_latency_combine needs a Buffer made with low_latency_mode=True")
+        require(not (async_finish and return_recv_hook), "async_finish and return_recv_hook exclude each other")
+        if use_logfmt:
+            raise _not_implemented("the LogFMT combine (use_logfmt=True)")
+        native = getattr(handle, "native", None)
+        if not isinstance(native, _native.LLHandle):
+            raise TypeError("the handle must come from epkit.deep_ep.Buffer.low_latency_dispatch")
+        _checks.matrix(topk_idx, "topk_idx", "torch.int64")
+        _checks.matrix(topk_weights, "topk_weights", "torch.float32")
+        torch = self._torch
+        if out is None:
+            out = torch.empty((topk_idx.size(0), native.hidden), dtype=torch.bfloat16, device=self._cuda)
+        describe = _checks.describe
+        stream, order = self._ll_order(async_finish)
+        args = _native.LLCombineArgs()
+        if not zero_copy:
+            args.x = describe(x, "x")
+        args.topk_idx = describe(topk_idx, "topk_idx")
+        args.topk_weights = describe(topk_weights, "topk_weights")
+        args.handle = native
+        args.zero_copy, args.return_recv_hook = int(zero_copy), int(return_recv_hook)
+        args.out = describe(out, "out")
+        args.combine_wait_recv_cost_stats = describe(combine_wait_recv_cost_stats, "combine_wait_recv_cost_stats")
+        args.num_sms = self.low_latency_num_sms
+        args.order = order
+        result = _native.LLCombineOut()
+        self._lib.check(self._lib.ll_combine(self._live(), _byref(args), _byref(result)))
+        hook = self._ll_hook(result.hook, (x, topk_idx, topk_weights, out, combine_wait_recv_cost_stats))
+        event = EventHandle(result.event) if result.event else None
+        return out, EventOverlap(event), hook
+
+    def get_next_low_latency_combine_buffer(self, handle: tuple):
+        native = getattr(handle, "native", None)
+        if not isinstance(native, _native.LLHandle):
+            raise TypeError("the handle must come from epkit.deep_ep.Buffer.low_latency_dispatch")
+        view = _native.Tensor()
+        self._lib.check(self._lib.ll_next_combine_buffer(self._live(), _byref(native), _byref(view)))
+        return self._as_view(view)
+
+    def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:
+        require(self.low_latency_mode, "clean_low_latency_buffer needs a Buffer made with low_latency_mode=True")
+        self._lib.check(self._lib.ll_clean(self._live(), num_max_dispatch_tokens_per_rank, hidden, num_experts))
+
     # Not in epkit's engine yet -------------------------------------------
-
-    def clean_low_latency_buffer(self, *args, **kwargs):
-        raise _not_implemented("low-latency mode")
-
-    def low_latency_dispatch(self, *args, **kwargs):
-        raise _not_implemented("low-latency dispatch")
-
-    def low_latency_combine(self, *args, **kwargs):
-        raise _not_implemented("low-latency combine")
 
     def low_latency_update_mask_buffer(self, *args, **kwargs):
         raise _not_implemented("shrink mode")
@@ -566,8 +662,44 @@ class Buffer:
     def low_latency_clean_mask_buffer(self, *args, **kwargs):
         raise _not_implemented("shrink mode")
 
-    def get_next_low_latency_combine_buffer(self, *args, **kwargs):
-        raise _not_implemented("low-latency mode")
+
+class LowLatencyHandle(tuple):
+    """DeepEP's low-latency handle (src_info, layout_range,
+    num_max_dispatch_tokens_per_rank, hidden, num_experts) plus the engine's."""
+
+    native: "_native.LLHandle"
+
+    def __new__(cls, items, native):
+        self = super().__new__(cls, items)
+        self.native = native
+        return self
+
+
+class _Hook:
+    """A receive hook: launches the receive half once; keeps the call's
+    tensors alive until then."""
+
+    __slots__ = ("_lib", "_ptr", "_keep")
+
+    def __init__(self, lib, ptr: int, keep):
+        self._lib, self._ptr, self._keep = lib, ptr, keep
+
+    def __call__(self):
+        require(self._ptr is not None, "the hook was called already")
+        ptr, self._ptr = self._ptr, None
+        try:
+            self._lib.check(self._lib.hook_call(ptr))
+        finally:
+            self._lib.hook_release(ptr)
+            self._keep = None
+
+    def __del__(self):
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr:
+            try:
+                self._lib.hook_release(ptr)
+            except Exception:  # interpreter shutdown
+                pass
 
 
 class _nullcontext:
