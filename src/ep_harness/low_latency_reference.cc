@@ -148,8 +148,10 @@ conformance::Verdict deepep_rank_constant_check(const std::vector<float>& rows, 
       token.push_back(src_info[r]);
       continue;
     }
+    // The input holds the index as BF16 (exact up to 256).
+    const float index = cf::bf16_to_float(cf::float_to_bf16(static_cast<float>(src_info[r])));
     for (std::size_t i = h - 128; i < h; ++i)
-      if (row[i] != static_cast<float>(src_info[r]))
+      if (row[i] != index)
         return fmt::format("row {}, channel {}: {}, the token index is {}", r, i, row[i],
                            src_info[r]);
   }
