@@ -1,7 +1,8 @@
 // epkit's expert-parallel engine: DeepEP V1's normal-mode operations
 // (layout, dispatch, cached dispatch, combine) over the NVLink domain of one
-// node, or across nodes (NVLink inside each, NCCL between them), in C++
-// with no PyTorch.
+// node, or across nodes (NVLink inside each, NCCL between them), and its
+// low-latency mode (low_latency_dispatch / combine, one node), in C++ with
+// no PyTorch.
 //
 // A Buffer spans the ranks of one node (one process per GPU), or of several
 // nodes with BufferOptions::ranks_per_node. Every rank calls

@@ -2,9 +2,9 @@
 # Every GPU check on a machine with fewer GPUs than ranks: starts MPS (so the
 # ranks that share a GPU run at once instead of time-slicing), runs the `gpu`
 # CTest label (cases that need more GPUs than there are use --oversubscribe),
-# then `epkit test ep` and a short `epkit bench ep` with 4 ranks sharing the
-# GPUs, the same bench across two nodes faked on this machine, and stops MPS
-# whatever happened.
+# then `epkit test ep` (both modes) and a short `epkit bench ep` with 4 ranks
+# sharing the GPUs, the same bench across two nodes faked on this machine, and
+# stops MPS whatever happened.
 #   scripts/device/one_gpu_suite.sh BUILD_DIR [RANKS]
 # Logs go to $OUT (or ./one-gpu-<host>) as <step>.txt.
 set -u
@@ -52,6 +52,8 @@ nvidia-smi -L >"$OUT/gpus.txt" 2>&1
 step ctest_gpu ctest --test-dir "$tests" -L gpu --output-on-failure --timeout 900
 grep -E "tests passed|Passed|Skipped|Failed|SKIP" "$OUT/ctest_gpu.txt" | tail -n 40
 step test_ep "$EPKIT" test ep --nproc-per-node "$RANKS" --oversubscribe --timeout 300
+step test_ep_ll "$EPKIT" test ep --mode low-latency --nproc-per-node "$RANKS" --oversubscribe \
+  --timeout 300
 step bench_ep "$EPKIT" bench ep --nproc-per-node "$RANKS" --oversubscribe --sms 24 --chunks 4 \
   --warmup 3 --iters 10 --timeout 300
 

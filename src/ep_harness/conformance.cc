@@ -3,13 +3,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "ep/core/device_memory.h"
+#include "ep/lowlatency/region.h"
 #include "ep_harness/conformance/case.h"
 #include "ep_harness/conformance_checks.h"
+#include "ep_harness/conformance_gather.h"
+#include "ep_harness/conformance_low_latency.h"
 #include "ep_harness/reference.h"
 #include "ep_harness/store_bootstrap.h"
 
@@ -61,17 +65,7 @@ struct Suite {
   runtime::Deadline step() const { return runtime::Deadline::after_seconds(opts.timeout_s); }
 };
 
-// The first failed check of a case on this rank; later checks still run
-// their collectives so every rank stays in step.
-struct Checks {
-  cf::Verdict first;
-  void operator()(const std::string& what, const cf::Verdict& v) {
-    if (!first && v) first = what + ": " + *v;
-  }
-  void require(const std::string& what, bool ok, const std::string& detail) {
-    if (!ok) (*this)(what, detail);
-  }
-};
+using cf::Checks;
 
 std::size_t row_bytes(const TensorView& v) {
   return static_cast<std::size_t>(v.cols()) * dtype_size(v.dtype);
@@ -141,24 +135,7 @@ Result<void> finish(Suite& s, const Event& event, bool async) {
 template <typename T>
 Result<std::vector<T>> all_gather(Suite& s, const std::vector<T>& mine, ncclDataType_t type,
                                   const std::string& milestone) {
-  std::vector<T> all(mine.size() * static_cast<std::size_t>(s.ranks));
-  if (mine.empty()) return all;
-  auto send = DeviceMemory::allocate(mine.size() * sizeof(T));
-  if (!send) return send.error();
-  auto recv = DeviceMemory::allocate(all.size() * sizeof(T));
-  if (!recv) return recv.error();
-  EPKIT_TRY(
-      cuda_ok(cudaMemcpy(send->get(), mine.data(), mine.size() * sizeof(T), cudaMemcpyHostToDevice),
-              "cudaMemcpy"));
-  auto& session = *s.gpu.session;
-  EPKIT_TRY(session.check(s.nccl.api->all_gather(send->get(), recv->get(), mine.size(), type,
-                                                 s.nccl.comm, s.nccl.stream),
-                          "ncclAllGather"));
-  EPKIT_TRY(session.wait(milestone, s.step()));
-  EPKIT_TRY(
-      cuda_ok(cudaMemcpy(all.data(), recv->get(), all.size() * sizeof(T), cudaMemcpyDeviceToHost),
-              "cudaMemcpy"));
-  return all;
+  return gather_all(*s.gpu.session, s.nccl, mine, type, milestone, s.step());
 }
 
 // Every rank's top-k indices and weights, padded to the shape's tokens.
@@ -632,6 +609,18 @@ Result<void> validate(const ConformanceOptions& o, int ranks) {
   return {};
 }
 
+// The low-latency cases' shape: the region must hold it, top-k at most 16.
+Result<void> validate_low_latency(const ConformanceOptions& o, int ranks) {
+  const auto& s = o.shape;
+  auto bad = [](std::string why) { return make_error(ErrorCode::invalid, std::move(why)); };
+  if (s.num_topk < 1 || s.num_topk > kernels::k_ll_max_topk || s.num_topk > s.num_experts)
+    return bad(fmt::format("--topk {}: the low-latency mode takes 1..{} (and at most --experts)",
+                           s.num_topk, kernels::k_ll_max_topk));
+  auto region = lowlatency::region_for(s.num_tokens, s.hidden, ranks, s.num_experts);
+  if (!region) return bad(fmt::format("--mode low-latency: {}", region.error().message));
+  return {};
+}
+
 }  // namespace
 
 Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const ConformanceOptions& options,
@@ -643,7 +632,8 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
   auto say = [&](const std::string& text) {
     if (rank == 0 && line) line(text);
   };
-  EPKIT_TRY(validate(options, ranks));
+  const bool low_latency = options.mode == ConformanceMode::low_latency;
+  EPKIT_TRY(low_latency ? validate_low_latency(options, ranks) : validate(options, ranks));
 
   // Rank 0's seed for everyone: under torchrun or srun each process picked
   // its own.
@@ -663,7 +653,11 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
   s.nccl = NcclContext{&session.api(), *comm, session.stream(), rank, ranks};
 
   BufferOptions bo;
-  bo.max_tokens = options.shape.num_tokens;
+  // The low-latency cases need no normal-mode rows, only the region.
+  bo.max_tokens = low_latency ? 0 : options.shape.num_tokens;
+  if (low_latency)
+    bo.low_latency_bytes = Buffer::low_latency_size_hint(
+        options.shape.num_tokens, options.shape.hidden, ranks, options.shape.num_experts);
   bo.max_hidden =
       std::max(options.shape.hidden,
                options.edge_hidden.empty()
@@ -674,6 +668,10 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
   // Several nodes: the internode Buffer, nodes of the launch's local ranks.
   const int per_node = gpu.launch.local_world_size;
   if (gpu.launch.nnodes > 1 && per_node > 0 && per_node < ranks) {
+    if (low_latency)
+      return make_error(ErrorCode::invalid,
+                        "--mode low-latency: the engine's low-latency mode is intranode only for "
+                        "now (this job spans nodes)");
     bo.ranks_per_node = per_node;
     s.internode = true;
     s.nccl.ranks_per_node = per_node;
@@ -689,18 +687,48 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
   report.seed = s.seed;
   const auto& sh = options.shape;
   say(fmt::format(
-      "[config] num_tokens={}, hidden={}, num_topk={}, num_experts={}, ranks={}{}, "
+      "[config] {}num_tokens={}, hidden={}, num_topk={}, num_experts={}, ranks={}{}, "
       "num_sms={}, seed={}",
-      sh.num_tokens, sh.hidden, sh.num_topk, sh.num_experts, ranks,
+      low_latency ? "mode=low-latency, " : "", sh.num_tokens, sh.hidden, sh.num_topk,
+      sh.num_experts, ranks,
       s.internode ? fmt::format(" ({} nodes x {})", ranks / bo.ranks_per_node, bo.ranks_per_node)
                   : "",
       options.num_sms, s.seed));
   if (s.internode) say(fmt::format("[network] {}", s.buffer->network()));
+  if (low_latency) say(fmt::format("[buffer] low-latency region: {} bytes", bo.low_latency_bytes));
 
-  const auto cases = intranode_cases(options, ranks);
-  for (std::size_t n = 0; n < cases.size(); ++n) {
-    const auto& c = cases[n];
-    auto verdict = run_case(s, c, static_cast<int>(n));
+  // The cases of the mode, by name, and how to run the n-th.
+  std::vector<std::string> names;
+  std::function<Result<cf::Verdict>(int)> run_one;
+  std::vector<CaseSpec> cases;
+  std::vector<LowLatencyCase> ll_cases;
+  LowLatencySuite ll;
+  if (low_latency) {
+    ll.session = &session;
+    ll.nccl = s.nccl;
+    ll.buffer = s.buffer;
+    ll.stream = s.stream;
+    ll.options = &options;
+    ll.seed = s.seed;
+    ll.rank = rank;
+    ll.ranks = ranks;
+    auto x = DeviceMemory::allocate(static_cast<std::size_t>(sh.num_experts) * sh.num_tokens *
+                                    sh.hidden * 2);
+    if (!x) return x.error();
+    ll.combine_x = std::move(*x);
+    ll_cases = low_latency_cases(options, ranks);
+    for (const auto& c : ll_cases) names.push_back(c.name);
+    run_one = [&](int n) {
+      return run_low_latency_case(ll, ll_cases[static_cast<std::size_t>(n)], n);
+    };
+  } else {
+    cases = intranode_cases(options, ranks);
+    for (const auto& c : cases) names.push_back(c.name);
+    run_one = [&](int n) { return run_case(s, cases[static_cast<std::size_t>(n)], n); };
+  }
+  for (std::size_t n = 0; n < names.size(); ++n) {
+    const std::string& name = names[n];
+    auto verdict = run_one(static_cast<int>(n));
     if (!verdict) return verdict.error();
     // Every rank's verdict, so the case fails everywhere if it failed anywhere.
     const std::string key = fmt::format("ep/conf/verdict/{}/", n);
@@ -709,17 +737,17 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
     for (int q = 0; q < ranks; ++q) {
       auto text = gpu.store().get(key + std::to_string(q), step());
       if (!text) return text.error();
-      if (!text->empty()) failures.push_back({c.name, q, *text});
+      if (!text->empty()) failures.push_back({name, q, *text});
     }
     ++report.cases;
     if (failures.empty()) {
       ++report.passed;
-      say(c.name + " ... passed");
+      say(name + " ... passed");
       continue;
     }
     ++report.failed;
     say(fmt::format(
-        "{} ... FAILED on rank {}: {}{}", c.name, failures.front().rank, failures.front().detail,
+        "{} ... FAILED on rank {}: {}{}", name, failures.front().rank, failures.front().detail,
         failures.size() == 1 ? "" : fmt::format(" (and {} more ranks)", failures.size() - 1)));
     report.failures.insert(report.failures.end(), failures.begin(), failures.end());
   }

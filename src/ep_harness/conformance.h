@@ -18,7 +18,12 @@
 
 namespace epkit::ep {
 
+enum class ConformanceMode { normal, low_latency };
+
 struct ConformanceOptions {
+  /// normal: DeepEP's test_intranode.py contract; low_latency: its
+  /// test_low_latency.py (num_tokens is then num_max_dispatch_tokens_per_rank).
+  ConformanceMode mode = ConformanceMode::normal;
   TestShape shape;
   int num_sms = 24;
   /// Rank 0's value is used by every rank (shared through the store).

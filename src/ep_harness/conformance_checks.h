@@ -16,6 +16,18 @@ namespace epkit::ep::conformance {
 
 using Verdict = std::optional<std::string>;
 
+/// The first failed check of a case on this rank; later checks still run
+/// their collectives so every rank stays in step.
+struct Checks {
+  Verdict first;
+  void operator()(const std::string& what, const Verdict& v) {
+    if (!first && v) first = what + ": " + *v;
+  }
+  void require(const std::string& what, bool ok, const std::string& detail) {
+    if (!ok) (*this)(what, detail);
+  }
+};
+
 /// DeepEP's calc_diff in double: 1 - 2 sum((x+1)(y+1)) / sum((x+1)^2 + (y+1)^2).
 /// 0 for identical inputs (and for two empty ones).
 double calc_diff(const std::vector<double>& x, const std::vector<double>& y);

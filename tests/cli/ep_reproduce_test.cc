@@ -50,5 +50,15 @@ TEST(EpReproduce, AcrossNodesNamesTheNodeFlags) {
             "same --master)");
 }
 
+TEST(EpReproduce, LowLatencyModeIsNamed) {
+  EpReproduce r = base();
+  r.mode = "low-latency";
+  r.ranks = 2;
+  EXPECT_EQ(
+      ep_reproduce_command(r),
+      "epkit test ep --mode low-latency --seed 717991210 --tokens 1024 --hidden 7168 --topk 8 "
+      "--experts 256 --sms 24 --nproc-per-node 2");
+}
+
 }  // namespace
 }  // namespace epkit::cli

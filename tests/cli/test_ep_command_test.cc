@@ -32,11 +32,23 @@ TEST(TestEpCommand, BadFlagsAreUsageErrors) {
   EXPECT_NE(run_shell(std::string(EPKIT_BINARY) + " test ep --no-such-flag").code, 0);
 }
 
+TEST(TestEpCommand, UnknownModeIsAUsageError) {
+  auto r = run_shell(std::string(EPKIT_BINARY) + " test ep --mode fast --nproc-per-node 1");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("low-latency"), std::string::npos) << r.out;
+}
+
+TEST(TestEpCommand, LowLatencyModeWithoutAGpuIsUnavailable) {
+  auto r = run_shell(std::string("env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY +
+                     " test ep --mode low-latency --timeout 5");
+  EXPECT_EQ(r.code, 12) << r.out;
+}
+
 TEST(TestEpCommand, HelpListsTheFlags) {
   auto r = run_shell(std::string(EPKIT_BINARY) + " test ep --help");
   EXPECT_EQ(r.code, 0) << r.out;
-  for (const char* flag : {"--tokens", "--hidden", "--topk", "--experts", "--sms", "--seed",
-                           "--nproc-per-node", "--timeout", "--json"}) {
+  for (const char* flag : {"--mode", "--tokens", "--hidden", "--topk", "--experts", "--sms",
+                           "--seed", "--nproc-per-node", "--timeout", "--json"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
   auto parent = run_shell(std::string(EPKIT_BINARY) + " test --help");

@@ -210,6 +210,34 @@ TEST(EpConformance, FourRanks) {
   expect_ep_passed(shell(epkit() + " test ep --nproc-per-node 4 --timeout 150" + ranks_flag(4)), 4);
 }
 
+// The low-latency mode (--mode low-latency): DeepEP's test_low_latency.py
+// sweep (16 cases) and 5 edge cases, against the host reference.
+constexpr std::size_t k_ll_cases = 21;
+
+void expect_ll_passed(const Shell& r, int ranks) {
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(count_of(r.out, " ... passed\n"), k_ll_cases);
+  EXPECT_EQ(count_of(r.out, "FAILED"), 0u);
+  EXPECT_NE(r.out.find(std::to_string(k_ll_cases) + " cases on " + std::to_string(ranks) +
+                       " ranks: " + std::to_string(k_ll_cases) + " passed, 0 failed"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("[low-latency] rank-constant x, FP8 round_scale UE8M0, "
+                       "return_recv_hook=True ... passed"),
+            std::string::npos);
+}
+
+TEST(EpConformance, LowLatencyTwoRanks) {
+  expect_ll_passed(shell(epkit() + " test ep --mode low-latency --nproc-per-node 2 --timeout 150" +
+                         ranks_flag(2)),
+                   2);
+}
+
+TEST(EpConformance, LowLatencyFourRanks) {
+  expect_ll_passed(shell(epkit() + " test ep --mode low-latency --nproc-per-node 4 --timeout 150" +
+                         ranks_flag(4)),
+                   4);
+}
+
 // Internode: nodes faked by two node agents (on one GPU, distinct NCCL_HOSTID
 // per rank, so NCCL's network leg runs over its socket transport); every
 // case bitwise against the reference, which sums per node then over nodes.

@@ -72,6 +72,22 @@ Result<std::vector<std::uint8_t>> to_host(const TensorView& view) {
   std::vector<std::uint8_t> out(static_cast<std::size_t>(view.numel()) * elem);
   if (out.empty()) return out;
   if (view.data == nullptr) return make_error(ErrorCode::invalid, "to_host: a null view");
+  if (view.ndim == 3) {
+    // One [d1, d2] matrix at a time (low-latency outputs, per expert).
+    const std::size_t slice = out.size() / static_cast<std::size_t>(view.shape[0]);
+    for (std::int64_t i = 0; i < view.shape[0]; ++i) {
+      TensorView m{static_cast<std::uint8_t*>(view.data) +
+                       static_cast<std::size_t>(i * view.strides[0]) * elem,
+                   view.dtype,
+                   2,
+                   {view.shape[1], view.shape[2], 0},
+                   {view.strides[1], view.strides[2], 0}};
+      auto part = to_host(m);
+      if (!part) return part.error();
+      std::memcpy(out.data() + static_cast<std::size_t>(i) * slice, part->data(), slice);
+    }
+    return out;
+  }
   cudaError_t rc;
   if (view.ndim == 1 || (view.strides[1] == 1 && view.strides[0] >= view.cols())) {
     // Rows contiguous: one strided 2-D copy.

@@ -46,8 +46,8 @@ struct DeviceTensor {
                                         const void* host);
 };
 
-/// Copies a view (any strides) to host memory, row-major and densely
-/// packed: rows() * cols() * dtype_size bytes. Synchronous.
+/// Copies a view (any strides, rank 1 to 3) to host memory, row-major and
+/// densely packed: numel() * dtype_size bytes. Synchronous.
 Result<std::vector<std::uint8_t>> to_host(const TensorView& view);
 
 }  // namespace epkit::ep

@@ -148,7 +148,15 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
   __syncthreads();
 
   // The counts row to every rank first: every rank's rows wait for them.
+  // A rank whose last dispatch on this buffer has not finished its send
+  // (some block not yet past reading the counts: possible only if the hook
+  // of that dispatch was never called) must not see them overwritten.
+  const LowLatencyHeader* mine = ll_header(c, me);
+  const std::uint64_t previous = load_volatile(&mine->dispatch_epoch[c.buffer]);
   for (int r = blockIdx.x; r < c.num_ranks; r += gridDim.x) {
+    if (threadIdx.x == 0)
+      ll_wait_one(c, &mine->dispatch_flag[c.buffer][r], previous, r, k_ll_wait_dispatch);
+    __syncthreads();
     int* row = ll_array<int>(c, r, off.counts) + static_cast<std::int64_t>(me) * E;
     for (int e = threadIdx.x; e < E; e += blockDim.x) row[e] = all[e];
     __threadfence_system();

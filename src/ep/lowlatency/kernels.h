@@ -24,7 +24,8 @@ struct alignas(256) LowLatencyHeader {
   std::uint64_t op_epoch[2];   // epoch of the last operation on each buffer
   std::uint32_t grid_counter;  // blocks of the running send that finished
   std::uint32_t reserved0;
-  std::uint64_t reserved[4];
+  std::uint64_t dispatch_epoch[2];  // epoch of the last dispatch on each buffer
+  std::uint64_t reserved[2];
   std::uint64_t count_flag[2][k_max_ranks];     // source's counts row is in
   std::uint64_t dispatch_flag[2][k_max_ranks];  // source's dispatch rows are in
   std::uint64_t combine_flag[2][k_max_ranks];   // source's combine rows are in

@@ -41,6 +41,15 @@ __device__ __forceinline__ std::uint64_t ll_epoch(const LowLatencyCommon& c) {
   return load_volatile(&h->op_epoch[c.buffer]);
 }
 
+/// One thread waits until *flag reaches `epoch` (bounded like every wait).
+__device__ __forceinline__ void ll_wait_one(const LowLatencyCommon& c, const std::uint64_t* flag,
+                                            std::uint64_t epoch, int rank, int what) {
+  if (load_acquire_sys(flag) >= epoch) return;
+  const std::uint64_t t0 = global_timer_ns();
+  while (load_acquire_sys(flag) < epoch)
+    if (global_timer_ns() - t0 > c.timeout_ns) fail(c.mailbox, k_timeout_low_latency, rank, what);
+}
+
 /// Lanes 0..ranks-1 of the calling warp wait until flags[lane] reaches the
 /// epoch (bounded by the timeout, which names the rank and the wait), and
 /// add the cycles waited to wait_stats when asked.
@@ -49,13 +58,7 @@ __device__ __forceinline__ void ll_wait_flags(const LowLatencyCommon& c, const s
   const int lane = threadIdx.x & 31;
   if (lane < c.num_ranks) {
     const long long start = clock64();
-    if (load_acquire_sys(flags + lane) < epoch) {
-      const std::uint64_t t0 = global_timer_ns();
-      while (load_acquire_sys(flags + lane) < epoch) {
-        if (global_timer_ns() - t0 > c.timeout_ns)
-          fail(c.mailbox, k_timeout_low_latency, lane, what);
-      }
-    }
+    ll_wait_one(c, flags + lane, epoch, lane, what);
     if (record && c.wait_stats != nullptr)
       atomicAdd(reinterpret_cast<unsigned long long*>(c.wait_stats + lane),
                 static_cast<unsigned long long>(clock64() - start));
@@ -90,6 +93,7 @@ __device__ __forceinline__ void ll_send_done(const LowLatencyCommon& c, std::uin
     if (lane == 0) {
       mine->epoch = epoch;
       mine->op_epoch[c.buffer] = epoch;
+      if (!combine) mine->dispatch_epoch[c.buffer] = epoch;
     }
   }
 }

@@ -1,6 +1,6 @@
 // One conformance case: what the suite (ep_harness/conformance.cc) runs and
 // checks. Each engine mode lists its cases in its own file here
-// (intranode.cc); the suite runs them in order on every rank.
+// (intranode.cc, low_latency.cc); the suite runs them in order on every rank.
 #pragma once
 
 #ifdef EPKIT_WITH_CUDA
@@ -36,6 +36,29 @@ struct CaseSpec {
 /// The normal (intranode, NVLink) mode: the layout check, DeepEP's
 /// test_intranode.py sweep in its order, then the edge cases.
 std::vector<CaseSpec> intranode_cases(const ConformanceOptions& o, int ranks);
+
+/// A low-latency case: two dispatches (checked, and equal run to run), then
+/// a combine from a tensor into `out` and a zero-copy combine into the
+/// Buffer, both checked.
+struct LowLatencyCase {
+  std::string name;
+  bool rank_constant = true;  // DeepEP's x; otherwise N(0, 1) * 0.1
+  bool hook = false;          // return_recv_hook (else async, as DeepEP's test)
+  bool fp8 = false;
+  bool round_scale = false;
+  bool ue8m0 = false;
+  bool topk32 = false;
+  int zero_tokens_rank = -1;
+  int masked_rank = -1;  // every selection of this rank is -1
+  /// Two dispatches, then two combines, each pair in flight together with
+  /// hooks called afterwards (two micro-batches).
+  bool two_in_flight = false;
+  bool clean_first = false;  // clean_low_latency_buffer before the case
+};
+
+/// The low-latency mode: DeepEP's test_low_latency.py sweep (x, hook, BF16 /
+/// FP8 / round_scale / UE8M0), then the edge cases.
+std::vector<LowLatencyCase> low_latency_cases(const ConformanceOptions& o, int ranks);
 
 }  // namespace epkit::ep
 

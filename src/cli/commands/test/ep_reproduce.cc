@@ -5,9 +5,10 @@
 namespace epkit::cli {
 
 std::string ep_reproduce_command(const EpReproduce& r) {
-  std::string out =
-      fmt::format("epkit test ep --seed {} --tokens {} --hidden {} --topk {} --experts {} --sms {}",
-                  r.seed, r.tokens, r.hidden, r.topk, r.experts, r.sms);
+  std::string out = "epkit test ep";
+  if (r.mode != "normal") out += " --mode " + r.mode;
+  out += fmt::format(" --seed {} --tokens {} --hidden {} --topk {} --experts {} --sms {}", r.seed,
+                     r.tokens, r.hidden, r.topk, r.experts, r.sms);
   const bool nodes = r.nnodes > 1;
   if (nodes) out += fmt::format(" --nnodes {}", r.nnodes);
   // One node: every rank is local, so the rank count is the flag.

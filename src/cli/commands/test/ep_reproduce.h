@@ -9,6 +9,7 @@
 namespace epkit::cli {
 
 struct EpReproduce {
+  std::string mode = "normal";  // --mode; named only when not the default
   std::uint64_t seed = 0;
   int tokens = 0;
   int hidden = 0;
@@ -21,7 +22,7 @@ struct EpReproduce {
   bool oversubscribe = false;
 };
 
-/// "epkit test ep --seed 7 ... --nproc-per-node 4"; across nodes
+/// "epkit test ep [--mode low-latency] --seed 7 ... --nproc-per-node 4"; across nodes
 /// "... --nnodes 2 --nproc-per-node 2 [--oversubscribe] (on every node, with
 /// its --node-rank and the same --master)".
 std::string ep_reproduce_command(const EpReproduce& r);

@@ -37,6 +37,7 @@ namespace epkit::cli {
 namespace {
 
 struct EpTestOptions {
+  std::string mode = "normal";  // or "low-latency"
   int tokens = 4096;
   int hidden = 7168;
   int topk = 8;
@@ -44,6 +45,11 @@ struct EpTestOptions {
   int sms = 24;
   std::optional<std::uint64_t> seed;
 };
+
+// DeepEP's test_low_latency.py shape: what --mode low-latency runs unless
+// the flags say otherwise.
+constexpr int k_ll_default_tokens = 128;
+constexpr int k_ll_default_experts = 288;
 
 // The suite takes minutes at the default shape on 8 GPUs; the watchdog ends a
 // rank 3 x --timeout + 10 s after it started.
@@ -302,10 +308,11 @@ void write_ep_summary(const ep::ConformanceReport& report, const EpTestOptions& 
       failures.push_back({{"case", f.case_name}, {"rank", f.rank}, {"detail", f.detail}});
     }
     nlohmann::json j = {
-        {"ok", report.failed == 0}, {"ranks", report.ranks},   {"cases", report.cases},
-        {"passed", report.passed},  {"failed", report.failed}, {"seed", report.seed},
-        {"num_tokens", e.tokens},   {"hidden", e.hidden},      {"num_topk", e.topk},
-        {"num_experts", e.experts}, {"num_sms", e.sms},        {"failures", failures}};
+        {"ok", report.failed == 0}, {"mode", e.mode},           {"ranks", report.ranks},
+        {"cases", report.cases},    {"passed", report.passed},  {"failed", report.failed},
+        {"seed", report.seed},      {"num_tokens", e.tokens},   {"hidden", e.hidden},
+        {"num_topk", e.topk},       {"num_experts", e.experts}, {"num_sms", e.sms},
+        {"failures", failures}};
     out << j.dump(2) << "\n";
     return;
   }
@@ -315,7 +322,8 @@ void write_ep_summary(const ep::ConformanceReport& report, const EpTestOptions& 
     out << fmt::format("  FAILED {} on rank {}: {}\n", f.case_name, f.rank, f.detail);
   }
   if (report.failed != 0) {
-    const EpReproduce r{.seed = report.seed,
+    const EpReproduce r{.mode = e.mode,
+                        .seed = report.seed,
                         .tokens = e.tokens,
                         .hidden = e.hidden,
                         .topk = e.topk,
@@ -335,6 +343,8 @@ int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, Rank
   if (int rc = open_gpu_rank(host, launch, io, opts.timeout_s, joined); rc != k_gpu_ok) return rc;
   auto& r = *joined;
   ep::ConformanceOptions co;
+  co.mode =
+      e.mode == "low-latency" ? ep::ConformanceMode::low_latency : ep::ConformanceMode::normal;
   co.shape.num_tokens = e.tokens;
   co.shape.hidden = e.hidden;
   co.shape.num_topk = e.topk;
@@ -381,15 +391,22 @@ Command make_test_command() {
             CLI::App* ep = app.add_subcommand(
                 "ep",
                 "EP engine conformance: DeepEP V1's intranode tests plus bitwise equality "
-                "with an NCCL reference");
-            ep->add_option("--tokens", e->tokens, "Tokens per rank (default 4096)")
+                "with an NCCL reference, or (--mode low-latency) its low-latency tests against "
+                "a host reference");
+            ep->add_option("--mode", e->mode,
+                           "normal (DeepEP's test_intranode.py) or low-latency "
+                           "(test_low_latency.py: 128 tokens, 288 experts unless given)")
+                ->check(CLI::IsMember({"normal", "low-latency"}));
+            ep->add_option("--tokens", e->tokens,
+                           "Tokens per rank (default 4096; low-latency: 128, also its "
+                           "num_max_dispatch_tokens_per_rank)")
                 ->check(CLI::Range(1, 1 << 20));
             ep->add_option("--hidden", e->hidden, "Hidden size, a multiple of 128 (default 7168)")
                 ->check(CLI::Range(128, 1 << 16));
             ep->add_option("--topk", e->topk, "Experts per token (default 8)")
                 ->check(CLI::Range(1, 64));
             ep->add_option("--experts", e->experts,
-                           "Experts, a multiple of the rank count (default 256)")
+                           "Experts, a multiple of the rank count (default 256; low-latency: 288)")
                 ->check(CLI::Range(1, 1 << 16));
             ep->add_option("--sms", e->sms, "SMs for the data kernels (default 24)")
                 ->check(CLI::Range(1, 1024));
@@ -406,6 +423,10 @@ Command make_test_command() {
                 "docs/gpu-commands.md.");
             return [common, opts, ep, ep_opts, e](Io& io) -> int {
               if (ep->parsed()) {
+                if (e->mode == "low-latency") {
+                  if (ep->count("--tokens") == 0) e->tokens = k_ll_default_tokens;
+                  if (ep->count("--experts") == 0) e->experts = k_ll_default_experts;
+                }
                 if (e->hidden % 128 != 0) {
                   io.err << "epkit test ep: --hidden " << e->hidden
                          << " is not a multiple of 128 (FP8 scales cover 128 channels)\n";
@@ -419,6 +440,8 @@ Command make_test_command() {
                                   std::chrono::system_clock::now().time_since_epoch().count()) %
                                   1000000007u;
                 std::vector<std::string> child = {"ep",
+                                                  "--mode",
+                                                  e->mode,
                                                   "--tokens",
                                                   std::to_string(e->tokens),
                                                   "--hidden",

@@ -1,0 +1,45 @@
+// An all-gather over the conformance suite's NCCL communicator: every rank's
+// `mine` (the same length on every rank), by rank. Both modes' suites share
+// it (conformance.cc, conformance_low_latency.cc).
+#pragma once
+
+#ifdef EPKIT_WITH_CUDA
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "base/cuda_error.h"
+#include "ep/core/device_memory.h"
+#include "ep_harness/reference.h"
+#include "runtime/nccl_session.h"
+
+namespace epkit::ep {
+
+template <typename T>
+Result<std::vector<T>> gather_all(runtime::NcclSession& session, const NcclContext& nccl,
+                                  const std::vector<T>& mine, ncclDataType_t type,
+                                  const std::string& milestone, runtime::Deadline deadline) {
+  std::vector<T> all(mine.size() * static_cast<std::size_t>(nccl.num_ranks));
+  if (mine.empty()) return all;
+  auto send = DeviceMemory::allocate(mine.size() * sizeof(T));
+  if (!send) return send.error();
+  auto recv = DeviceMemory::allocate(all.size() * sizeof(T));
+  if (!recv) return recv.error();
+  EPKIT_TRY(
+      cuda_ok(cudaMemcpy(send->get(), mine.data(), mine.size() * sizeof(T), cudaMemcpyHostToDevice),
+              "cudaMemcpy"));
+  EPKIT_TRY(session.check(
+      nccl.api->all_gather(send->get(), recv->get(), mine.size(), type, nccl.comm, nccl.stream),
+      "ncclAllGather"));
+  EPKIT_TRY(session.wait(milestone, deadline));
+  EPKIT_TRY(
+      cuda_ok(cudaMemcpy(all.data(), recv->get(), all.size() * sizeof(T), cudaMemcpyDeviceToHost),
+              "cudaMemcpy"));
+  return all;
+}
+
+}  // namespace epkit::ep
+
+#endif
