@@ -54,6 +54,8 @@ grep -E "tests passed|Passed|Skipped|Failed|SKIP" "$OUT/ctest_gpu.txt" | tail -n
 step test_ep "$EPKIT" test ep --nproc-per-node "$RANKS" --oversubscribe --timeout 300
 step bench_ep "$EPKIT" bench ep --nproc-per-node "$RANKS" --oversubscribe --sms 24 --chunks 4 \
   --warmup 3 --iters 10 --timeout 300
+step bench_ep_ll "$EPKIT" bench ep --mode low-latency --nproc-per-node "$RANKS" --oversubscribe \
+  --warmup 3 --iters 20 --timeout 300
 
 # Two nodes of 2 ranks faked on this machine: one node agent per NCCL_HOSTID,
 # so the internode Buffer's network leg runs over NCCL's sockets. Node 1's
