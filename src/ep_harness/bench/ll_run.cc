@@ -16,6 +16,7 @@
 #include "ep/core/device_memory.h"
 #include "ep_harness/bench/ll_runner.h"
 #include "ep_harness/bench/timing.h"
+#include "ep_harness/bench/verdicts.h"
 #include "ep_harness/conformance_checks.h"
 #include "ep_harness/store_bootstrap.h"
 
@@ -73,10 +74,7 @@ Result<std::unique_ptr<ep::Buffer>> make_ep_ll_buffer(runtime::GpuRank& rank,
 
 namespace {
 
-struct CheckSpec {
-  const char* name;
-  const char* what;
-};
+using detail::CheckSpec;
 constexpr CheckSpec k_checks[] = {
     {"recv_count", "per local expert, the (token, k) pairs routed to it by every rank; FP8, BF16"},
     {"dispatch (BF16)", "every row bitwise equal to its source row; src_info, layout_range"},
@@ -302,31 +300,6 @@ std::string check_combine(const std::vector<std::uint8_t>& combined, const EpLlI
   return fmt::format("calc_diff {:.3g} >= {:.0e}", diff, tolerance);
 }
 
-Result<void> exchange_checks(runtime::Store& store, int me, int world, Deadline deadline,
-                             const std::vector<std::string>& mine, EpLlReport& rep) {
-  EPKIT_TRY(
-      store.set(fmt::format("epbench-ll/checks/{}", me), nlohmann::json(mine).dump(), deadline));
-  rep.checks.clear();
-  for (const auto& spec : k_checks) rep.checks.push_back({spec.name, spec.what, {}, {}});
-  for (int r = 0; r < world; ++r) {
-    auto value = store.get(fmt::format("epbench-ll/checks/{}", r), deadline);
-    if (!value) return value.error();
-    auto verdicts = nlohmann::json::parse(*value, nullptr, false);
-    if (!verdicts.is_array() || verdicts.size() != k_num_checks) {
-      return make_error(ErrorCode::internal,
-                        fmt::format("bench ep: rank {} sent malformed check results", r));
-    }
-    for (std::size_t i = 0; i < k_num_checks; ++i) {
-      std::string v = verdicts[i].get<std::string>();
-      if (v.empty()) continue;
-      auto& c = rep.checks[i];
-      if (c.failed_ranks.empty()) c.first_failure = fmt::format("rank {}: {}", r, v);
-      c.failed_ranks.push_back(r);
-    }
-  }
-  return {};
-}
-
 Result<ep::DeviceMemory> upload(const void* host, std::size_t bytes) {
   auto mem = ep::DeviceMemory::allocate(bytes);
   if (!mem) return mem.error();
@@ -436,7 +409,10 @@ Result<EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
       rep.local_failures.push_back(std::string(k_checks[i].name) + ": " + verdict[i]);
     }
   }
-  EPKIT_TRY(exchange_checks(rank.store(), me, world, step(), verdict, rep));
+  auto checks = detail::exchange_verdicts(rank.store(), "epbench-ll/checks", me, world, step(),
+                                          verdict, {std::begin(k_checks), std::end(k_checks)});
+  if (!checks) return checks.error();
+  rep.checks = std::move(*checks);
   if (!rep.checks_passed()) return rep;
 
   // Timing: events on the caller's stream around each call; the hook's

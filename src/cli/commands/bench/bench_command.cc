@@ -193,6 +193,16 @@ std::string validate(const EpBenchCliOptions& o) {
 
 #ifdef EPKIT_WITH_CUDA
 
+// The engine says unavailable when this node cannot run it (no peer access
+// between the GPUs, for one): that is exit 12, not a lost peer. Invalid is a
+// shape the launch cannot take (nodes of unequal size, more than 8 ranks on
+// a node, SMs the low-latency kernels cannot have): the user's flags.
+int buffer_exit_code(const Error& e) {
+  return e.code == ErrorCode::unavailable ? k_gpu_unavailable
+         : e.code == ErrorCode::invalid   ? k_exit_usage
+                                          : exit_code_for(e);
+}
+
 int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
                   const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
   auto fail = [&](int code, const std::string& why) {
@@ -229,15 +239,7 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
   auto buffer = bench::make_ep_buffer(r, eo);
   if (!buffer) {
     r.session->abort();
-    // The engine says unavailable when this node cannot run it (no peer
-    // access between the GPUs, for one): that is exit 12, not a lost peer.
-    // Invalid is a shape the launch cannot take (nodes of unequal size, more
-    // than 8 ranks on a node): the user's flags.
-    const Error& e = buffer.error();
-    const int code = e.code == ErrorCode::unavailable ? k_gpu_unavailable
-                     : e.code == ErrorCode::invalid   ? k_exit_usage
-                                                      : exit_code_for(e);
-    return fail(code, "ep::Buffer::create: " + e.message);
+    return fail(buffer_exit_code(buffer.error()), "ep::Buffer::create: " + buffer.error().message);
   }
   auto report = bench::run_ep_bench(r, **buffer, eo);
   if (!report) {
@@ -288,11 +290,7 @@ int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, 
   auto buffer = bench::make_ep_ll_buffer(r, eo);
   if (!buffer) {
     r.session->abort();
-    const Error& e = buffer.error();
-    const int code = e.code == ErrorCode::unavailable ? k_gpu_unavailable
-                     : e.code == ErrorCode::invalid   ? k_exit_usage
-                                                      : exit_code_for(e);
-    return fail(code, "ep::Buffer::create: " + e.message);
+    return fail(buffer_exit_code(buffer.error()), "ep::Buffer::create: " + buffer.error().message);
   }
   auto report = bench::run_ep_ll_bench(r, **buffer, eo);
   if (!report) {
