@@ -56,6 +56,8 @@ step test_ep_ll "$EPKIT" test ep --mode low-latency --nproc-per-node "$RANKS" --
   --timeout 300
 step bench_ep "$EPKIT" bench ep --nproc-per-node "$RANKS" --oversubscribe --sms 24 --chunks 4 \
   --warmup 3 --iters 10 --timeout 300
+step bench_ep_ll "$EPKIT" bench ep --mode low-latency --nproc-per-node "$RANKS" --oversubscribe \
+  --warmup 3 --iters 20 --timeout 300
 
 # Two nodes of 2 ranks faked on this machine: one node agent per NCCL_HOSTID,
 # so the internode Buffer's network leg runs over NCCL's sockets. Node 1's

@@ -32,7 +32,7 @@ TEST(BenchEpCommand, HelpListsTheSweepAndDumpFlags) {
   EXPECT_EQ(r.code, 0) << r.err;
   for (const char* flag :
        {"--tokens", "--hidden", "--topk", "--experts", "--sms", "--chunks", "--warmup", "--iters",
-        "--seed", "--dump", "--json", "--timeout", "--nproc-per-node"}) {
+        "--seed", "--dump", "--json", "--timeout", "--nproc-per-node", "--mode"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << "\n" << r.out;
   }
 }
@@ -56,6 +56,27 @@ TEST(BenchEpCommand, BadShapesAndConfigsAreUsageErrors) {
   // CLI11's own checks: not a number, out of range.
   EXPECT_NE(run({"--sms", "24,x"}).code, 0);
   EXPECT_NE(run({"--iters", "0"}).code, 0);
+}
+
+TEST(BenchEpCommand, LowLatencyModeTakesDeepEpsSizesAndOneSmCount) {
+  EXPECT_NE(run({"--mode", "fast"}).code, 0);
+  // The default experts of this mode are test_low_latency.py's 288.
+  auto r = run({"--mode", "low-latency", "--topk", "300"});
+  EXPECT_EQ(r.code, 64) << r.out << r.err;
+  EXPECT_NE(r.err.find("--topk 300 is more than --experts 288"), std::string::npos) << r.err;
+  // The user's value wins; normal mode keeps 256.
+  r = run({"--mode", "low-latency", "--topk", "300", "--experts", "299"});
+  EXPECT_NE(r.err.find("--experts 299"), std::string::npos) << r.err;
+  r = run({"--topk", "300"});
+  EXPECT_NE(r.err.find("--experts 256"), std::string::npos) << r.err;
+  r = run({"--mode", "low-latency", "--sms", "24,12"});
+  EXPECT_EQ(r.code, 64);
+  EXPECT_NE(r.err.find("one --sms value"), std::string::npos) << r.err;
+  r = run({"--mode", "low-latency", "--dump", "x"});
+  EXPECT_EQ(r.code, 64);
+  EXPECT_NE(r.err.find("--dump"), std::string::npos) << r.err;
+  // Valid flags and no GPU: exit 12, never a pass.
+  EXPECT_EQ(shell_no_gpu("--mode low-latency --timeout 5").code, 12);
 }
 
 TEST(BenchEpCommand, DumpFolderIsMadeBeforeAnyRankStarts) {

@@ -288,6 +288,24 @@ TEST(EpBench, InternodeTwoNodesTwoRanksEach) {
   }
 }
 
+// bench ep --mode low-latency: the data checks pass on 2 ranks sharing the
+// GPU, then DeepEP's test_low_latency.py lines at its default sizes.
+TEST(EpBench, LowLatencyTwoRanks) {
+  need_gpus(1);
+  auto r =
+      shell(epkit() +
+            " bench ep --mode low-latency --nproc-per-node 2 --iters 5 --warmup 2 --timeout 300" +
+            ranks_flag(2));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count_of(r.out, "FAILED"), 0u) << r.out;
+  for (const char* piece :
+       {"num_tokens=128, hidden=7168, num_topk=8, num_experts=288, ranks=2", "passed on 2 ranks",
+        "[rank 0] Dispatch + combine bandwidth: ", "[rank 1] Dispatch bandwidth: ",
+        "Dispatch send/recv time: ", "[BF16 dispatch, no cast]", "dispatch+combine"}) {
+    EXPECT_NE(r.out.find(piece), std::string::npos) << piece << "\n" << r.out;
+  }
+}
+
 // --json: the summary object, and --seed reproduces a run (it is echoed).
 TEST(EpConformance, JsonSummary) {
   auto r =

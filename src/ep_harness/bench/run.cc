@@ -17,6 +17,7 @@
 #include "ep_harness/bench/ep_bench_runner.h"
 #include "ep_harness/bench/host_copies.h"
 #include "ep_harness/bench/timing.h"
+#include "ep_harness/bench/verdicts.h"
 #include "ep_harness/reference.h"
 #include "ep_harness/store_bootstrap.h"
 #include "ep_harness/testdata.h"
@@ -27,11 +28,6 @@ namespace {
 using namespace detail;
 
 using Handles = std::array<std::shared_ptr<const ep::DispatchHandle>, 2>;  // BF16, FP8
-
-struct CheckSpec {
-  const char* name;
-  const char* what;
-};
 
 // The checks in the order they are printed; each rank fills one verdict per
 // entry ("" = passed). Across nodes the engine has no recv_src_idx and its
@@ -62,31 +58,13 @@ constexpr CheckSpec k_internode_checks[k_num_checks] = {
     k_checks[5],
 };
 
-// Every rank's check verdicts through the store, so that every rank stops
-// (or goes on to the timing) together.
 Result<void> exchange_checks(runtime::Store& store, int me, int world, Deadline deadline,
                              const std::vector<std::string>& mine, EpReport& rep) {
-  EPKIT_TRY(store.set(fmt::format("epbench/checks/{}", me), nlohmann::json(mine).dump(), deadline));
-  rep.checks.clear();
-  for (const auto& spec : rep.internode() ? k_internode_checks : k_checks) {
-    rep.checks.push_back({spec.name, spec.what, {}, {}});
-  }
-  for (int r = 0; r < world; ++r) {
-    auto value = store.get(fmt::format("epbench/checks/{}", r), deadline);
-    if (!value) return value.error();
-    auto verdicts = nlohmann::json::parse(*value, nullptr, false);
-    if (!verdicts.is_array() || verdicts.size() != k_num_checks) {
-      return make_error(ErrorCode::internal,
-                        fmt::format("bench ep: rank {} sent malformed check results", r));
-    }
-    for (std::size_t i = 0; i < k_num_checks; ++i) {
-      std::string v = verdicts[i].get<std::string>();
-      if (v.empty()) continue;
-      auto& c = rep.checks[i];
-      if (c.failed_ranks.empty()) c.first_failure = fmt::format("rank {}: {}", r, v);
-      c.failed_ranks.push_back(r);
-    }
-  }
+  const auto& specs = rep.internode() ? k_internode_checks : k_checks;
+  auto checks = exchange_verdicts(store, "epbench/checks", me, world, deadline, mine,
+                                  {std::begin(specs), std::end(specs)});
+  if (!checks) return checks.error();
+  rep.checks = std::move(*checks);
   return {};
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/ep_bench.h"
+#include "bench/ep_bench_ll.h"
 #include "bench/p2p.h"
 #include "bench/sweep.h"
 #include "cli/command.h"
@@ -20,6 +21,7 @@
 #include "bench/nccl_runner.h"
 #include "cli/node_nics.h"
 #include "ep_harness/bench/ep_bench_runner.h"
+#include "ep_harness/bench/ll_runner.h"
 #include "runtime/gpu_rank.h"
 #endif
 
@@ -147,6 +149,9 @@ int bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo
 #endif
 
 struct EpBenchCliOptions {
+  /// "normal" (DeepEP's test_intranode.py) or "low-latency"
+  /// (test_low_latency.py).
+  std::string mode = "normal";
   int tokens = 4096;
   int hidden = 7168;
   int topk = 8;
@@ -166,6 +171,11 @@ std::string validate(const EpBenchCliOptions& o) {
     return fmt::format("--hidden {}: must be a multiple of 128 (one FP8 scale per 128 channels)",
                        o.hidden);
   }
+  const bool ll = o.mode == "low-latency";
+  if (ll && o.sms.size() != 1) {
+    return "--mode low-latency takes one --sms value (the kernels' blocks)";
+  }
+  if (ll && !o.dump.empty()) return "--dump is for --mode normal";
   if (o.topk > o.experts) {
     return fmt::format("--topk {} is more than --experts {}", o.topk, o.experts);
   }
@@ -182,6 +192,16 @@ std::string validate(const EpBenchCliOptions& o) {
 }
 
 #ifdef EPKIT_WITH_CUDA
+
+// The engine says unavailable when this node cannot run it (no peer access
+// between the GPUs, for one): that is exit 12, not a lost peer. Invalid is a
+// shape the launch cannot take (nodes of unequal size, more than 8 ranks on
+// a node, SMs the low-latency kernels cannot have): the user's flags.
+int buffer_exit_code(const Error& e) {
+  return e.code == ErrorCode::unavailable ? k_gpu_unavailable
+         : e.code == ErrorCode::invalid   ? k_exit_usage
+                                          : exit_code_for(e);
+}
 
 int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
                   const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
@@ -219,15 +239,7 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
   auto buffer = bench::make_ep_buffer(r, eo);
   if (!buffer) {
     r.session->abort();
-    // The engine says unavailable when this node cannot run it (no peer
-    // access between the GPUs, for one): that is exit 12, not a lost peer.
-    // Invalid is a shape the launch cannot take (nodes of unequal size, more
-    // than 8 ranks on a node): the user's flags.
-    const Error& e = buffer.error();
-    const int code = e.code == ErrorCode::unavailable ? k_gpu_unavailable
-                     : e.code == ErrorCode::invalid   ? k_exit_usage
-                                                      : exit_code_for(e);
-    return fail(code, "ep::Buffer::create: " + e.message);
+    return fail(buffer_exit_code(buffer.error()), "ep::Buffer::create: " + buffer.error().message);
   }
   auto report = bench::run_ep_bench(r, **buffer, eo);
   if (!report) {
@@ -255,6 +267,56 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
   return close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
 }
 
+int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+                     const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
+  auto fail = [&](int code, const std::string& why) {
+    io.line("FAIL: " + why);
+    return code;
+  };
+  if (o.experts % launch.world_size != 0) {
+    return fail(k_exit_usage, fmt::format("--experts {} does not split evenly over {} ranks",
+                                          o.experts, launch.world_size));
+  }
+  std::unique_ptr<runtime::GpuRank> joined;
+  if (int rc = open_gpu_rank(host, launch, io, lo.timeout_s, joined); rc != k_gpu_ok) return rc;
+  auto& r = *joined;
+  bench::EpLlBenchOptions eo;
+  eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
+  eo.sms = o.sms.front();
+  eo.warmup = o.warmup;
+  eo.iters = o.iters;
+  eo.seed = o.seed;
+  eo.timeout_s = lo.timeout_s;
+  auto buffer = bench::make_ep_ll_buffer(r, eo);
+  if (!buffer) {
+    r.session->abort();
+    return fail(buffer_exit_code(buffer.error()), "ep::Buffer::create: " + buffer.error().message);
+  }
+  auto report = bench::run_ep_ll_bench(r, **buffer, eo);
+  if (!report) {
+    r.session->abort();
+    const Error& e = report.error();
+    // A shape or SM count the low-latency kernels refuse is the user's flags.
+    return fail(e.code == ErrorCode::invalid ? k_exit_usage : exit_code_for(e), e.message);
+  }
+  for (const auto& f : report->local_failures) io.line("FAIL: check " + f);
+  const int code = report->checks_passed() ? k_gpu_ok : k_gpu_wrong_data;
+  if (auto done = (*buffer)->barrier(); !done) {
+    r.session->abort();
+    return fail(exit_code_for(done.error()), done.error().message);
+  }
+  buffer->reset();
+  if (launch.rank == 0) {
+    if (lo.json) {
+      io.summary << bench::ep_ll_report_json(*report, code).dump(2) << "\n";
+    } else {
+      io.summary << bench::render_ep_ll_report(*report);
+    }
+    io.summary.flush();
+  }
+  return close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
+}
+
 #endif
 
 int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& lo,
@@ -275,7 +337,7 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
     }
     o->dump = dir.string();
   }
-  std::vector<std::string> child = {"ep"};
+  std::vector<std::string> child = {"ep", "--mode", o->mode};
   auto pass = [&child](const char* flag, std::string value) {
     child.push_back(flag);
     child.push_back(std::move(value));
@@ -296,6 +358,7 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
 #ifdef EPKIT_WITH_CUDA
   GpuLaunchOptions launch = lo;
   main = [o, launch](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
+    if (o->mode == "low-latency") return bench_ep_ll_rank(h, l, rio, *o, launch);
     return bench_ep_rank(h, l, rio, *o, launch);
   };
 #endif
@@ -385,15 +448,24 @@ Command make_bench_command() {
             "ep", "EP engine: checks against the reference, then DeepEP's tuning sweep");
         auto eo = std::make_shared<EpBenchCliOptions>();
         auto ep_lo = std::make_shared<GpuLaunchOptions>();
-        ep->add_option("--tokens", eo->tokens, "Tokens per rank (default 4096)")
-            ->check(CLI::Range(1, 1 << 20));
+        ep->add_option("--mode", eo->mode,
+                       "normal (DeepEP's test_intranode.py) or low-latency "
+                       "(test_low_latency.py; default normal)")
+            ->check(CLI::IsMember({"normal", "low-latency"}));
+        CLI::Option* tokens = ep->add_option("--tokens", eo->tokens,
+                                             "Tokens per rank (default 4096; low-latency 128)")
+                                  ->check(CLI::Range(1, 1 << 20));
         ep->add_option("--hidden", eo->hidden, "Hidden size, a multiple of 128 (default 7168)")
             ->check(CLI::Range(128, 1 << 16));
         ep->add_option("--topk", eo->topk, "Experts per token (default 8)")
             ->check(CLI::Range(1, 1024));
-        ep->add_option("--experts", eo->experts, "Experts in all (default 256)")
-            ->check(CLI::Range(1, 1 << 16));
-        ep->add_option("--sms", eo->sms, "SM counts to sweep: --sms 24,12 or repeated (default 24)")
+        CLI::Option* experts = ep->add_option("--experts", eo->experts,
+                                              "Experts in all (default 256; low-latency 288)")
+                                   ->check(CLI::Range(1, 1 << 16));
+        ep->add_option("--sms", eo->sms,
+                       "SM counts to sweep: --sms 24,12 or repeated (default 24); low-latency: "
+                       "one value, the kernels' blocks (ranks sharing a GPU: sms x ranks <= "
+                       "its SMs)")
             ->delimiter(',');
         ep->add_option("--chunks", eo->chunks, "NVL chunks to sweep (default 1,2,4,8)")
             ->delimiter(',');
@@ -409,9 +481,17 @@ Command make_bench_command() {
             "Exit codes: 0 OK, 10 the engine differs from the reference, 11 NCCL/CUDA error, "
             "12 no GPU/libnccl or the engine cannot run here, 75 peer lost, 124 timeout, "
             "64 usage.");
-        return [common, lo, o, p2p, p2p_size, p2p_iters, p2p_json, ep, eo, ep_lo](Io& io) -> int {
+        return [common, lo, o, p2p, p2p_size, p2p_iters, p2p_json, ep, eo, ep_lo, tokens,
+                experts](Io& io) -> int {
           if (p2p->parsed()) return run_p2p_command(io, *p2p_size, *p2p_iters, *p2p_json);
-          if (ep->parsed()) return run_ep_command(io, *common, *ep_lo, eo);
+          if (ep->parsed()) {
+            // DeepEP's test_low_latency.py sizes, unless given.
+            if (eo->mode == "low-latency") {
+              if (tokens->count() == 0) eo->tokens = bench::EpLlShape{}.tokens;
+              if (experts->count() == 0) eo->experts = bench::EpLlShape{}.experts;
+            }
+            return run_ep_command(io, *common, *ep_lo, eo);
+          }
           auto p = parse(*o);
           if (!p) {
             io.err << "epkit bench nccl: " << p.error().message << "\n";
