@@ -32,15 +32,6 @@ namespace {
 constexpr int k_skip = 77;
 constexpr int k_sets = 4;  // input sets the replays cycle through
 
-#define CHECK_OK(expr)                                                                    \
-  do {                                                                                    \
-    auto&& r_ = (expr);                                                                   \
-    if (!r_) {                                                                            \
-      std::fprintf(stderr, "rank %d: %s: %s\n", rank, #expr, r_.error().message.c_str()); \
-      return 2;                                                                           \
-    }                                                                                     \
-  } while (0)
-
 #define CHECK_CUDA(expr)                                                               \
   do {                                                                                 \
     cudaError_t rc_ = (expr);                                                          \

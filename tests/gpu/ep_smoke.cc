@@ -47,15 +47,6 @@ constexpr int k_named_the_dead_rank = 42;
 // engine says so instead of naming the dead rank itself.
 constexpr int k_ended_by_a_peers_fault = 43;
 
-#define CHECK_OK(expr)                                                                    \
-  do {                                                                                    \
-    auto&& r_ = (expr);                                                                   \
-    if (!r_) {                                                                            \
-      std::fprintf(stderr, "rank %d: %s: %s\n", rank, #expr, r_.error().message.c_str()); \
-      return 2;                                                                           \
-    }                                                                                     \
-  } while (0)
-
 std::string node_host_id(int node) {
   return "ep-smoke-node-" + std::to_string(node);
 }

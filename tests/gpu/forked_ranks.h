@@ -1,5 +1,6 @@
-// What the standalone GPU programs (epkit_ep_smoke, epkit_ep_call_overhead)
-// share: they fork one process per rank, so CUDA must not start in the parent.
+// What the standalone GPU programs (epkit_ep_smoke, epkit_ep_ll_graph,
+// epkit_ep_call_overhead) share: they fork one process per rank, so CUDA must
+// not start in the parent.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,9 +9,21 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 
 #include "runtime/socket.h"
 #include "runtime/store.h"
+
+/// In a rank's main (an `int rank` in scope): a failed Result ends the rank
+/// with exit 2 after naming the rank, the call and the cause.
+#define CHECK_OK(expr)                                                                    \
+  do {                                                                                    \
+    auto&& r_ = (expr);                                                                   \
+    if (!r_) {                                                                            \
+      std::fprintf(stderr, "rank %d: %s: %s\n", rank, #expr, r_.error().message.c_str()); \
+      return 2;                                                                           \
+    }                                                                                     \
+  } while (0)
 
 namespace epkit::test {
 

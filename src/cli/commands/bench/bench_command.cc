@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "bench/ep_bench.h"
@@ -203,18 +205,55 @@ int buffer_exit_code(const Error& e) {
                                           : exit_code_for(e);
 }
 
+/// What both modes do before their Buffer: the experts must split over the
+/// ranks, then the rank joins the job.
+int join_ep_bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+                       const EpBenchCliOptions& o, const GpuLaunchOptions& lo,
+                       std::unique_ptr<runtime::GpuRank>& joined) {
+  if (o.experts % launch.world_size != 0) {
+    io.line(fmt::format("FAIL: --experts {} does not split evenly over {} ranks", o.experts,
+                        launch.world_size));
+    return k_exit_usage;
+  }
+  return open_gpu_rank(host, launch, io, lo.timeout_s, joined);
+}
+
+/// What both modes do after their run: every rank's failed checks, a barrier
+/// (no rank frees its share while another may still read it), `after_free`,
+/// then rank 0's summary.
+template <typename Report, typename Json, typename Render>
+int end_ep_bench_rank(runtime::GpuRank& r, const runtime::LaunchInfo& launch, RankIo& io,
+                      const GpuLaunchOptions& lo, std::unique_ptr<ep::Buffer>& buffer,
+                      const Report& report, const std::function<void()>& after_free, Json json,
+                      Render render) {
+  for (const auto& f : report.local_failures) io.line("FAIL: check " + f);
+  const int code = report.checks_passed() ? k_gpu_ok : k_gpu_wrong_data;
+  if (auto done = buffer->barrier(); !done) {
+    r.session->abort();
+    io.line("FAIL: " + done.error().message);
+    return exit_code_for(done.error());
+  }
+  buffer.reset();
+  if (after_free) after_free();
+  if (launch.rank == 0) {
+    if (lo.json) {
+      io.summary << json(report, code).dump(2) << "\n";
+    } else {
+      io.summary << render(report);
+    }
+    io.summary.flush();
+  }
+  return close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
+}
+
 int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
                   const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
   auto fail = [&](int code, const std::string& why) {
     io.line("FAIL: " + why);
     return code;
   };
-  if (o.experts % launch.world_size != 0) {
-    return fail(k_exit_usage, fmt::format("--experts {} does not split evenly over {} ranks",
-                                          o.experts, launch.world_size));
-  }
   std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = open_gpu_rank(host, launch, io, lo.timeout_s, joined); rc != k_gpu_ok) return rc;
+  if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != k_gpu_ok) return rc;
   auto& r = *joined;
   bench::EpBenchOptions eo;
   eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
@@ -246,25 +285,14 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
     r.session->abort();
     return fail(exit_code_for(report.error()), report.error().message);
   }
-  for (const auto& f : report->local_failures) io.line("FAIL: check " + f);
-  const int code = report->checks_passed() ? k_gpu_ok : k_gpu_wrong_data;
-  // No rank frees its share while another may still read it.
-  if (auto done = (*buffer)->barrier(); !done) {
-    r.session->abort();
-    return fail(exit_code_for(done.error()), done.error().message);
-  }
-  buffer->reset();
-  if (nics)
-    for (const auto& l : nics->finish().lines) io.line(l);
-  if (launch.rank == 0) {
-    if (lo.json) {
-      io.summary << bench::ep_report_json(*report, code).dump(2) << "\n";
-    } else {
-      io.summary << bench::render_ep_report(*report);
-    }
-    io.summary.flush();
-  }
-  return close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
+  auto finish_nics = [&] {
+    if (nics)
+      for (const auto& l : nics->finish().lines) io.line(l);
+  };
+  return end_ep_bench_rank(
+      r, launch, io, lo, *buffer, *report, finish_nics,
+      [](const auto& rep, int code) { return bench::ep_report_json(rep, code); },
+      [](const auto& rep) { return bench::render_ep_report(rep); });
 }
 
 int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
@@ -273,12 +301,8 @@ int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, 
     io.line("FAIL: " + why);
     return code;
   };
-  if (o.experts % launch.world_size != 0) {
-    return fail(k_exit_usage, fmt::format("--experts {} does not split evenly over {} ranks",
-                                          o.experts, launch.world_size));
-  }
   std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = open_gpu_rank(host, launch, io, lo.timeout_s, joined); rc != k_gpu_ok) return rc;
+  if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != k_gpu_ok) return rc;
   auto& r = *joined;
   bench::EpLlBenchOptions eo;
   eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
@@ -299,22 +323,10 @@ int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, 
     // A shape or SM count the low-latency kernels refuse is the user's flags.
     return fail(e.code == ErrorCode::invalid ? k_exit_usage : exit_code_for(e), e.message);
   }
-  for (const auto& f : report->local_failures) io.line("FAIL: check " + f);
-  const int code = report->checks_passed() ? k_gpu_ok : k_gpu_wrong_data;
-  if (auto done = (*buffer)->barrier(); !done) {
-    r.session->abort();
-    return fail(exit_code_for(done.error()), done.error().message);
-  }
-  buffer->reset();
-  if (launch.rank == 0) {
-    if (lo.json) {
-      io.summary << bench::ep_ll_report_json(*report, code).dump(2) << "\n";
-    } else {
-      io.summary << bench::render_ep_ll_report(*report);
-    }
-    io.summary.flush();
-  }
-  return close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
+  return end_ep_bench_rank(
+      r, launch, io, lo, *buffer, *report, {},
+      [](const auto& rep, int code) { return bench::ep_ll_report_json(rep, code); },
+      [](const auto& rep) { return bench::render_ep_ll_report(rep); });
 }
 
 #endif
