@@ -147,7 +147,12 @@ std::string render_ep_ll_report(const EpLlReport& rep) {
       }
     }
   }
-  if (runs > 0) out += "\n" + ep_ll_table(rep);
+  // Appended in two steps: `"\n" + string` trips GCC 12's -O3 -Wrestrict
+  // false alarm (PR 105329).
+  if (runs > 0) {
+    out += '\n';
+    out += ep_ll_table(rep);
+  }
   return out;
 }
 
