@@ -197,6 +197,10 @@ const EpRow* ep_best(const std::vector<EpRow>& rows, EpOp op, int sms);
 std::string ep_config_line(const EpShape& shape);
 /// "[check] dispatch (BF16) vs reference (...): passed on 4 ranks"
 std::string ep_check_line(const EpCheck& check, int ranks);
+/// Every check passed (both modes' reports).
+bool ep_checks_passed(const std::vector<EpCheck>& checks);
+/// The checks as `--json` gives them (both modes' reports).
+nlohmann::json ep_checks_json(const std::vector<EpCheck>& checks);
 /// "[tuning] SMs 24, NVL chunk 4: 402.06 GB/s (NVL), 527.08 us, physical 301.55 GB/s";
 /// across nodes test_internode.py's order, time first, then RDMA and NVL:
 /// "[tuning] SMs 24, NVL chunk 4: 722.00 us, 81.00 GB/s (RDMA), 265.00 GB/s (NVL),

@@ -43,7 +43,7 @@ void ep_ll_fill_bytes(EpLlRun& run, int hidden) {
 }
 
 bool EpLlReport::checks_passed() const {
-  return std::all_of(checks.begin(), checks.end(), [](const EpCheck& c) { return c.passed(); });
+  return ep_checks_passed(checks);
 }
 
 std::string ep_ll_config_line(const EpLlReport& r) {
@@ -232,15 +232,7 @@ nlohmann::json ep_ll_report_json(const EpLlReport& rep, int exit_code) {
                       {"seed", rep.seed},
                       {"gpu", rep.gpu},
                       {"exit_code", exit_code}};
-  nlohmann::json checks = nlohmann::json::array();
-  for (const auto& c : rep.checks) {
-    checks.push_back({{"name", c.name},
-                      {"what", c.what},
-                      {"passed", c.passed()},
-                      {"failed_ranks", c.failed_ranks},
-                      {"first_failure", c.first_failure}});
-  }
-  j["checks"] = checks;
+  j["checks"] = ep_checks_json(rep.checks);
   // The table's rows (rank 0), then every rank's runs.
   nlohmann::json rows = nlohmann::json::array();
   if (!rep.by_rank.empty()) {

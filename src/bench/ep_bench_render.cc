@@ -74,8 +74,24 @@ EpTiming ep_summarize(std::vector<double> s) {
   return t;
 }
 
-bool EpReport::checks_passed() const {
+bool ep_checks_passed(const std::vector<EpCheck>& checks) {
   return std::all_of(checks.begin(), checks.end(), [](const EpCheck& c) { return c.passed(); });
+}
+
+nlohmann::json ep_checks_json(const std::vector<EpCheck>& checks) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& c : checks) {
+    out.push_back({{"name", c.name},
+                   {"what", c.what},
+                   {"passed", c.passed()},
+                   {"failed_ranks", c.failed_ranks},
+                   {"first_failure", c.first_failure}});
+  }
+  return out;
+}
+
+bool EpReport::checks_passed() const {
+  return ep_checks_passed(checks);
 }
 
 const EpRow* ep_best(const std::vector<EpRow>& rows, EpOp op, int sms) {
@@ -263,15 +279,7 @@ nlohmann::json ep_report_json(const EpReport& rep, int exit_code) {
                  {"check_sms", rep.check_sms},
                  {"check_nvl_chunk", rep.check_chunk},
                  {"gpu", rep.gpu}};
-  nlohmann::json checks = nlohmann::json::array();
-  for (const auto& c : rep.checks) {
-    checks.push_back({{"name", c.name},
-                      {"what", c.what},
-                      {"passed", c.passed()},
-                      {"failed_ranks", c.failed_ranks},
-                      {"first_failure", c.first_failure}});
-  }
-  j["checks"] = checks;
+  j["checks"] = ep_checks_json(rep.checks);
   j["checks_passed"] = rep.checks_passed();
   const bool internode = rep.internode();
   j["accounting"] = accounting_json(internode);
