@@ -558,9 +558,9 @@ class Buffer:
 
     # Low-latency mode -----------------------------------------------------
 
-    def _ll_order(self, async_finish: bool) -> Tuple[int, _native.Order]:
-        stream = _current_stream()
-        return stream, _native.Order(stream, None, int(async_finish), int(async_finish))
+    @staticmethod
+    def _ll_order(async_finish: bool) -> _native.Order:
+        return _native.Order(_current_stream(), None, int(async_finish), int(async_finish))
 
     def _ll_hook(self, ptr, keep):
         return _Hook(self._lib, ptr, keep) if ptr else None
@@ -577,7 +577,7 @@ class Buffer:
         _checks.low_latency_dispatch(x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts, async_finish,
                                      return_recv_hook)
         describe = _checks.describe
-        stream, order = self._ll_order(async_finish)
+        order = self._ll_order(async_finish)
         args = _native.LLDispatchArgs()
         args.x = describe(x, "x")
         args.topk_idx = describe(topk_idx, "topk_idx")
@@ -621,7 +621,7 @@ class Buffer:
         if out is None:
             out = torch.empty((topk_idx.size(0), native.hidden), dtype=torch.bfloat16, device=self._cuda)
         describe = _checks.describe
-        stream, order = self._ll_order(async_finish)
+        order = self._ll_order(async_finish)
         args = _native.LLCombineArgs()
         if not zero_copy:
             args.x = describe(x, "x")
