@@ -3,10 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ep/core/device_memory.h"
 #include "ep/lowlatency/region.h"
@@ -478,26 +482,68 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
         if (c.with_topk) EPKIT_TRY(copy_rows(ca.topk_weights, d.recv_topk_weights));
       }
     }
+    // Biases: exact BF16 values from the token and column, different per rank.
+    const std::int64_t my_tokens = inputs->x.view.rows();
+    std::array<DeviceTensor, 2> biases;
+    for (int b = 0; b < c.biases; ++b) {
+      std::vector<std::uint16_t> host(static_cast<std::size_t>(my_tokens * hidden));
+      for (std::int64_t t = 0; t < my_tokens; ++t)
+        for (std::int64_t j = 0; j < hidden; ++j) {
+          const float v = static_cast<float>((t * 7 + j * 3 + s.rank * 5 + b * 11) % 17 - 8) * 0.375f;
+          std::uint32_t bits;
+          std::memcpy(&bits, &v, sizeof bits);
+          host[static_cast<std::size_t>(t * hidden + j)] = static_cast<std::uint16_t>(bits >> 16);
+        }
+      auto bt = DeviceTensor::from_host(DType::bf16, my_tokens, hidden, host.data());
+      if (!bt) return bt.error();
+      biases[static_cast<std::size_t>(b)] = std::move(*bt);
+      ca.bias[static_cast<std::size_t>(b)] = biases[static_cast<std::size_t>(b)].view;
+    }
+    DeviceTensor caller_x, caller_w;
+    if (c.combine_into_caller) {
+      auto cx = DeviceTensor::zeros(DType::bf16, my_tokens, hidden);
+      if (!cx) return cx.error();
+      caller_x = std::move(*cx);
+      ca.out_x = caller_x.view;
+      if (c.with_topk) {
+        auto cw = DeviceTensor::zeros(DType::fp32, my_tokens, topk);
+        if (!cw) return cw.error();
+        caller_w = std::move(*cw);
+        ca.out_topk_weights = caller_w.view;
+      }
+    }
     ca.handle = d.handle;
     ca.config.num_sms = s.opts.num_sms;
     ca.order = order->order;
     auto comb = s.buffer->combine(ca);
     if (!comb) return comb.error();
     EPKIT_TRY(finish(s, comb->event, c.async));
-    s.last_combine = {comb->combined_x, comb->combined_topk_weights};
+    if (c.combine_into_caller) {
+      ck.require("combined_x in the caller's memory", comb->combined_x.data == caller_x.view.data,
+                 "the result is not where out_x points");
+      if (c.with_topk)
+        ck.require("combined_topk_weights in the caller's memory",
+                   comb->combined_topk_weights.data == caller_w.view.data,
+                   "the result is not where out_topk_weights points");
+    } else {
+      s.last_combine = {comb->combined_x, comb->combined_topk_weights};
+    }
     auto got_x = copy_out(comb->combined_x);
     if (!got_x) return got_x.error();
     auto got_w = copy_out(comb->combined_topk_weights);
     if (!got_w) return got_w.error();
     auto ref_c = reference_combine(s.nccl, *ref, ref->recv_x.view,
-                                   c.with_topk ? ref->recv_topk_weights.view : TensorView{});
+                                   c.with_topk ? ref->recv_topk_weights.view : TensorView{},
+                                   ca.bias);
     if (!ref_c) return ref_c.error();
     auto ref_cx = copy_out(ref_c->combined_x.view);
     if (!ref_cx) return ref_cx.error();
     ck("combined_x vs reference",
        cf::compare_bytes(*ref_cx, *got_x, static_cast<std::size_t>(hidden) * 2));
     const auto combined = cf::decode_bf16(*got_x);
-    if (c.kind == XKind::rank_constant) {
+    if (c.biases > 0) {
+      // The sum includes the biases: the bitwise reference above is the check.
+    } else if (c.kind == XKind::rank_constant) {
       ck("combined_x == x * ranks reached",
          cf::check_combined_exact(combined, hidden, s.rank, want.token_reach));
     } else {

@@ -558,7 +558,8 @@ Result<ReferenceDispatch> reference_dispatch(const NcclContext& c, const Dispatc
 }
 
 Result<ReferenceCombine> reference_combine(const NcclContext& c, const ReferenceDispatch& d,
-                                           const TensorView& x, const TensorView& topk_weights) {
+                                           const TensorView& x, const TensorView& topk_weights,
+                                           const std::array<TensorView, 2>& bias) {
   EPKIT_TRY(check_context(c));
   const int me = c.rank;
   const int n = c.num_ranks;
@@ -583,6 +584,11 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
                         fmt::format("reference_combine: the dispatch spans {} ranks, the "
                                     "communicator {}",
                                     d.layout.num_ranks, n));
+    for (const TensorView& b : bias)
+      if (given(b) && (b.dtype != DType::bf16 || b.ndim != 2 || b.cols() != x.cols() ||
+                       !b.row_major() || (b.rows() > 1 && b.strides[0] != b.cols())))
+        return make_error(ErrorCode::invalid, "reference_combine: bias " + b.describe() +
+                                                  " must be a contiguous BF16 [tokens, hidden]");
     return {};
   }();
   std::vector<int> mine(m_count, 0);
@@ -637,7 +643,9 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
     if (!combined) return combined.error();
     EPKIT_TRY(cuda_ok(
         kernels::reference_combine_bf16(combined->memory.get(), back->get(), packed_row, tokens, n,
-                                        c.ranks_per_node, static_cast<int>(hidden), c.stream),
+                                        c.ranks_per_node, static_cast<int>(hidden),
+                                        given(bias[0]) ? bias[0].data : nullptr,
+                                        given(bias[1]) ? bias[1].data : nullptr, c.stream),
         "reference_combine: summing x"));
     // `back` is freed at the end of this block: the sum must be done.
     EPKIT_TRY(wait_stream(c, "reference_combine: summing x"));

@@ -9,6 +9,7 @@
 // engine's forwarders and final reduce do.
 #pragma once
 
+#include <array>
 #include <epkit/ep.h>
 #include <epkit/result.h>
 
@@ -69,8 +70,11 @@ struct ReferenceCombine {
 };
 
 /// x: BF16 [dispatch.num_recv_tokens, hidden] in receive order.
+/// `bias`: optional BF16 [tokens, hidden] (this rank's tokens), contiguous,
+/// as CombineArgs::bias.
 Result<ReferenceCombine> reference_combine(const NcclContext& nccl,
                                            const ReferenceDispatch& dispatch, const TensorView& x,
-                                           const TensorView& topk_weights);
+                                           const TensorView& topk_weights,
+                                           const std::array<TensorView, 2>& bias = {});
 
 }  // namespace epkit::ep

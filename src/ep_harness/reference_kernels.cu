@@ -66,14 +66,20 @@ __device__ float round_to<float>(float v) {
 
 template <typename T>
 __global__ void combine_kernel(T* out, const T* recv, const int* packed_row, int tokens, int ranks,
-                               int ranks_per_node, int cols) {
+                               int ranks_per_node, int cols, const T* bias0, const T* bias1) {
   const int per_node = ranks_per_node > 0 ? ranks_per_node : ranks;
   for (int t = blockIdx.x; t < tokens; t += gridDim.x) {
     const int* rows = packed_row + static_cast<std::size_t>(t) * ranks;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-      float total = 0.0f;
+      // The biases open the sum: inside the one node's sum, or before the
+      // nodes' rounded partials.
+      float start = 0.0f;
+      const std::size_t at = static_cast<std::size_t>(t) * cols + c;
+      if (bias0 != nullptr) start = __fadd_rn(start, to_float(bias0[at]));
+      if (bias1 != nullptr) start = __fadd_rn(start, to_float(bias1[at]));
+      float total = per_node == ranks ? 0.0f : start;
       for (int first = 0; first < ranks; first += per_node) {
-        float acc = 0.0f;
+        float acc = per_node == ranks ? start : 0.0f;
         bool any = false;
         for (int r = first; r < first + per_node; ++r) {
           int row = rows[r];
@@ -112,19 +118,21 @@ cudaError_t reference_gather_rows(void* dst, const void* src, std::int64_t src_s
 }
 
 cudaError_t reference_combine_bf16(void* out, const void* recv, const int* packed_row, int tokens,
-                                   int ranks, int ranks_per_node, int hidden, cudaStream_t stream) {
+                                   int ranks, int ranks_per_node, int hidden, const void* bias0,
+                                   const void* bias1, cudaStream_t stream) {
   if (tokens <= 0 || hidden <= 0) return cudaSuccess;
   combine_kernel<__nv_bfloat16><<<blocks_for(tokens), k_threads, 0, stream>>>(
       static_cast<__nv_bfloat16*>(out), static_cast<const __nv_bfloat16*>(recv), packed_row, tokens,
-      ranks, ranks_per_node, hidden);
+      ranks, ranks_per_node, hidden, static_cast<const __nv_bfloat16*>(bias0),
+      static_cast<const __nv_bfloat16*>(bias1));
   return cudaGetLastError();
 }
 
 cudaError_t reference_combine_fp32(float* out, const float* recv, const int* packed_row, int tokens,
                                    int ranks, int ranks_per_node, int cols, cudaStream_t stream) {
   if (tokens <= 0 || cols <= 0) return cudaSuccess;
-  combine_kernel<float><<<blocks_for(tokens), k_threads, 0, stream>>>(out, recv, packed_row, tokens,
-                                                                      ranks, ranks_per_node, cols);
+  combine_kernel<float><<<blocks_for(tokens), k_threads, 0, stream>>>(
+      out, recv, packed_row, tokens, ranks, ranks_per_node, cols, nullptr, nullptr);
   return cudaGetLastError();
 }
 

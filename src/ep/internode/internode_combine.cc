@@ -16,16 +16,8 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
     return invalid("combine: the handle is not from this internode Buffer's dispatch");
   EPKIT_TRY(check_rows(a.x, "combine: x", DType::bf16));
   const int hidden = static_cast<int>(a.x.cols());
-  for (int b = 0; b < 2; ++b) {
-    const TensorView& bias = a.bias[static_cast<std::size_t>(b)];
-    if (!given(bias)) continue;
-    if (bias.dtype != DType::bf16 || bias.ndim != 2 || bias.rows() != h->num_tokens ||
-        bias.cols() != hidden || bias.strides[1] != 1 || !aligned16(bias.data) ||
-        bias.strides[0] % 8 != 0)
-      return invalid(fmt::format(
-          "combine: bias {} ({}) must be a row-major bf16[{}, {}] with 16-byte aligned rows", b,
-          bias.describe(), h->num_tokens, hidden));
-  }
+  const int topk_given = given(a.topk_weights) ? static_cast<int>(a.topk_weights.cols()) : 0;
+  EPKIT_TRY(check_combine_extras(a, h->num_tokens, hidden, topk_given));
   cudaStream_t stream = m_local->comm_stream();
   EPKIT_TRY(m_local->enter(a.order));
 
@@ -37,6 +29,7 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
   local.config = a.config;
   local.order.stream = stream;
   local.order.async = true;
+  local.order.want_event = false;
   auto partial = m_local->combine(local);
   if (!partial) return partial.error();
   const bool with_weights = given(a.topk_weights);
@@ -76,8 +69,12 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
   EPKIT_TRY(wait_network("combine (partial sums)", peers));
 
   // 3. Each token: the biases, then its partials in node order.
-  auto* out_x = reinterpret_cast<std::uint16_t*>(region(m_mem_layout.out_x));
-  auto* out_w = reinterpret_cast<float*>(region(m_mem_layout.out_w));
+  // The caller's memory when given: the reduce writes the result there.
+  auto* out_x = given(a.out_x) ? static_cast<std::uint16_t*>(a.out_x.data)
+                               : reinterpret_cast<std::uint16_t*>(region(m_mem_layout.out_x));
+  auto* out_w = given(a.out_topk_weights)
+                    ? static_cast<float*>(a.out_topk_weights.data)
+                    : reinterpret_cast<float*>(region(m_mem_layout.out_w));
   rp.send_row = h->node_send_row;
   rp.num_tokens = h->num_tokens;
   rp.num_nodes = m_nodes;

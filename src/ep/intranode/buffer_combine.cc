@@ -7,14 +7,44 @@
 
 namespace epkit::ep {
 
+Result<void> check_combine_extras(const CombineArgs& a, std::int64_t tokens, std::int64_t hidden,
+                                  std::int64_t num_topk) {
+  for (std::size_t b = 0; b < a.bias.size(); ++b) {
+    const TensorView& bias = a.bias[b];
+    if (!given(bias)) continue;
+    if (bias.dtype != DType::bf16 || bias.ndim != 2 || bias.rows() != tokens ||
+        bias.cols() != hidden || bias.strides[1] != 1 || !aligned16(bias.data) ||
+        bias.strides[0] % 8 != 0)
+      return invalid(fmt::format(
+          "combine: bias {} ({}) must be a row-major bf16[{}, {}] with 16-byte aligned rows", b,
+          bias.describe(), tokens, hidden));
+  }
+  if (given(a.out_x)) {
+    const TensorView& o = a.out_x;
+    if (o.dtype != DType::bf16 || o.ndim != 2 || o.rows() != tokens || o.cols() != hidden ||
+        o.strides[1] != 1 || o.strides[0] != hidden || !aligned16(o.data))
+      return invalid(fmt::format("combine: out_x ({}) must be a contiguous bf16[{}, {}], 16-byte "
+                                 "aligned",
+                                 o.describe(), tokens, hidden));
+  }
+  if (given(a.out_topk_weights)) {
+    const TensorView& o = a.out_topk_weights;
+    if (num_topk == 0)
+      return invalid("combine: out_topk_weights given without topk_weights to combine");
+    if (o.dtype != DType::fp32 || o.ndim != 2 || o.rows() != tokens || o.cols() != num_topk ||
+        o.strides[1] != 1 || o.strides[0] != num_topk)
+      return invalid(fmt::format("combine: out_topk_weights ({}) must be a contiguous fp32[{}, {}]",
+                                 o.describe(), tokens, num_topk));
+  }
+  return {};
+}
+
 Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
   EPKIT_TRY(a.config.validate());
   if (!a.handle) return invalid("combine: the dispatch handle is missing");
   const DispatchHandle& h = *a.handle;
   if (h.num_ranks != m_ranks)
     return invalid("combine: the handle comes from a Buffer of another size");
-  if (given(a.bias[0]) || given(a.bias[1]))
-    return invalid("combine: bias is supported by internode Buffers only");
   EPKIT_TRY(check_rows(a.x, "combine: x", DType::bf16));
   const int hidden = static_cast<int>(a.x.cols());
   const std::int64_t rows_needed = h.num_worst_tokens > 0 ? h.num_worst_tokens : h.num_recv_tokens;
@@ -32,6 +62,7 @@ Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
                                  w.describe(), rows_needed, m_opts.max_topk));
     num_topk = static_cast<int>(w.cols());
   }
+  EPKIT_TRY(check_combine_extras(a, h.num_tokens, hidden, num_topk));
   EPKIT_TRY(enter(a.order));
   std::uint8_t* own = m_peers[m_rank];
   const std::int32_t* recv_count = static_cast<const std::int32_t*>(h.rank_prefix_matrix.data) +
@@ -74,8 +105,18 @@ Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
   cp.num_tokens = h.num_tokens;
   cp.hidden = hidden;
   cp.num_topk = num_topk;
-  cp.out_x = m_combined_x;
-  cp.out_weights = with_weights ? m_combined_w : nullptr;
+  for (std::size_t b = 0; b < a.bias.size(); ++b)
+    if (given(a.bias[b])) {
+      cp.bias[b] = static_cast<const std::uint16_t*>(a.bias[b].data);
+      cp.bias_stride[b] = a.bias[b].strides[0];
+    }
+  // The caller's memory when given: the kernel writes the result there.
+  auto* out_x = given(a.out_x) ? static_cast<std::uint16_t*>(a.out_x.data) : m_combined_x;
+  float* out_w = !with_weights                  ? nullptr
+                 : given(a.out_topk_weights) ? static_cast<float*>(a.out_topk_weights.data)
+                                             : m_combined_w;
+  cp.out_x = out_x;
+  cp.out_weights = out_w;
   cp.num_warps = a.config.num_warps;
   cp.chunk = a.config.nvl_chunk;
   cp.num_blocks = a.config.num_sms;
@@ -91,10 +132,9 @@ Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
   auto event = leave(a.order);
   if (!event) return event.error();
   CombineResult out;
-  out.combined_x = TensorView::matrix(m_combined_x, DType::bf16, h.num_tokens, hidden);
+  out.combined_x = TensorView::matrix(out_x, DType::bf16, h.num_tokens, hidden);
   if (with_weights)
-    out.combined_topk_weights =
-        TensorView::matrix(m_combined_w, DType::fp32, h.num_tokens, num_topk);
+    out.combined_topk_weights = TensorView::matrix(out_w, DType::fp32, h.num_tokens, num_topk);
   out.event = std::move(*event);
   return out;
 }

@@ -1,7 +1,7 @@
 // combine: each rank pulls, for each of its own tokens, the rows its
 // destinations hold for it (their combine inputs, inside their heaps, found
 // through the offsets they publish before the entry barrier), sums them in
-// FP32 in rank order and rounds once to BF16. Pulling keeps the reduction
+// FP32 (after the optional biases) in rank order and rounds once to BF16. Pulling keeps the reduction
 // in registers: no staging write, no second pass.
 #include <cuda_bf16.h>
 
@@ -67,6 +67,12 @@ __global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineP
           src_x[r] + static_cast<std::int64_t>(rows[r] < 0 ? 0 : rows[r]) * src_x_stride[r]);
     }
     int4* out = reinterpret_cast<int4*>(p.out_x + static_cast<std::int64_t>(t) * p.hidden);
+    const int4* bias[2];
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+      bias[b] = p.bias[b] == nullptr ? nullptr
+                                     : reinterpret_cast<const int4*>(
+                                           p.bias[b] + static_cast<std::int64_t>(t) * p.bias_stride[b]);
     for (int base = 0; base < n8; base += 32 * Chunk) {
       // Every load first (all ranks, all vectors), then the sums in rank
       // order: the loads overlap, the arithmetic stays deterministic.
@@ -83,6 +89,9 @@ __global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineP
         int i = base + u * 32 + lane;
         if (i >= n8) continue;
         float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+          if (bias[b] != nullptr) add_bf16x8(acc, bias[b][i]);
 #pragma unroll
         for (int r = 0; r < Ranks; ++r)
           if (rows[r] >= 0) add_bf16x8(acc, v[r][u]);

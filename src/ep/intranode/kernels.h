@@ -92,8 +92,12 @@ struct CombineParams {
   int num_tokens = 0;
   int hidden = 0;  // BF16 elements, multiple of 8
   int num_topk = 0;
-  std::uint16_t* out_x = nullptr;  // BF16 [tokens, hidden]
-  float* out_weights = nullptr;    // [tokens, topk] or null
+  /// Optional BF16 [tokens, hidden] each: every sum starts from bias[0],
+  /// then bias[1] (FP32), before the ranks' rows.
+  const std::uint16_t* bias[2] = {nullptr, nullptr};
+  std::int64_t bias_stride[2] = {0, 0};  // elements between tokens
+  std::uint16_t* out_x = nullptr;        // BF16 [tokens, hidden]
+  float* out_weights = nullptr;          // [tokens, topk] or null
   int num_warps = 32;
   int chunk = 4;
   int num_blocks = 24;

@@ -31,6 +31,11 @@ struct CaseSpec {
   /// Buffer), a copy outside the Buffer (the engine stages it), or a copy
   /// written into Buffer::combine_input().
   enum class CombineFrom { recv_x, outside, combine_input } combine_from = CombineFrom::recv_x;
+  /// Biases the combine starts from (0, 1 or 2: CombineArgs::bias).
+  int biases = 0;
+  /// The combine writes into caller memory (CombineArgs::out_x and
+  /// out_topk_weights) instead of the Buffer's.
+  bool combine_into_caller = false;
 };
 
 /// The normal (intranode, NVLink) mode: the layout check, DeepEP's

@@ -86,6 +86,13 @@ std::vector<CaseSpec> intranode_cases(const ConformanceOptions& o, int ranks) {
   CaseSpec in_place = edge("combine of rows written into combine_input()");
   in_place.combine_from = CaseSpec::CombineFrom::combine_input;
   cases.push_back(in_place);
+  CaseSpec one_bias = edge("combine with a bias, into caller memory");
+  one_bias.biases = 1;
+  one_bias.combine_into_caller = true;
+  cases.push_back(one_bias);
+  CaseSpec two_biases = edge("combine with two biases");
+  two_biases.biases = 2;
+  cases.push_back(two_biases);
   return cases;
 }
 
