@@ -101,6 +101,9 @@ struct StreamOrder {
   cudaEvent_t previous = nullptr;
   /// Do not make `stream` wait; the caller waits on the returned event.
   bool async = false;
+  /// false: the caller drops the returned event, so the operation records a
+  /// reusable one and returns none (saves an event creation per call).
+  bool want_event = true;
 };
 
 /// An owned CUDA event (move-only).
@@ -115,6 +118,12 @@ class Event {
   ~Event();
 
   cudaEvent_t get() const { return m_event; }
+  /// Gives the event up to the caller, who destroys it.
+  cudaEvent_t release() {
+    cudaEvent_t e = m_event;
+    m_event = nullptr;
+    return e;
+  }
   Result<void> wait_on(cudaStream_t stream) const;
   Result<void> synchronize() const;
 
@@ -158,6 +167,16 @@ struct Layout {
   /// num_tokens_per_rdma_rank); internode Buffers only.
   TensorView num_tokens_per_rdma_rank;
   Event event;
+};
+
+/// Caller-owned memory a layout writes into instead of the Buffer's own
+/// (each optional; the shapes of Layout's views, contiguous): the results
+/// need no copy and stay valid as long as the caller keeps that memory.
+struct LayoutOutputs {
+  TensorView num_tokens_per_rank;
+  TensorView num_tokens_per_expert;
+  TensorView is_token_in_rank;
+  TensorView num_tokens_per_rdma_rank;
 };
 
 /// Where each of this rank's tokens went; what combine and cached dispatch
@@ -237,9 +256,15 @@ struct CombineArgs {
   TensorView topk_weights;
   std::shared_ptr<const DispatchHandle> handle;
   /// Optional BF16 [tokens, hidden] (this rank's tokens), at most two: the
-  /// sum starts from them in FP32 (DeepEP's combine bias). Internode Buffers
-  /// only for now; an intranode combine refuses them.
+  /// sum starts from them in FP32, bias[0] then bias[1], then the ranks in
+  /// order, rounded once (DeepEP's combine bias).
   std::array<TensorView, 2> bias;
+  /// Optional caller-owned memory for the results: BF16 [tokens, hidden] and
+  /// FP32 [tokens, topk], row-major, rows 16-byte aligned. The combine kernel
+  /// writes them there instead of into the Buffer (no copy). Intranode
+  /// Buffers; an internode one copies its result there.
+  TensorView out_x;
+  TensorView out_topk_weights;
   Config config;
   StreamOrder order;
 };
@@ -350,6 +375,21 @@ struct LowLatencyCombineResult {
   LowLatencyHook hook;
 };
 
+/// One block of rows to copy: `rows` rows of `row_bytes` bytes, each
+/// `src_stride` / `dst_stride` bytes apart. What a binding uses to hand a
+/// Buffer's outputs to memory the caller owns.
+struct CopySpan {
+  const void* src = nullptr;
+  std::int64_t src_stride = 0;
+  void* dst = nullptr;
+  std::int64_t dst_stride = 0;
+  std::int64_t rows = 0;
+  std::int64_t row_bytes = 0;
+};
+/// Copies every span on `stream` with one kernel launch per 8 spans (a
+/// cudaMemcpy per output costs a launch's host time each).
+Result<void> copy_spans(const CopySpan* spans, int count, cudaStream_t stream);
+
 class Buffer {
  public:
   /// Allocates this rank's share on the current CUDA device and maps every
@@ -371,8 +411,10 @@ class Buffer {
   virtual std::string network() const { return {}; }
   virtual cudaStream_t comm_stream() const = 0;
 
+  /// `into`: caller memory for the results (see LayoutOutputs); results not
+  /// given there are views into the Buffer.
   virtual Result<Layout> layout(const TensorView& topk_idx, int num_experts,
-                                const StreamOrder& order) = 0;
+                                const StreamOrder& order, const LayoutOutputs& into = {}) = 0;
   virtual Result<DispatchResult> dispatch(const DispatchArgs& args) = 0;
   virtual Result<CombineResult> combine(const CombineArgs& args) = 0;
   /// Where to write a combine's input (expert outputs in receive order) so

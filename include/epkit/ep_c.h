@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or signature below changes incompatibly. */
-#define EPKIT_EP_ABI_VERSION 2
+#define EPKIT_EP_ABI_VERSION 3
 
 typedef enum epkit_ep_status {
   EPKIT_EP_OK = 0,
@@ -152,6 +152,11 @@ typedef struct epkit_ep_combine_args {
   epkit_ep_tensor bias[2];
   epkit_ep_config config;
   epkit_ep_order order;
+  /* Optional caller-owned results: bf16 [tokens, hidden] and fp32 [tokens,
+   * topk], contiguous. The combine writes them there (no copy); the out
+   * struct then describes these. */
+  epkit_ep_tensor out_x;
+  epkit_ep_tensor out_topk_weights;
 } epkit_ep_combine_args;
 
 typedef struct epkit_ep_combine_out {
@@ -272,6 +277,15 @@ EPKIT_EP_API epkit_ep_status epkit_ep_buffer_nodes(const epkit_ep_buffer* buffer
 EPKIT_EP_API epkit_ep_status epkit_ep_layout(epkit_ep_buffer* buffer,
                                              const epkit_ep_tensor* topk_idx, int32_t num_experts,
                                              const epkit_ep_order* order, epkit_ep_layout_out* out);
+/* epkit_ep_layout writing its results into caller-owned memory: each tensor
+ * of `into` that is given (contiguous, the shape and dtype of the result)
+ * receives that result; `out` then describes them. `into` may be NULL. */
+EPKIT_EP_API epkit_ep_status epkit_ep_layout_into(epkit_ep_buffer* buffer,
+                                                  const epkit_ep_tensor* topk_idx,
+                                                  int32_t num_experts,
+                                                  const epkit_ep_order* order,
+                                                  const epkit_ep_layout_out* into,
+                                                  epkit_ep_layout_out* out);
 EPKIT_EP_API epkit_ep_status epkit_ep_dispatch(epkit_ep_buffer* buffer,
                                                const epkit_ep_dispatch_args* args,
                                                epkit_ep_dispatch_out* out);
@@ -285,8 +299,8 @@ EPKIT_EP_API epkit_ep_status epkit_ep_barrier(epkit_ep_buffer* buffer);
 EPKIT_EP_API epkit_ep_status epkit_ep_synchronize(epkit_ep_buffer* buffer);
 
 /* Copies n views (same dtype and shape, any row strides) on the Buffer's
- * stream, after what is queued there: how a caller takes ownership of
- * outputs. Then, per `order`: returns an event and/or makes order->stream
+ * stream, after what is queued there, with one kernel launch per 8 views:
+ * how a caller takes ownership of outputs. Then, per `order`: returns an event and/or makes order->stream
  * wait (order->previous is ignored). */
 EPKIT_EP_API epkit_ep_status epkit_ep_copy(epkit_ep_buffer* buffer, int32_t n,
                                            const epkit_ep_tensor* dst, const epkit_ep_tensor* src,

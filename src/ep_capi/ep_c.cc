@@ -99,16 +99,15 @@ ep::StreamOrder to_order(const epkit_ep_order& o) {
   out.stream = static_cast<cudaStream_t>(o.stream);
   out.previous = static_cast<cudaEvent_t>(o.previous);
   out.async = o.async_finish != 0;
+  out.want_event = o.want_event != 0;
   return out;
 }
 
-/// The caller's copy of an operation's completion event when it asked for
-/// one: a fresh event recorded right behind the operation on the Buffer's
-/// stream (ep::Event keeps its own).
-epkit_ep_status take_event(const epkit_ep_buffer& b, const epkit_ep_order& order, void** out) {
-  *out = nullptr;
-  if (order.want_event == 0) return EPKIT_EP_OK;
-  return epkit::capi::record_on(b.buffer->comm_stream(), out);
+/// The operation's completion event, handed to the caller when it asked for
+/// one (the engine made one only then: StreamOrder::want_event).
+epkit_ep_status take_event(ep::Event& event, const epkit_ep_order& order, void** out) {
+  *out = order.want_event != 0 ? event.release() : nullptr;
+  return EPKIT_EP_OK;
 }
 
 /// The ranks a Buffer of these options may span: 1 to 8 on one node; an
@@ -339,19 +338,37 @@ epkit_ep_status epkit_ep_buffer_nodes(const epkit_ep_buffer* buffer, int32_t* nu
 epkit_ep_status epkit_ep_layout(epkit_ep_buffer* buffer, const epkit_ep_tensor* topk_idx,
                                 int32_t num_experts, const epkit_ep_order* order,
                                 epkit_ep_layout_out* out) {
+  return epkit_ep_layout_into(buffer, topk_idx, num_experts, order, nullptr, out);
+}
+
+epkit_ep_status epkit_ep_layout_into(epkit_ep_buffer* buffer, const epkit_ep_tensor* topk_idx,
+                                     int32_t num_experts, const epkit_ep_order* order,
+                                     const epkit_ep_layout_out* into, epkit_ep_layout_out* out) {
   return guard([&]() -> epkit_ep_status {
     if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
     if (topk_idx == nullptr || order == nullptr || out == nullptr)
       return fail(EPKIT_EP_ERR_INVALID, "topk_idx, order or out is null");
     ep::TensorView idx;
     if (epkit_ep_status s = to_view(*topk_idx, "topk_idx", idx); s != EPKIT_EP_OK) return s;
-    auto layout = buffer->buffer->layout(idx, num_experts, to_order(*order));
+    ep::LayoutOutputs mine;
+    if (into != nullptr) {
+      if (epkit_ep_status s = to_views(
+              {{&into->num_tokens_per_rank, "into.num_tokens_per_rank", &mine.num_tokens_per_rank},
+               {&into->num_tokens_per_expert, "into.num_tokens_per_expert",
+                &mine.num_tokens_per_expert},
+               {&into->is_token_in_rank, "into.is_token_in_rank", &mine.is_token_in_rank},
+               {&into->num_tokens_per_rdma_rank, "into.num_tokens_per_rdma_rank",
+                &mine.num_tokens_per_rdma_rank}});
+          s != EPKIT_EP_OK)
+        return s;
+    }
+    auto layout = buffer->buffer->layout(idx, num_experts, to_order(*order), mine);
     if (!layout) return epkit::capi::fail_with(layout.error());
     out->num_tokens_per_rank = from_view(layout->num_tokens_per_rank);
     out->num_tokens_per_expert = from_view(layout->num_tokens_per_expert);
     out->is_token_in_rank = from_view(layout->is_token_in_rank);
     out->num_tokens_per_rdma_rank = from_view(layout->num_tokens_per_rdma_rank);
-    return take_event(*buffer, *order, &out->event);
+    return take_event(layout->event, *order, &out->event);
   });
 }
 
@@ -400,7 +417,7 @@ epkit_ep_status epkit_ep_dispatch(epkit_ep_buffer* buffer, const epkit_ep_dispat
     out->num_local_experts = static_cast<int32_t>(buffer->recv_counts.size());
     out->num_recv_tokens = result->handle ? result->handle->num_recv_tokens : -1;
     if (result->handle) out->handle = new epkit_ep_handle{result->handle};
-    return take_event(*buffer, args->order, &out->event);
+    return take_event(result->event, args->order, &out->event);
   });
 }
 
@@ -421,6 +438,11 @@ epkit_ep_status epkit_ep_combine(epkit_ep_buffer* buffer, const epkit_ep_combine
       if (epkit_ep_status s = to_view(args->bias[b], b == 0 ? "bias[0]" : "bias[1]", c.bias[b]);
           s != EPKIT_EP_OK)
         return s;
+    if (epkit_ep_status s = to_views({{&args->out_x, "out_x", &c.out_x},
+                                      {&args->out_topk_weights, "out_topk_weights",
+                                       &c.out_topk_weights}});
+        s != EPKIT_EP_OK)
+      return s;
     c.handle = args->handle->handle;
     c.config = to_config(args->config);
     c.order = to_order(args->order);
@@ -428,7 +450,7 @@ epkit_ep_status epkit_ep_combine(epkit_ep_buffer* buffer, const epkit_ep_combine
     if (!result) return epkit::capi::fail_with(result.error());
     out->combined_x = from_view(result->combined_x);
     out->combined_topk_weights = from_view(result->combined_topk_weights);
-    return take_event(*buffer, args->order, &out->event);
+    return take_event(result->event, args->order, &out->event);
   });
 }
 
@@ -469,9 +491,14 @@ epkit_ep_status epkit_ep_copy(epkit_ep_buffer* buffer, int32_t n, const epkit_ep
       return fail(EPKIT_EP_ERR_INVALID, "copy: n < 0, or dst, src or order is null");
     if (event != nullptr) *event = nullptr;
     cudaStream_t stream = buffer->buffer->comm_stream();
+    std::vector<ep::CopySpan> spans(static_cast<std::size_t>(n));
     for (int32_t i = 0; i < n; ++i)
-      if (epkit_ep_status s = epkit::capi::copy_async(dst[i], src[i], i, stream); s != EPKIT_EP_OK)
+      if (epkit_ep_status s =
+              epkit::capi::copy_span(dst[i], src[i], i, spans[static_cast<std::size_t>(i)]);
+          s != EPKIT_EP_OK)
         return s;
+    if (auto r = ep::copy_spans(spans.data(), n, stream); !r)
+      return epkit::capi::fail_with(r.error());
     return epkit::capi::finish_on(stream, *order, event);
   });
 }
@@ -546,7 +573,7 @@ epkit_ep_status epkit_ep_ll_dispatch(epkit_ep_buffer* buffer, const epkit_ep_ll_
     out->recv_count = from_view(result->recv_count);
     out->handle = from_ll_handle(result->handle);
     out->hook = wrap_hook(std::move(result->hook), buffer->device);
-    return take_event(*buffer, args->order, &out->event);
+    return take_event(result->event, args->order, &out->event);
   });
 }
 
@@ -576,7 +603,7 @@ epkit_ep_status epkit_ep_ll_combine(epkit_ep_buffer* buffer, const epkit_ep_ll_c
     if (!result) return epkit::capi::fail_with(result.error());
     out->combined_x = from_view(result->combined_x);
     out->hook = wrap_hook(std::move(result->hook), buffer->device);
-    return take_event(*buffer, args->order, &out->event);
+    return take_event(result->event, args->order, &out->event);
   });
 }
 

@@ -106,8 +106,8 @@ epkit_ep_tensor from_view(const ep::TensorView& v) {
   return t;
 }
 
-epkit_ep_status copy_async(const epkit_ep_tensor& dst, const epkit_ep_tensor& src, int index,
-                           cudaStream_t stream) {
+epkit_ep_status copy_span(const epkit_ep_tensor& dst, const epkit_ep_tensor& src, int index,
+                          ep::CopySpan& span) {
   ep::TensorView d;
   ep::TensorView s;
   std::string dn = fmt::format("copy destination {}", index);
@@ -117,12 +117,14 @@ epkit_ep_status copy_async(const epkit_ep_tensor& dst, const epkit_ep_tensor& sr
   if (d.dtype != s.dtype || d.ndim != s.ndim || d.shape != s.shape)
     return fail(EPKIT_EP_ERR_INVALID, fmt::format("copy {}: destination {} and source {} differ",
                                                   index, d.describe(), s.describe()));
+  span = ep::CopySpan{};
   if (d.numel() == 0) return EPKIT_EP_OK;
   if (!d.row_major() || !s.row_major())
     return fail(EPKIT_EP_ERR_INVALID,
                 fmt::format("copy {}: rows must be contiguous (inner stride 1)", index));
-  auto es = ep::dtype_size(d.dtype);
-  cudaError_t rc;
+  const auto es = static_cast<std::int64_t>(ep::dtype_size(d.dtype));
+  span.src = s.data;
+  span.dst = d.data;
   if (d.ndim == 3) {
     // Whole packed blocks only (what a low-latency output is).
     auto packed = [](const ep::TensorView& v) {
@@ -133,18 +135,17 @@ epkit_ep_status copy_async(const epkit_ep_tensor& dst, const epkit_ep_tensor& sr
       return fail(
           EPKIT_EP_ERR_INVALID,
           fmt::format("copy {}: rank-3 tensors are copied packed (row-major, no gaps)", index));
-    rc = cudaMemcpyAsync(d.data, s.data, static_cast<std::size_t>(d.numel()) * es,
-                         cudaMemcpyDeviceToDevice, stream);
-  } else if (d.ndim == 1) {
-    rc = cudaMemcpyAsync(d.data, s.data, static_cast<std::size_t>(d.numel()) * es,
-                         cudaMemcpyDeviceToDevice, stream);
-  } else {
-    rc = cudaMemcpy2DAsync(d.data, static_cast<std::size_t>(d.strides[0]) * es, s.data,
-                           static_cast<std::size_t>(s.strides[0]) * es,
-                           static_cast<std::size_t>(d.cols()) * es,
-                           static_cast<std::size_t>(d.rows()), cudaMemcpyDeviceToDevice, stream);
   }
-  return rc == cudaSuccess ? EPKIT_EP_OK : cuda_fail(rc, "cudaMemcpyAsync");
+  if (d.ndim == 2) {
+    span.rows = d.rows();
+    span.row_bytes = d.cols() * es;
+    span.src_stride = s.strides[0] * es;
+    span.dst_stride = d.strides[0] * es;
+  } else {
+    span.rows = 1;
+    span.row_bytes = d.numel() * es;
+  }
+  return EPKIT_EP_OK;
 }
 
 epkit_ep_status record_on(cudaStream_t stream, void** event) {

@@ -39,9 +39,10 @@ ep::BufferOptions to_options(const epkit_ep_options& o);
 epkit_ep_status to_view(const epkit_ep_tensor& t, const char* name, ep::TensorView& out);
 epkit_ep_tensor from_view(const ep::TensorView& v);
 
-/// Queues a copy of `src` into `dst` (same dtype and shape, rows contiguous).
-epkit_ep_status copy_async(const epkit_ep_tensor& dst, const epkit_ep_tensor& src, int index,
-                           cudaStream_t stream);
+/// The copy of `src` into `dst` (same dtype and shape, rows contiguous) as
+/// a span of ep::copy_spans.
+epkit_ep_status copy_span(const epkit_ep_tensor& dst, const epkit_ep_tensor& src, int index,
+                          ep::CopySpan& span);
 /// A new event recorded on `stream`, owned by the caller.
 epkit_ep_status record_on(cudaStream_t stream, void** event);
 /// What an operation's end does per `order`: order.stream waits (unless

@@ -1,7 +1,10 @@
 // Host time of the engine's C++ calls: how long layout, dispatch, cached
-// dispatch and combine take on the calling thread, from the call to its
-// return after the kernel launches (tiny inputs, median of many). The Python
-// package's figures (tests/python/device/overhead.py) are compared to these.
+// dispatch and combine, and the low-latency dispatch and combine (with and
+// without the receive hook) take on the calling thread, from the call to its
+// return after the kernel launches (tiny inputs, median of many). Events are
+// not asked for (StreamOrder::want_event false), as a model layer that
+// drops them would call. The Python package's figures
+// (tests/python/device/host_cost.py) are compared to these.
 // Usage: epkit_ep_call_overhead [RANKS TOKENS ITERS]; ranks share GPUs
 // (rank % GPUs) as in scripts/device/python_suite.sh.
 #include <epkit/ep.h>
@@ -50,6 +53,8 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   ep::StoreBootstrap boot(session->store, rank, ranks, "ep", 20s);
   ep::BufferOptions bo;
   bo.max_tokens = std::max(tokens, 128);
+  constexpr int ll_max_tokens = 128;
+  bo.low_latency_bytes = ep::Buffer::low_latency_size_hint(ll_max_tokens, hidden, ranks, experts);
   auto made = ep::Buffer::create(boot, bo);
   if (!made) {
     std::fprintf(stderr, "rank %d: %s\n", rank, made.error().message.c_str());
@@ -68,7 +73,7 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   if (!x || !ti || !tw) return 2;
   cudaStream_t stream = nullptr;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  ep::StreamOrder order{stream, nullptr, false};
+  ep::StreamOrder order{stream, nullptr, false, false};
   auto layout = buf.layout(ti->view, experts, order);
   if (!layout) return 2;
   ep::DispatchArgs da;
@@ -97,12 +102,70 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   double t_dispatch = median_us([&] { return buf.dispatch(da).ok(); }, iters, stream);
   double t_cached = median_us([&] { return buf.dispatch(cached).ok(); }, iters, stream);
   double t_combine = median_us([&] { return buf.combine(ca).ok(); }, iters, stream);
+
+  // Low-latency mode: each timed dispatch is followed by a combine (the
+  // handle's buffer rotates), and each call is timed on its own.
+  ep::LowLatencyDispatchArgs ld;
+  ld.x = x->view;
+  ld.topk_idx = ti->view;
+  ld.num_max_dispatch_tokens_per_rank = ll_max_tokens;
+  ld.num_experts = experts;
+  ld.order = order;
+  const std::int64_t local_experts = experts / ranks;
+  const std::int64_t ll_rows = static_cast<std::int64_t>(ranks) * ll_max_tokens;
+  auto ll_in = ep::DeviceTensor::zeros(ep::DType::bf16, local_experts * ll_rows, hidden);
+  auto ll_out = ep::DeviceTensor::zeros(ep::DType::bf16, tokens, hidden);
+  if (!ll_in || !ll_out) return 2;
+  ep::LowLatencyCombineArgs lc;
+  lc.x = ep::TensorView::tensor3(ll_in->view.data, ep::DType::bf16, local_experts, ll_rows, hidden);
+  lc.topk_idx = ti->view;
+  lc.topk_weights = tw->view;
+  lc.out = ll_out->view;
+  lc.order = order;
+  std::vector<double> ll_us[4];  // dispatch, combine, dispatch + hook, combine + hook
+  bool ll_ok = true;
+  for (int i = 0; i < iters + iters / 10 && ll_ok; ++i) {
+    for (int hooked = 0; hooked < 2 && ll_ok; ++hooked) {
+      ld.return_recv_hook = lc.return_recv_hook = hooked == 1;
+      auto t0 = std::chrono::steady_clock::now();
+      auto d = buf.low_latency_dispatch(ld);
+      if (d && hooked) ll_ok = d->hook().ok();
+      auto t1 = std::chrono::steady_clock::now();
+      if (!d) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, d.error().message.c_str());
+        ll_ok = false;
+        break;
+      }
+      lc.handle = d->handle;
+      auto c = buf.low_latency_combine(lc);
+      if (c && hooked) ll_ok = c->hook().ok();
+      auto t2 = std::chrono::steady_clock::now();
+      if (!c) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, c.error().message.c_str());
+        ll_ok = false;
+        break;
+      }
+      if (i >= iters / 10) {
+        ll_us[2 * hooked].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        ll_us[2 * hooked + 1].push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+      }
+    }
+    if (i % 50 == 49) cudaStreamSynchronize(stream);
+  }
+  cudaStreamSynchronize(stream);
+  double ll_median[4] = {-1, -1, -1, -1};
+  for (int k = 0; k < 4 && ll_ok; ++k) {
+    std::sort(ll_us[k].begin(), ll_us[k].end());
+    ll_median[k] = ll_us[k][ll_us[k].size() / 2];
+  }
   if (rank == 0)
     std::printf(
         "cpp ranks=%d tokens=%d layout_us=%.1f dispatch_us=%.1f cached_dispatch_us=%.1f "
-        "combine_us=%.1f\n",
-        ranks, tokens, t_layout, t_dispatch, t_cached, t_combine);
-  bool ok = t_layout >= 0 && t_dispatch >= 0 && t_cached >= 0 && t_combine >= 0;
+        "combine_us=%.1f ll_dispatch_us=%.1f ll_combine_us=%.1f ll_dispatch_hook_us=%.1f "
+        "ll_combine_hook_us=%.1f\n",
+        ranks, tokens, t_layout, t_dispatch, t_cached, t_combine, ll_median[0], ll_median[1],
+        ll_median[2], ll_median[3]);
+  bool ok = t_layout >= 0 && t_dispatch >= 0 && t_cached >= 0 && t_combine >= 0 && ll_ok;
   if (!buf.synchronize()) ok = false;
   session->store.close();
   return ok ? 0 : 1;

@@ -160,7 +160,8 @@ Result<void> BufferImpl::init(Bootstrap& bootstrap, const BufferOptions& o, int 
       cudaSuccess)
     return cuda_error(rc, "cudaStreamCreate");
   m_stream = m_stream_owner->stream;
-  if ((rc = cudaEventCreateWithFlags(&m_entry_event, cudaEventDisableTiming)) != cudaSuccess)
+  if ((rc = cudaEventCreateWithFlags(&m_entry_event, cudaEventDisableTiming)) != cudaSuccess ||
+      (rc = cudaEventCreateWithFlags(&m_exit_event, cudaEventDisableTiming)) != cudaSuccess)
     return cuda_error(rc, "cudaEventCreate");
   if ((rc = cudaDeviceSynchronize()) != cudaSuccess) return cuda_error(rc, "cudaDeviceSynchronize");
 
@@ -219,6 +220,7 @@ BufferImpl::~BufferImpl() {
   if (m_peers[m_rank] != nullptr) cudaFree(m_peers[m_rank]);
   if (m_mailbox != nullptr) cudaFreeHost(m_mailbox);
   if (m_entry_event != nullptr) cudaEventDestroy(m_entry_event);
+  if (m_exit_event != nullptr) cudaEventDestroy(m_exit_event);
 }
 
 k::SyncParams BufferImpl::sync() const {
@@ -324,8 +326,19 @@ Result<void> BufferImpl::enter(const StreamOrder& order) {
 }
 
 Result<Event> BufferImpl::leave(const StreamOrder& order) {
+  cudaError_t rc;
+  if (!order.want_event) {
+    // Nobody keeps the event: the Buffer's own one serves (an event creation
+    // is a few microseconds of a small call's host time).
+    if (order.async) return Event{};
+    if ((rc = cudaEventRecord(m_exit_event, m_stream)) != cudaSuccess)
+      return failure(rc, "cudaEventRecord");
+    if ((rc = cudaStreamWaitEvent(order.stream, m_exit_event, 0)) != cudaSuccess)
+      return failure(rc, "cudaStreamWaitEvent");
+    return Event{};
+  }
   cudaEvent_t ev = nullptr;
-  cudaError_t rc = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  rc = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
   if (rc != cudaSuccess) return failure(rc, "cudaEventCreate");
   Event event(ev);
   if ((rc = cudaEventRecord(ev, m_stream)) != cudaSuccess) return failure(rc, "cudaEventRecord");

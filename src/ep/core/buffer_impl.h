@@ -40,8 +40,22 @@ bool given(const TensorView& v);
 /// (outputs not set).
 Result<k::LayoutParams> layout_params(const TensorView& topk, int num_experts, int ranks,
                                       int max_tokens);
+/// A layout's caller-owned outputs (LayoutOutputs) against their shapes:
+/// each given one contiguous, of the layout's dtype and size.
+Result<void> check_layout_outputs(const LayoutOutputs& into, std::int64_t tokens, int ranks,
+                                  int experts, int nodes);
+/// `into`'s memory when given, else the Buffer's own.
+template <typename T>
+T* output_or(const TensorView& into, T* own) {
+  return into.data != nullptr ? static_cast<T*>(into.data) : own;
+}
 /// A row-major matrix of `dtype` whose rows are 16-byte aligned.
 Result<void> check_rows(const TensorView& v, const char* name, DType dtype);
+/// A combine's biases and caller-owned outputs (CombineArgs::bias, out_x,
+/// out_topk_weights) against the shape of its result; every mode checks
+/// them alike.
+Result<void> check_combine_extras(const CombineArgs& a, std::int64_t tokens, std::int64_t hidden,
+                                  std::int64_t num_topk);
 
 /// The communication stream, shared by the Buffer and its handles: a handle
 /// frees its arrays on it, so it must live as long as the last of them.
@@ -79,8 +93,8 @@ class BufferImpl final : public Buffer {
   int rank() const override { return m_rank; }
   int num_ranks() const override { return m_ranks; }
   cudaStream_t comm_stream() const override { return m_stream; }
-  Result<Layout> layout(const TensorView& topk_idx, int num_experts,
-                        const StreamOrder& order) override;
+  Result<Layout> layout(const TensorView& topk_idx, int num_experts, const StreamOrder& order,
+                        const LayoutOutputs& into = {}) override;
   Result<DispatchResult> dispatch(const DispatchArgs& args) override;
   Result<CombineResult> combine(const CombineArgs& args) override;
   Result<TensorView> combine_input(std::int64_t rows, std::int64_t hidden) override;
@@ -154,6 +168,7 @@ class BufferImpl final : public Buffer {
   std::shared_ptr<Stream> m_stream_owner = std::make_shared<Stream>();
   cudaStream_t m_stream = nullptr;
   cudaEvent_t m_entry_event = nullptr;
+  cudaEvent_t m_exit_event = nullptr;  // leave()'s when the caller wants no event
   k::Mailbox* m_mailbox = nullptr;  // host pointer
   k::Mailbox* m_mailbox_dev = nullptr;
   DeviceMemory m_local;  // counters and layout/combine outputs

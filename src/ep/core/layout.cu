@@ -6,8 +6,15 @@ namespace epkit::ep::kernels {
 namespace {
 
 constexpr int k_layout_threads = 256;
+// Up to this many tokens one block of k_single_threads does the whole
+// layout and stores the counts itself: no memsets before it (each is a few
+// microseconds of host time, most of a small layout call's).
+constexpr int k_single_block_tokens = 8192;
+constexpr int k_single_threads = 1024;
 
-__global__ void __launch_bounds__(k_layout_threads) layout_kernel(LayoutParams p) {
+template <bool Single>
+__global__ void __launch_bounds__(Single ? k_single_threads : k_layout_threads)
+    layout_kernel(LayoutParams p) {
   __shared__ int expert_count[k_max_experts];
   __shared__ int rank_count[k_max_global_ranks];
   __shared__ int node_count[k_max_nodes];
@@ -17,8 +24,8 @@ __global__ void __launch_bounds__(k_layout_threads) layout_kernel(LayoutParams p
   __syncthreads();
 
   const int experts_per_rank = p.num_experts / p.num_ranks;
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t < p.num_tokens) {
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < p.num_tokens;
+       t += Single ? blockDim.x : p.num_tokens) {
     bool* row = p.is_token_in_rank + static_cast<std::int64_t>(t) * p.num_ranks;
     for (int r = 0; r < p.num_ranks; ++r) row[r] = false;
     // Ranks and nodes this token goes to, each once (top-k is at most 32).
@@ -53,18 +60,31 @@ __global__ void __launch_bounds__(k_layout_threads) layout_kernel(LayoutParams p
       if (nodes & 1u) atomicAdd(&node_count[n], 1);
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < p.num_experts; i += blockDim.x)
-    if (expert_count[i] != 0) atomicAdd(&p.num_tokens_per_expert[i], expert_count[i]);
-  for (int i = threadIdx.x; i < p.num_ranks; i += blockDim.x)
-    if (rank_count[i] != 0) atomicAdd(&p.num_tokens_per_rank[i], rank_count[i]);
-  if (p.ranks_per_node > 0 && threadIdx.x < p.num_ranks / p.ranks_per_node &&
-      node_count[threadIdx.x] != 0)
-    atomicAdd(&p.num_tokens_per_node[threadIdx.x], node_count[threadIdx.x]);
+  if constexpr (Single) {
+    for (int i = threadIdx.x; i < p.num_experts; i += blockDim.x)
+      p.num_tokens_per_expert[i] = expert_count[i];
+    for (int i = threadIdx.x; i < p.num_ranks; i += blockDim.x)
+      p.num_tokens_per_rank[i] = rank_count[i];
+    if (p.ranks_per_node > 0 && threadIdx.x < p.num_ranks / p.ranks_per_node)
+      p.num_tokens_per_node[threadIdx.x] = node_count[threadIdx.x];
+  } else {
+    for (int i = threadIdx.x; i < p.num_experts; i += blockDim.x)
+      if (expert_count[i] != 0) atomicAdd(&p.num_tokens_per_expert[i], expert_count[i]);
+    for (int i = threadIdx.x; i < p.num_ranks; i += blockDim.x)
+      if (rank_count[i] != 0) atomicAdd(&p.num_tokens_per_rank[i], rank_count[i]);
+    if (p.ranks_per_node > 0 && threadIdx.x < p.num_ranks / p.ranks_per_node &&
+        node_count[threadIdx.x] != 0)
+      atomicAdd(&p.num_tokens_per_node[threadIdx.x], node_count[threadIdx.x]);
+  }
 }
 
 }  // namespace
 
 cudaError_t launch_layout(const LayoutParams& p, cudaStream_t stream) {
+  if (p.num_tokens <= k_single_block_tokens) {
+    layout_kernel<true><<<1, k_single_threads, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
   cudaError_t rc = cudaMemsetAsync(p.num_tokens_per_rank, 0, sizeof(int) * p.num_ranks, stream);
   if (rc != cudaSuccess) return rc;
   rc = cudaMemsetAsync(p.num_tokens_per_expert, 0, sizeof(int) * p.num_experts, stream);
@@ -73,7 +93,7 @@ cudaError_t launch_layout(const LayoutParams& p, cudaStream_t stream) {
                          stream);
   if (rc != cudaSuccess || p.num_tokens == 0) return rc;
   int blocks = (p.num_tokens + k_layout_threads - 1) / k_layout_threads;
-  layout_kernel<<<blocks, k_layout_threads, 0, stream>>>(p);
+  layout_kernel<false><<<blocks, k_layout_threads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -278,17 +278,22 @@ Result<void> InternodeBuffer::wait_messages(std::int32_t sequence) {
 }
 
 Result<Layout> InternodeBuffer::layout(const TensorView& topk, int num_experts,
-                                       const StreamOrder& order) {
+                                       const StreamOrder& order, const LayoutOutputs& into) {
   EPKIT_TRY(usable());
   auto params = layout_params(topk, num_experts, m_ranks, m_opts.max_tokens);
   if (!params) return params.error();
+  EPKIT_TRY(check_layout_outputs(into, topk.rows(), m_ranks, num_experts, m_nodes));
   EPKIT_TRY(m_local->enter(order));
   k::LayoutParams p = *params;
   p.ranks_per_node = m_per_node;
-  auto* per_rank = reinterpret_cast<std::int32_t*>(region(m_mem_layout.per_rank));
-  auto* per_node = reinterpret_cast<std::int32_t*>(region(m_mem_layout.per_node));
-  auto* per_expert = reinterpret_cast<std::int32_t*>(region(m_mem_layout.per_expert));
-  auto* in_rank = reinterpret_cast<bool*>(region(m_mem_layout.in_rank));
+  auto* per_rank = output_or(into.num_tokens_per_rank,
+                             reinterpret_cast<std::int32_t*>(region(m_mem_layout.per_rank)));
+  auto* per_node = output_or(into.num_tokens_per_rdma_rank,
+                             reinterpret_cast<std::int32_t*>(region(m_mem_layout.per_node)));
+  auto* per_expert = output_or(into.num_tokens_per_expert,
+                               reinterpret_cast<std::int32_t*>(region(m_mem_layout.per_expert)));
+  auto* in_rank =
+      output_or(into.is_token_in_rank, reinterpret_cast<bool*>(region(m_mem_layout.in_rank)));
   p.num_tokens_per_rank = per_rank;
   p.num_tokens_per_node = per_node;
   p.num_tokens_per_expert = per_expert;

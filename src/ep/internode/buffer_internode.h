@@ -98,8 +98,8 @@ class InternodeBuffer final : public Buffer {
   int num_nodes() const override { return m_nodes; }
   std::string network() const override { return m_net->describe(); }
   cudaStream_t comm_stream() const override { return m_local->comm_stream(); }
-  Result<Layout> layout(const TensorView& topk_idx, int num_experts,
-                        const StreamOrder& order) override;
+  Result<Layout> layout(const TensorView& topk_idx, int num_experts, const StreamOrder& order,
+                        const LayoutOutputs& into = {}) override;
   Result<DispatchResult> dispatch(const DispatchArgs& args) override;
   Result<CombineResult> combine(const CombineArgs& args) override;
   Result<TensorView> combine_input(std::int64_t rows, std::int64_t hidden) override {

@@ -257,6 +257,7 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
   fa.config = a.config;
   fa.order.stream = stream;
   fa.order.async = true;
+  fa.order.want_event = false;
   auto result = m_local->dispatch_segments(fa, &seg);
   if (!result) return result.error();
   auto event = m_local->leave(a.order);
@@ -328,6 +329,7 @@ Result<DispatchResult> InternodeBuffer::dispatch_cached(const DispatchArgs& a,
   fa.config = a.config;
   fa.order.stream = stream;
   fa.order.async = true;
+  fa.order.want_event = false;
   auto result = m_local->dispatch(fa);
   if (!result) return result.error();
   auto event = m_local->leave(a.order);

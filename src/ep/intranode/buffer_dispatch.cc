@@ -66,24 +66,52 @@ Result<k::LayoutParams> layout_params(const TensorView& topk, int num_experts, i
   return p;
 }
 
+Result<void> check_layout_outputs(const LayoutOutputs& into, std::int64_t tokens, int ranks,
+                                  int experts, int nodes) {
+  auto check = [](const TensorView& v, const char* name, DType dtype, std::int64_t rows,
+                  std::int64_t cols, bool matrix) -> Result<void> {
+    if (v.data == nullptr) return {};
+    const bool shape_ok = matrix ? v.ndim == 2 && v.rows() == rows && v.cols() == cols &&
+                                       v.strides[1] == 1 && v.strides[0] == cols
+                                 : v.ndim == 1 && v.rows() == rows && v.strides[0] == 1;
+    if (v.dtype != dtype || !shape_ok)
+      return invalid(fmt::format("layout: {} ({}) must be a contiguous {}[{}{}]", name,
+                                 v.describe(), to_string(dtype), rows,
+                                 matrix ? fmt::format(", {}", cols) : std::string()));
+    return {};
+  };
+  EPKIT_TRY(check(into.num_tokens_per_rank, "num_tokens_per_rank", DType::int32, ranks, 1, false));
+  EPKIT_TRY(
+      check(into.num_tokens_per_expert, "num_tokens_per_expert", DType::int32, experts, 1, false));
+  EPKIT_TRY(check(into.is_token_in_rank, "is_token_in_rank", DType::boolean, tokens, ranks, true));
+  if (nodes <= 1 && into.num_tokens_per_rdma_rank.data != nullptr)
+    return invalid("layout: num_tokens_per_rdma_rank is for internode Buffers only");
+  EPKIT_TRY(check(into.num_tokens_per_rdma_rank, "num_tokens_per_rdma_rank", DType::int32, nodes,
+                  1, false));
+  return {};
+}
+
 Result<Layout> BufferImpl::layout(const TensorView& topk, int num_experts,
-                                  const StreamOrder& order) {
+                                  const StreamOrder& order, const LayoutOutputs& into) {
   auto params = layout_params(topk, num_experts, m_ranks, m_opts.max_tokens);
   if (!params) return params.error();
+  EPKIT_TRY(check_layout_outputs(into, topk.rows(), m_ranks, num_experts, 1));
   EPKIT_TRY(enter(order));
   k::LayoutParams p = *params;
-  p.num_tokens_per_rank = m_tokens_per_rank;
-  p.num_tokens_per_expert = m_tokens_per_expert;
-  p.is_token_in_rank = m_token_in_rank;
+  p.num_tokens_per_rank = output_or(into.num_tokens_per_rank, m_tokens_per_rank);
+  p.num_tokens_per_expert = output_or(into.num_tokens_per_expert, m_tokens_per_expert);
+  p.is_token_in_rank = output_or(into.is_token_in_rank, m_token_in_rank);
   p.mailbox = m_mailbox_dev;
   if (cudaError_t rc = k::launch_layout(p, m_stream); rc != cudaSuccess)
     return failure(rc, "layout");
   auto event = leave(order);
   if (!event) return event.error();
   Layout out;
-  out.num_tokens_per_rank = TensorView::vector(m_tokens_per_rank, DType::int32, m_ranks);
-  out.num_tokens_per_expert = TensorView::vector(m_tokens_per_expert, DType::int32, num_experts);
-  out.is_token_in_rank = TensorView::matrix(m_token_in_rank, DType::boolean, topk.rows(), m_ranks);
+  out.num_tokens_per_rank = TensorView::vector(p.num_tokens_per_rank, DType::int32, m_ranks);
+  out.num_tokens_per_expert =
+      TensorView::vector(p.num_tokens_per_expert, DType::int32, num_experts);
+  out.is_token_in_rank =
+      TensorView::matrix(p.is_token_in_rank, DType::boolean, topk.rows(), m_ranks);
   out.event = std::move(*event);
   return out;
 }

@@ -128,6 +128,7 @@ LowLatencyHook BufferImpl::ll_hook(const StreamOrder& order, const char* what,
   // the send is not reused.
   StreamOrder after;
   after.stream = order.stream;
+  after.want_event = false;
   return LowLatencyHook([this, after, what, launch = std::move(launch)]() -> Result<void> {
     auto event = ll_launch(after, what, launch);
     if (!event) return event.error();
