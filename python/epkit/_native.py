@@ -9,7 +9,7 @@ import os
 import pathlib
 from typing import List, Optional
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 LIBRARY_NAME = "libepkit_ep.so"
 
 OK, ERR_INVALID, ERR_UNAVAILABLE, ERR_CUDA, ERR_TIMEOUT, ERR_BOOTSTRAP, ERR_INTERNAL = range(7)
@@ -63,7 +63,8 @@ class DispatchOut(ctypes.Structure):
 
 class CombineArgs(ctypes.Structure):
     _fields_ = [("x", Tensor), ("topk_weights", Tensor), ("handle", ctypes.c_void_p),
-                ("bias", Tensor * 2), ("config", Config), ("order", Order)]
+                ("bias", Tensor * 2), ("config", Config), ("order", Order), ("out_x", Tensor),
+                ("out_topk_weights", Tensor)]
 
 
 class CombineOut(ctypes.Structure):
@@ -138,6 +139,8 @@ _SIGNATURES = {
                                   _P(ctypes.c_void_p)]),
     "epkit_ep_buffer_nodes": (_S, [ctypes.c_void_p, _P(ctypes.c_int32), _P(ctypes.c_char_p)]),
     "epkit_ep_layout": (_S, [ctypes.c_void_p, _P(Tensor), ctypes.c_int32, _P(Order), _P(LayoutOut)]),
+    "epkit_ep_layout_into": (_S, [ctypes.c_void_p, _P(Tensor), ctypes.c_int32, _P(Order), _P(LayoutOut),
+                                  _P(LayoutOut)]),
     "epkit_ep_dispatch": (_S, [ctypes.c_void_p, _P(DispatchArgs), _P(DispatchOut)]),
     "epkit_ep_combine": (_S, [ctypes.c_void_p, _P(CombineArgs), _P(CombineOut)]),
     "epkit_ep_combine_input": (_S, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, _P(Tensor)]),
@@ -188,7 +191,9 @@ class Library:
 
     def __init__(self, path: pathlib.Path):
         self.path = path
-        self.lib = ctypes.CDLL(str(path))
+        # Global: the compiled extension (epkit._C) resolves the C ABI's
+        # symbols from this copy of the library instead of linking its own.
+        self.lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
         for name, (restype, argtypes) in _SIGNATURES.items():
             fn = getattr(self.lib, name)
             fn.restype = restype

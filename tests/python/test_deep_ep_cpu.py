@@ -273,5 +273,52 @@ class ArgumentChecks(unittest.TestCase):
             buffer.internode_combine(None, None)
 
 
+class Paths(unittest.TestCase):
+    """Which path reaches the engine, and the pieces both paths share."""
+
+    def test_no_extension_is_said(self):
+        from epkit.deep_ep import buffer as b
+        saved, saved_env = b._EXTENSION, os.environ.get("EPKIT_NO_EXTENSION")
+        try:
+            b._EXTENSION = None
+            os.environ["EPKIT_NO_EXTENSION"] = "1"
+            self.assertEqual(b._extension(), (None, "EPKIT_NO_EXTENSION=1"))
+        finally:
+            b._EXTENSION = saved
+            if saved_env is None:
+                os.environ.pop("EPKIT_NO_EXTENSION", None)
+            else:
+                os.environ["EPKIT_NO_EXTENSION"] = saved_env
+
+    def test_event_pointer(self):
+        from epkit.deep_ep.buffer import _event_ptr
+
+        class Ev:
+            ptr = 1234
+        self.assertEqual(_event_ptr(None), 0)
+        self.assertEqual(_event_ptr(Ev()), 1234)
+        self.assertEqual(_event_ptr(deep_ep.EventOverlap(Ev())), 1234)
+
+    def test_hook_calls_once_then_releases(self):
+        from epkit.deep_ep.buffer import _Hook
+        calls = []
+        hook = _Hook(7, ("kept",), (lambda p: calls.append(("call", p)), lambda p: calls.append(("release", p))))
+        hook()
+        self.assertEqual(calls, [("call", 7), ("release", 7)])
+        with self.assertRaisesRegex(AssertionError, "called already"):
+            hook()
+        unused = _Hook(8, (), (lambda p: calls.append(("call", p)), lambda p: calls.append(("release", p))))
+        del unused
+        self.assertEqual(calls[-1], ("release", 8))
+
+    def test_low_latency_handle_from_either_path(self):
+        buffer = deep_ep.Buffer.__new__(deep_ep.Buffer)
+        buffer.low_latency_mode = True
+        buffer._engine = object()  # the extension path checks the handle before any call
+        idx = T((TOKENS, TOPK), "int64")
+        with self.assertRaisesRegex(TypeError, "low_latency_dispatch"):
+            buffer.low_latency_combine(None, idx, None, (None,) * 5)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,13 +1,19 @@
 """deep_ep.Buffer over epkit's engine (normal mode, intranode and internode).
 
 Every operation queues the engine's kernels on the Buffer's communication
-stream, then copies the engine's outputs (views into the Buffer) into
-tensors from PyTorch's caching allocator on the same stream, so the caller
-owns them as with DeepEP. `zero_copy=True` returns the views instead: no
-copy, valid until the next operation of the same kind.
+stream. Outputs are tensors the caller owns, from PyTorch's caching
+allocator: a layout and a combine write them directly, a dispatch's
+received rows are copied out of the Buffer by one kernel. `zero_copy=True`
+returns the Buffer's views instead, valid until the next operation of the
+same kind.
+
+Two paths reach the engine: the compiled extension epkit._C (built against
+the installed PyTorch, csrc/torch_ext.cc) when it imports, else ctypes over
+the C ABI (`EPKIT_NO_EXTENSION=1` forces ctypes). `Buffer.path` says which.
 """
 
 import ctypes
+import os
 from typing import List, Optional, Tuple
 
 from .. import _native
@@ -28,6 +34,47 @@ _COMBINE_CONFIGS = {2: (10, 256, 6, 128), 4: (9, 256, 6, 128), 8: (4, 256, 6, 12
                     128: (1, 560, 8, 128), 144: (2, 720, 8, 128), 160: (2, 720, 8, 128)}
 
 _MAX_TOKENS_CAP = 1 << 16
+
+
+_EXTENSION = None  # (module or None, why not) once looked up
+
+
+def _extension():
+    """epkit._C when it imports and matches the loaded library, else None
+    and the reason (the ctypes path then serves every call)."""
+    global _EXTENSION
+    if _EXTENSION is None:
+        if os.environ.get("EPKIT_NO_EXTENSION") == "1":
+            _EXTENSION = (None, "EPKIT_NO_EXTENSION=1")
+        else:
+            try:
+                _native.load()  # the extension takes the C ABI from this library
+                try:
+                    from .. import _C
+                except ImportError:
+                    if os.environ.get("EPKIT_BUILD_EXTENSION") == "0":
+                        raise
+                    from .._build_ext import compiled_on_first_use
+                    _C = compiled_on_first_use()
+                if _C.ABI_VERSION != _native.ABI_VERSION:
+                    _EXTENSION = (None, f"epkit._C was built for C ABI {_C.ABI_VERSION}, "
+                                        f"the package speaks {_native.ABI_VERSION}")
+                else:
+                    _EXTENSION = (_C, None)
+            except ImportError as e:
+                _EXTENSION = (None, f"epkit._C is not built ({e}); python -m epkit._build_ext builds it")
+    return _EXTENSION
+
+
+def _event(ptr: int) -> "EventOverlap":
+    return EventOverlap(EventHandle(ptr) if ptr else None)
+
+
+def _event_ptr(previous_event) -> int:
+    if previous_event is None:
+        return 0
+    event = getattr(previous_event, "event", previous_event)
+    return event.ptr or 0
 
 
 def _torch():
@@ -117,6 +164,8 @@ class Buffer:
     the Buffer), timeout_s, ranks_per_node."""
 
     num_sms: int = 20
+    #: The extension's per-Buffer object (epkit._C.Engine), None on the ctypes path.
+    _engine = None
     #: Blocks of the low-latency kernels (epkit-only): every rank's must be
     #: resident at once, so ranks sharing a GPU need this x ranks <= its SMs.
     low_latency_num_sms: int = 24
@@ -212,6 +261,13 @@ class Buffer:
                         _native.FP32: torch.float32, _native.INT32: torch.int32,
                         _native.INT64: torch.int64, _native.BOOL: torch.bool}
         self._cuda = torch.device("cuda", self._device)
+        self._engine = None
+        module, why_not = _extension() if not zero_copy else (None, "zero_copy=True uses the Buffer's views")
+        if module is not None:
+            self._engine = module.Engine(self.runtime, self._device, self._comm_ptr, self.group_size,
+                                         self.num_nodes)
+        #: "extension" (epkit._C) or "ctypes: <why not the extension>".
+        self.path = "extension" if self._engine is not None else f"ctypes: {why_not}"
 
     def _budget(self) -> int:
         """Bytes the engine may take: num_nvl_bytes, and across nodes also
@@ -251,6 +307,9 @@ class Buffer:
 
     def _release(self):
         runtime, self.runtime = self.runtime, None
+        engine, self._engine = getattr(self, "_engine", None), None
+        if engine is not None:
+            engine.close()
         if runtime:
             self._lib.check(self._lib.synchronize(runtime))
             self._lib.buffer_destroy(runtime)
@@ -403,6 +462,13 @@ class Buffer:
 
     def get_dispatch_layout(self, topk_idx, num_experts: int, previous_event: Optional[EventOverlap] = None,
                             async_finish: bool = False, allocate_on_comm_stream: bool = False):
+        engine = self._engine
+        if engine is not None:
+            if allocate_on_comm_stream:
+                _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
+            per_rank, per_node, per_expert, in_rank, event = engine.layout(
+                topk_idx, num_experts, _event_ptr(previous_event), async_finish, allocate_on_comm_stream)
+            return per_rank, per_node, per_expert, in_rank, _event(event)
         _checks.layout(topk_idx, num_experts)
         _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
         stream = _current_stream()
@@ -448,6 +514,11 @@ class Buffer:
         x, x_scales = x if isinstance(x, tuple) else (x, None)
         cached = handle is not None
         native = _native_handle(handle) if cached else None
+        if self._engine is not None:
+            return self._dispatch_fast(internode, x, x_scales, native, handle, num_tokens_per_rank,
+                                       num_tokens_per_rdma_rank, is_token_in_rank, num_tokens_per_expert, topk_idx,
+                                       topk_weights, expert_alignment, num_worst_tokens, config, previous_event,
+                                       async_finish, allocate_on_comm_stream)
         if cached:
             is_token_in_rank = handle[0] if internode else handle[4]
         _checks.dispatch(x, x_scales, cached, num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert,
@@ -509,17 +580,46 @@ class Buffer:
             items = (prefix, None, None, tensors[4], is_token_in_rank, None)
         return recv_x, tensors[2], tensors[3], counts, DispatchHandle(items, new_handle), EventOverlap(event)
 
+    def _dispatch_fast(self, internode: bool, x, x_scales, native, handle, num_tokens_per_rank,
+                       num_tokens_per_rdma_rank, is_token_in_rank, num_tokens_per_expert, topk_idx, topk_weights,
+                       expert_alignment: int, num_worst_tokens: int, config: Config, previous_event,
+                       async_finish: bool, allocate_on_comm_stream: bool):
+        """The extension's dispatch: what the engine and the extension check
+        is not checked again here."""
+        if config.num_sms % 2 != 0:
+            _checks.config(config, "dispatch")
+        if allocate_on_comm_stream:
+            _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
+        cached = native is not None
+        if cached:
+            is_token_in_rank = handle[0] if internode else handle[4]
+        elif internode and num_tokens_per_rdma_rank is not None:
+            _checks.vector(num_tokens_per_rdma_rank, "num_tokens_per_rdma_rank", "torch.int32")
+            require(num_tokens_per_rdma_rank.size(0) == self.num_nodes,
+                    f"num_tokens_per_rdma_rank must have {self.num_nodes} entries (one per node)")
+        (recv_x, recv_scales, recv_topk, recv_weights, recv_src, prefix, counts, new_handle, rows,
+         event) = self._engine.dispatch(
+            x, x_scales, native.ptr if cached else 0, num_tokens_per_rank, is_token_in_rank,
+            num_tokens_per_expert, topk_idx, topk_weights, expert_alignment, num_worst_tokens, config.num_sms,
+            config.num_warps, config.nvl_chunk, _event_ptr(previous_event), async_finish, allocate_on_comm_stream)
+        recv = (recv_x, recv_scales) if x_scales is not None else recv_x
+        if cached:
+            return recv, None, None, None, None, _event(event)
+        native_handle = _NativeHandle(self._lib, new_handle, rows)
+        if internode:
+            items = (is_token_in_rank, None, None, None, None, None, prefix, None, None, None)
+        else:
+            items = (prefix, None, None, recv_src, is_token_in_rank, None)
+        return recv, recv_topk, recv_weights, counts, DispatchHandle(items, native_handle), _event(event)
+
     def combine(self, x, handle: Tuple, topk_weights=None, bias=None, config: Optional[Config] = None,
                 previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
                 allocate_on_comm_stream: bool = False):
         if self.num_nodes > 1:
             return self.internode_combine(x, handle, topk_weights, bias, config, previous_event, async_finish,
                                           allocate_on_comm_stream)
-        bias_0, bias_1 = Buffer._unpack_bias(bias)
-        if bias_0 is not None or bias_1 is not None:
-            raise _not_implemented("combine with bias on one node")
-        return self._combine(x, handle, topk_weights, (None, None), config, previous_event, async_finish,
-                             allocate_on_comm_stream)
+        return self._combine(x, handle, topk_weights, Buffer._unpack_bias(bias), config, previous_event,
+                             async_finish, allocate_on_comm_stream)
 
     def internode_combine(self, x, handle: Tuple, topk_weights=None, bias=None, config: Optional[Config] = None,
                           previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
@@ -532,6 +632,16 @@ class Buffer:
                  async_finish: bool, allocate_on_comm_stream: bool):
         config = self._default_config(_COMBINE_CONFIGS) if config is None else config
         native = _native_handle(handle)
+        engine = self._engine
+        if engine is not None:
+            if config.num_sms % 2 != 0:
+                _checks.config(config, "combine")
+            if allocate_on_comm_stream:
+                _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
+            combined_x, combined_w, event = engine.combine(
+                x, topk_weights, native.ptr, biases[0], biases[1], config.num_sms, config.num_warps,
+                config.nvl_chunk, _event_ptr(previous_event), async_finish, allocate_on_comm_stream)
+            return combined_x, combined_w, _event(event)
         _checks.combine(x, topk_weights, native.rows)
         for i, b in enumerate(biases):
             if b is not None:
@@ -563,7 +673,12 @@ class Buffer:
         return _native.Order(_current_stream(), None, int(async_finish), int(async_finish))
 
     def _ll_hook(self, ptr, keep):
-        return _Hook(self._lib, ptr, keep) if ptr else None
+        lib = self._lib
+        return _Hook(ptr, keep, (lambda p: lib.check(lib.hook_call(p)), lib.hook_release)) if ptr else None
+
+    def _ext_hooks(self):
+        module = _extension()[0]
+        return module.hook_call, module.hook_release
 
     def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank: int, num_experts: int,
                              cumulative_local_expert_recv_stats=None, dispatch_wait_recv_cost_stats=None,
@@ -574,6 +689,19 @@ class Buffer:
         valid until the low-latency call two calls later (DeepEP's double
         buffer); clone what must live longer."""
         require(self.low_latency_mode, "low_latency_dispatch needs a Buffer made with low_latency_mode=True")
+        engine = self._engine
+        if engine is not None:
+            require(not (async_finish and return_recv_hook), "async_finish and return_recv_hook exclude each other")
+            (recv_x, recv_scales, recv_count, src_info, layout_range, raw, hook,
+             event) = engine.low_latency_dispatch(
+                x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts, cumulative_local_expert_recv_stats,
+                dispatch_wait_recv_cost_stats, use_fp8, round_scale, use_ue8m0, async_finish, return_recv_hook,
+                self.low_latency_num_sms)
+            handle = LowLatencyHandle((src_info, layout_range, num_max_dispatch_tokens_per_rank, x.size(1),
+                                       num_experts), raw)
+            hook = _Hook(hook, (x, topk_idx, cumulative_local_expert_recv_stats, dispatch_wait_recv_cost_stats),
+                         self._ext_hooks()) if hook else None
+            return (recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, _event(event), hook
         _checks.low_latency_dispatch(x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts, async_finish,
                                      return_recv_hook)
         describe = _checks.describe
@@ -612,6 +740,19 @@ class Buffer:
         require(not (async_finish and return_recv_hook), "async_finish and return_recv_hook exclude each other")
         if use_logfmt:
             raise _not_implemented("the LogFMT combine (use_logfmt=True)")
+        engine = self._engine
+        if engine is not None:
+            raw = getattr(handle, "native", None)
+            if isinstance(raw, _native.LLHandle):
+                raw = bytes(raw)
+            if not isinstance(raw, bytes):
+                raise TypeError("the handle must come from epkit.deep_ep.Buffer.low_latency_dispatch")
+            out, hook, event = engine.low_latency_combine(
+                None if zero_copy else x, topk_idx, topk_weights, raw, zero_copy, async_finish, return_recv_hook,
+                out, combine_wait_recv_cost_stats, self.low_latency_num_sms)
+            hook = _Hook(hook, (x, topk_idx, topk_weights, out, combine_wait_recv_cost_stats),
+                         self._ext_hooks()) if hook else None
+            return out, _event(event), hook
         native = getattr(handle, "native", None)
         if not isinstance(native, _native.LLHandle):
             raise TypeError("the handle must come from epkit.deep_ep.Buffer.low_latency_dispatch")
@@ -641,6 +782,8 @@ class Buffer:
 
     def get_next_low_latency_combine_buffer(self, handle: tuple):
         native = getattr(handle, "native", None)
+        if isinstance(native, bytes):
+            native = _native.LLHandle.from_buffer_copy(native)
         if not isinstance(native, _native.LLHandle):
             raise TypeError("the handle must come from epkit.deep_ep.Buffer.low_latency_dispatch")
         view = _native.Tensor()
@@ -677,27 +820,29 @@ class LowLatencyHandle(tuple):
 
 class _Hook:
     """A receive hook: launches the receive half once; keeps the call's
-    tensors alive until then."""
+    tensors alive until then. `calls` is (call, release) of the path that
+    made it (the extension's or ctypes')."""
 
-    __slots__ = ("_lib", "_ptr", "_keep")
+    __slots__ = ("_ptr", "_keep", "_calls")
 
-    def __init__(self, lib, ptr: int, keep):
-        self._lib, self._ptr, self._keep = lib, ptr, keep
+    def __init__(self, ptr: int, keep, calls):
+        self._ptr, self._keep, self._calls = ptr, keep, calls
 
     def __call__(self):
         require(self._ptr is not None, "the hook was called already")
         ptr, self._ptr = self._ptr, None
+        call, release = self._calls
         try:
-            self._lib.check(self._lib.hook_call(ptr))
+            call(ptr)
         finally:
-            self._lib.hook_release(ptr)
+            release(ptr)
             self._keep = None
 
     def __del__(self):
         ptr, self._ptr = getattr(self, "_ptr", None), None
         if ptr:
             try:
-                self._lib.hook_release(ptr)
+                self._calls[1](ptr)
             except Exception:  # interpreter shutdown
                 pass
 

@@ -1,12 +1,22 @@
-"""Host time per epkit.deep_ep call (tiny calls: 8 tokens, median of many),
-from the Python call to its return after the kernels are queued.
-Usage: python overhead.py --num-processes N [--tokens 8] [--iters 2000]
-       [--cpp "ranks=2 ... layout_us=.. dispatch_us=.. cached_dispatch_us=.. combine_us=.."]
-Rank 0 prints one table: Python (copy-out and zero-copy), the C++ API line
-given with --cpp (from epkit_ep_call_overhead), and DeepEP's own Python path.
+"""Host time per call of a DeepEP-style module, one script for both
+libraries: the module is taken by name (`deep_ep` or `epkit.deep_ep`), so
+DeepEP and epkit are called with the same lines.
+
+Each call is timed on the host from the Python call to its return (kernels
+queued); its outputs are dropped right away, as a model layer drops them;
+the stream is synchronised every 50 calls outside the timed part; median of
+--iters. 2 ranks, 8 tokens, hidden 7168, top-8, 256 experts by default.
+--low-latency adds low_latency_dispatch / low_latency_combine, without and
+with the receive hook (the hook call counted with its operation).
+
+Usage: python host_cost.py --module epkit.deep_ep --num-processes 2
+       [--tokens 8] [--iters 400] [--low-latency] [--port P]
+Rank 0 prints one line: `host_cost <module> <json>` (microseconds).
 """
 
 import argparse
+import importlib
+import json
 import statistics
 import time
 
@@ -14,11 +24,8 @@ import torch
 import torch.distributed as dist
 
 import common
-import epkit.deep_ep as deep_ep
 
-HIDDEN, TOPK, EXPERTS = 7168, 8, 256
-# DeepEP V1's Python path, 8 tokens, H100 x1 with 2 ranks sharing it under MPS.
-DEEPEP_US = {"layout": 43.9, "cached_dispatch": 93.2, "combine": 44.7}
+HIDDEN, TOPK, EXPERTS, LL_MAX_TOKENS = 7168, 8, 256, 128
 
 
 def median_us(call, iters):
@@ -35,59 +42,89 @@ def median_us(call, iters):
     return statistics.median(samples)
 
 
-def measure(buffer, tokens, iters, rank):
+def inputs(tokens, rank):
     g = torch.Generator(device="cuda").manual_seed(rank)
     x = torch.randn((tokens, HIDDEN), dtype=torch.bfloat16, device="cuda", generator=g)
-    topk_idx = torch.topk(torch.rand((tokens, EXPERTS), device="cuda", generator=g), TOPK).indices
-    topk_weights = torch.ones((tokens, TOPK), dtype=torch.float32, device="cuda")
+    scores = torch.rand((tokens, EXPERTS), device="cuda", generator=g)
+    topk_idx = torch.topk(scores, TOPK).indices
+    topk_weights = torch.rand((tokens, TOPK), dtype=torch.float32, device="cuda", generator=g)
+    return x, topk_idx, topk_weights
+
+
+def normal(deep_ep, group, tokens, iters, rank):
+    buffer = deep_ep.Buffer(group, int(256e6), 0, explicitly_destroy=True)
+    x, topk_idx, topk_weights = inputs(tokens, rank)
     per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk_idx, EXPERTS)
     args = dict(topk_idx=topk_idx, topk_weights=topk_weights, num_tokens_per_rank=per_rank,
                 is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
     recv_x, _, _, _, handle, _ = buffer.dispatch(x, **args)
-    recv_x = recv_x.clone()
-    return {
+    out = {
         "layout": median_us(lambda: buffer.get_dispatch_layout(topk_idx, EXPERTS), iters),
         "dispatch": median_us(lambda: buffer.dispatch(x, **args), iters),
         "cached_dispatch": median_us(lambda: buffer.dispatch(x, handle=handle), iters),
         "combine": median_us(lambda: buffer.combine(recv_x, handle), iters),
     }
+    if hasattr(buffer, "path"):
+        out["path"] = buffer.path
+    dist.barrier()
+    buffer.destroy()
+    return out
 
 
-def main(local_rank, num_ranks, port, tokens, iters, cpp):
-    group = common.init(local_rank, num_ranks, port)
+def low_latency(deep_ep, group, tokens, iters, rank, num_ranks):
+    hint = deep_ep.Buffer.get_low_latency_rdma_size_hint(LL_MAX_TOKENS, HIDDEN, num_ranks, EXPERTS)
+    buffer = deep_ep.Buffer(group, 0, hint, low_latency_mode=True, num_qps_per_rank=EXPERTS // num_ranks,
+                            explicitly_destroy=True)
+    x, topk_idx, topk_weights = inputs(tokens, rank)
+    expert_out = torch.randn((EXPERTS // num_ranks, num_ranks * LL_MAX_TOKENS, HIDDEN), dtype=torch.bfloat16,
+                             device="cuda")
+    samples = {"ll_dispatch": [], "ll_combine": [], "ll_dispatch_hook": [], "ll_combine_hook": []}
+    for i in range(iters + iters // 10):
+        for hooked in (False, True):
+            suffix = "_hook" if hooked else ""
+            t0 = time.perf_counter_ns()
+            _, _, handle, _, hook = buffer.low_latency_dispatch(x, topk_idx, LL_MAX_TOKENS, EXPERTS,
+                                                                use_fp8=True, return_recv_hook=hooked)
+            if hooked:
+                hook()
+            t1 = time.perf_counter_ns()
+            _, _, hook = buffer.low_latency_combine(expert_out, topk_idx, topk_weights, handle,
+                                                    return_recv_hook=hooked)
+            if hooked:
+                hook()
+            t2 = time.perf_counter_ns()
+            if i >= iters // 10:
+                samples["ll_dispatch" + suffix].append((t1 - t0) / 1e3)
+                samples["ll_combine" + suffix].append((t2 - t1) / 1e3)
+        if i % 50 == 49:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    dist.barrier()
+    buffer.destroy()
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def main(local_rank, num_ranks, args):
+    deep_ep = importlib.import_module(args.module)
+    group = common.init(local_rank, num_ranks, args.port)
     rank = dist.get_rank()
-    rows = {}
-    for zero_copy in (False, True):
-        buffer = deep_ep.Buffer(group, 0, explicitly_destroy=True, max_tokens=max(tokens, 128), zero_copy=zero_copy)
-        rows["python (zero_copy)" if zero_copy else "python (outputs copied)"] = measure(buffer, tokens, iters, rank)
-        buffer.destroy()
-    if cpp:
-        fields = dict(f.split("=", 1) for f in cpp.split() if "=" in f)
-        rows["C++ API"] = {op: float(fields.get(f"{op}_us", "nan")) for op in
-                           ("layout", "dispatch", "cached_dispatch", "combine")}
-    rows["DeepEP V1 python"] = {op: DEEPEP_US.get(op, float("nan")) for op in
-                                ("layout", "dispatch", "cached_dispatch", "combine")}
+    result = normal(deep_ep, group, args.tokens, args.iters, rank)
+    if args.low_latency:
+        result.update(low_latency(deep_ep, group, args.tokens, args.iters, rank, num_ranks))
     if rank == 0:
-        dev = torch.cuda.get_device_name()
-        print(f"host us per call, median of {iters}: {num_ranks} ranks, {tokens} tokens, hidden {HIDDEN}, "
-              f"top-{TOPK}, {EXPERTS} experts, {dev}")
-        print(f"| path | get_dispatch_layout | dispatch | cached dispatch | combine |")
-        print(f"|---|---|---|---|---|")
-        for name, r in rows.items():
-            cells = " | ".join("-" if r[op] != r[op] else f"{r[op]:.1f}" for op in
-                               ("layout", "dispatch", "cached_dispatch", "combine"))
-            print(f"| {name} | {cells} |", flush=True)
+        result.update(ranks=num_ranks, tokens=args.tokens, iters=args.iters, device=torch.cuda.get_device_name())
+        print(f"host_cost {args.module} {json.dumps(result)}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
+    parser.add_argument("--module", default="epkit.deep_ep", help="deep_ep or epkit.deep_ep")
     parser.add_argument("--num-processes", type=int, default=2)
     parser.add_argument("--port", type=int, default=29621)
     parser.add_argument("--tokens", type=int, default=8)
-    parser.add_argument("--iters", type=int, default=2000)
-    parser.add_argument("--cpp", default="")
+    parser.add_argument("--iters", type=int, default=400)
+    parser.add_argument("--low-latency", action="store_true")
     args = parser.parse_args()
-    torch.multiprocessing.spawn(main, args=(args.num_processes, args.port, args.tokens, args.iters, args.cpp),
-                                nprocs=args.num_processes)
+    torch.multiprocessing.spawn(main, args=(args.num_processes, args), nprocs=args.num_processes)
