@@ -3,7 +3,7 @@
 #   1. DeepEP's tests/test_intranode.py (commit 29d31c0) with only
 #      `import deep_ep` changed to epkit.deep_ep, with 2 and 4 ranks;
 #   2. CUDA-graph capture and replay vs eager (tests/python/device/graph_replay.py);
-#   3. host time per call: Python vs the C++ API (overhead.py, epkit_ep_call_overhead);
+#   3. host time per call: Python vs the C++ API (host_cost.py, epkit_ep_call_overhead);
 #   4. (step internode, not in the default set) DeepEP's tests/test_internode.py,
 #      import changed only, on 2 nodes x 8 ranks faked on this host: two
 #      launches (WORLD_SIZE=2, RANK=0/1), 16 processes; INTERNODE_ARGS adds
@@ -142,16 +142,16 @@ if want graph; then
   grep -h "graph\|differs\|Error" "$out/graph_replay.txt" | tail -n 8
 fi
 
-# 3. Host overhead: C++ first, its line goes into the Python table.
+# 3. Host time per call: the C++ API, then the Python package (host_cost.py;
+#    DeepEP beside it: scripts/device/compare_deepep.sh).
 if want overhead; then
-  cpp=
   if [[ -x $overhead_bin ]]; then
-    step overhead_cpp timeout 120 "$overhead_bin" 2 8 2000
-    cpp=$(grep -h "^cpp " "$out/overhead_cpp.txt" || true)
+    step overhead_cpp timeout 120 "$overhead_bin" 2 8 400
+    grep -h "^cpp " "$out/overhead_cpp.txt"
   fi
-  echo "$cpp"
-  step overhead_python timeout 300 python3 "$here/tests/python/device/overhead.py" --num-processes 2 --cpp "$cpp"
-  grep "^|\|host us" "$out/overhead_python.txt"
+  EPKIT_SHARE_GPU=1 step overhead_python timeout 300 python3 "$here/tests/python/device/host_cost.py" \
+    --module epkit.deep_ep --num-processes 2 --low-latency
+  grep -h "^host_cost" "$out/overhead_python.txt"
 fi
 echo "== python suite: $([[ $status == 0 ]] && echo PASS || echo FAIL)"
 exit $status
