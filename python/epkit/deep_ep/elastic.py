@@ -57,6 +57,13 @@ def _not_implemented(feature: str):
     return NotImplementedError(f"epkit.deep_ep.ElasticBuffer: {feature} is not implemented by epkit's engine")
 
 
+def _unsupported(feature: str, static: bool = False):
+    """A V2 method epkit's engine has no counterpart for."""
+    def method(*args, **kwargs):
+        raise _not_implemented(feature)
+    return staticmethod(method) if static else method
+
+
 def align(x: int, y: int) -> int:
     return (x + y - 1) // y * y
 
@@ -513,56 +520,16 @@ class ElasticBuffer:
         dist.barrier(group=self.group)
         self._torch.cuda.synchronize()
 
-    # Not in epkit's engine -------------------------------------------------
+    # Not in epkit's engine: V2's Engram, pipeline send/recv and AGRS calls.
 
-    @staticmethod
-    def get_engram_storage_size_hint(*args, **kwargs):
-        raise _not_implemented("Engram")
-
-    @staticmethod
-    def get_pp_buffer_size_hint(*args, **kwargs):
-        raise _not_implemented("pipeline-parallel send/recv")
-
-    @staticmethod
-    def get_agrs_num_max_session_bytes(*args, **kwargs):
-        raise _not_implemented("all-gather reduce-scatter (AGRS)")
-
-    @staticmethod
-    def get_agrs_buffer_size_hint(*args, **kwargs):
-        raise _not_implemented("all-gather reduce-scatter (AGRS)")
-
-    def engram_write(self, *args, **kwargs):
-        raise _not_implemented("Engram")
-
-    def engram_fetch(self, *args, **kwargs):
-        raise _not_implemented("Engram")
-
-    def pp_set_config(self, *args, **kwargs):
-        raise _not_implemented("pipeline-parallel send/recv")
-
-    def pp_send(self, *args, **kwargs):
-        raise _not_implemented("pipeline-parallel send/recv")
-
-    def pp_recv(self, *args, **kwargs):
-        raise _not_implemented("pipeline-parallel send/recv")
-
-    def create_agrs_session(self, *args, **kwargs):
-        raise _not_implemented("all-gather reduce-scatter (AGRS)")
-
-    def destroy_agrs_session(self, *args, **kwargs):
-        raise _not_implemented("all-gather reduce-scatter (AGRS)")
-
-    def agrs_new_session(self, *args, **kwargs):
-        raise _not_implemented("all-gather reduce-scatter (AGRS)")
-
-    def agrs_set_config(self, *args, **kwargs):
-        raise _not_implemented("all-gather reduce-scatter (AGRS)")
-
-    def agrs_get_inplace_tensor(self, *args, **kwargs):
-        raise _not_implemented("all-gather reduce-scatter (AGRS)")
-
-    def all_gather(self, *args, **kwargs):
-        raise _not_implemented("all-gather reduce-scatter (AGRS)")
+    get_engram_storage_size_hint = _unsupported("Engram", static=True)
+    engram_write = engram_fetch = _unsupported("Engram")
+    get_pp_buffer_size_hint = _unsupported("pipeline-parallel send/recv", static=True)
+    pp_set_config = pp_send = pp_recv = _unsupported("pipeline-parallel send/recv")
+    get_agrs_num_max_session_bytes = get_agrs_buffer_size_hint = _unsupported("AGRS (all-gather reduce-scatter)",
+                                                                              static=True)
+    create_agrs_session = destroy_agrs_session = agrs_new_session = agrs_set_config = \
+        agrs_get_inplace_tensor = all_gather = _unsupported("AGRS (all-gather reduce-scatter)")
 
     # Helpers --------------------------------------------------------------
 
