@@ -210,6 +210,7 @@ def buffer_shape(ranks, per_node, hybrid=True, multiple_reduction=True, topk=8):
     b.num_scaleout_ranks = b.num_rdma_ranks if hybrid and b.num_rdma_ranks > 1 else 1
     b.num_allocated_qps = 65 if hybrid else 17
     b._width = elastic.combine_width(ranks, topk, multiple_reduction, True)
+    b.exact_combine_order = True
     return b
 
 
@@ -230,7 +231,7 @@ class SummationPlan(unittest.TestCase):
         self.assertTrue(exact(buffer_shape(8, 8), 2, False))       # top-2: two destinations at most
         self.assertFalse(exact(buffer_shape(4, 4), 6, False))      # three ranks: order matters
         self.assertFalse(exact(buffer_shape(2, 2), 6, True))       # a bias first, then two
-        self.assertTrue(exact(buffer_shape(1, 1), 6, True))        # one partial after the bias
+        self.assertFalse(exact(buffer_shape(1, 1), 6, True))       # biases: added by the token's rank
         self.assertTrue(exact(buffer_shape(4, 2), 6, False))       # 2 nodes x 2: two per level
         self.assertFalse(exact(buffer_shape(8, 4), 6, False))      # four ranks in a node
         self.assertFalse(exact(buffer_shape(4, 2, hybrid=False), 6, False))  # direct mode over nodes

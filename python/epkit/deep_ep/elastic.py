@@ -696,7 +696,6 @@ class ElasticBuffer:
         r.num_local_experts, r.expert_alignment = num_local_experts, expert_alignment
         r.num_max_tokens_per_rank, r.do_expand, r.num_ranks = num_max_tokens_per_rank, do_expand, self.num_ranks
         r.num_scaleup_ranks, r.experts_per_rank = self.num_scaleup_ranks, num_local_experts
-        r.topk_idx = topk_idx
         if self.num_rdma_ranks == 1:
             r.psum_src = v1[0][:, self.rank_idx].contiguous().to(torch.int32)
             r.recv_src_idx = v1[3]
@@ -730,6 +729,7 @@ class ElasticBuffer:
                        topk_idx.clone() if do_handle_copy else topk_idx, rows,
                        expanded_rows, aligned_list)
         new._v1, new._routing = v1, r
+        r.topk_idx = new.topk_idx
         new._recv_topk_idx = r.recv_topk_idx
         self_ref = weakref.ref(self)
         new._derive = lambda name: self_ref()._derive(r, name)
@@ -776,7 +776,7 @@ class ElasticBuffer:
         """Whether the engine's rank-order sum gives V2's bits: no bias and at
         most two contributions per sum (two floats add the same either way)."""
         if with_bias or recipe == (False, False):
-            return self.num_ranks == 1 and recipe != (False, False)
+            return False  # the biases go first: the token's rank adds them
         if recipe == (True, False):
             return self.num_rdma_ranks == 1 and min(self.num_ranks, num_topk) <= 2
         return min(self.num_nvlink_ranks, num_topk) <= 2 and min(self.num_rdma_ranks, num_topk) <= 2
@@ -823,10 +823,11 @@ class ElasticBuffer:
 
         # The engine's own sum where it gives V2's bits, or where the caller
         # asked for the engine's order (exact_combine_order=False: one block).
-        if per_slot is None and (self._width == 1 or self._engine_order_is_exact(recipe, num_topk, with_bias)):
+        exact = self.exact_combine_order
+        if per_slot is None and (not exact or self._engine_order_is_exact(recipe, num_topk, with_bias)):
             combined, combined_w, _ = buffer.combine(partial, handle._v1, topk_weights=weights,
                                                      bias=bias if with_bias else None, config=config)
-        elif self._width == 1:
+        elif not exact:
             raise _not_implemented("expand-mode combine without multiple reduction when exact_combine_order=False")
         else:
             combined, combined_w = self._exact_combine(buffer, partial, per_slot, weights, mine, handle, biases,
