@@ -27,7 +27,6 @@ it (results are right; compute does not overlap the communication).
 import math
 import os
 import socket
-import weakref
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 from ._checks import require
@@ -595,8 +594,10 @@ class ElasticBuffer:
             w = w[:expanded_rows]
         return x, sf, w
 
-    def _derive(self, r: _Routing, name: str):
-        torch = self._torch
+    @staticmethod
+    def _derive(torch, r: _Routing, name: str):
+        """A handle field, from the dispatch's outputs only (a handle may
+        outlive its buffer)."""
         if name == "psum_num_recv_tokens_per_scaleup_rank":
             if r.num_scaleup_ranks == r.num_ranks:
                 return r.psum_src
@@ -731,8 +732,7 @@ class ElasticBuffer:
         new._v1, new._routing = v1, r
         r.topk_idx = new.topk_idx
         new._recv_topk_idx = r.recv_topk_idx
-        self_ref = weakref.ref(self)
-        new._derive = lambda name: self_ref()._derive(r, name)
+        new._derive = lambda name: ElasticBuffer._derive(torch, r, name)
         recv = (recv_x, recv_sf) if recv_sf is not None else recv_x
         return recv, recv_topk_idx, out_w, new, self._event(async_with_compute_stream)
 
@@ -893,7 +893,7 @@ class ElasticBuffer:
             nodes = self.num_rdma_ranks
             node = torch.where(owner >= 0, owner // self.num_nvlink_ranks, -1)
             node_sum = torch.zeros((num_tokens * nodes, hidden), dtype=torch.float32, device=device)
-            flat = token * nodes + node.clamp(min=0)
+            flat = token[:, None] * nodes + node.clamp(min=0)
             for k in range(num_topk):
                 node_sum.index_add_(0, flat[:, k], value(k))
             node_sum = node_sum.to(torch.bfloat16).view(num_tokens, nodes, hidden)
