@@ -255,10 +255,12 @@ class AgainstV2Semantics(unittest.TestCase):
             x, idx, w, bias = inputs[rank]
             bias_arg = None if not bias else (bias[0] if len(bias) == 1 else bias)
             out = {}
+            stats = torch.full((epr,), 5, dtype=torch.int32)
             for expand in (False, True):
                 recv_x, recv_idx, recv_w, h, event = buf.dispatch(
                     x, topk_idx=idx, topk_weights=w, num_experts=experts, expert_alignment=alignment,
-                    do_cpu_sync=sync, do_expand=expand, do_zero_padding=expand, num_sms=20)
+                    do_cpu_sync=sync, do_expand=expand, do_zero_padding=expand, num_sms=20,
+                    cumulative_local_expert_recv_stats=None if expand else stats)
                 n = int(h.psum_num_recv_tokens_per_scaleup_rank[-1])
                 meta = h.recv_src_metadata
                 # The combine input as V2's test builds it.
@@ -283,7 +285,7 @@ class AgainstV2Semantics(unittest.TestCase):
                 combined, combined_w, _ = buf.combine(cx, h, topk_weights=cw, bias=bias_arg)
                 cached = buf.dispatch(x, handle=h, topk_weights=w if expand else None, do_expand=expand,
                                       do_zero_padding=expand)
-                out[expand] = dict(recv_x=recv_x, recv_idx=recv_idx, recv_w=recv_w, h=h, n=n, combined=combined,
+                out[expand] = dict(stats=stats, recv_x=recv_x, recv_idx=recv_idx, recv_w=recv_w, h=h, n=n, combined=combined,
                                    combined_w=combined_w, cached=cached, event=event)
             return out
 
@@ -367,6 +369,7 @@ class AgainstV2Semantics(unittest.TestCase):
         counts = [sum(int((li == e).sum()) for _, _, li, _, _ in ref) for e in range(epr)]
         aligned = [elastic.align(c, alignment) for c in counts]
         self.assertEqual(h.num_unaligned_recv_tokens_per_expert.tolist(), counts)
+        self.assertEqual(plain["stats"].tolist(), [5 + c for c in counts])  # added to, as V2
         self.assertEqual(h.psum_num_recv_tokens_per_expert.tolist(), torch.cumsum(torch.tensor(aligned), 0).tolist())
         self.assertEqual(h.num_recv_tokens_per_expert_list, aligned if sync else [])
         eh = expanded["h"]

@@ -321,7 +321,8 @@ class EPHandle:
     rank of each selection (-1: none); V2's destination buffer slots do not
     exist in epkit's engine. `token_metadata_at_forward` and
     `channel_linked_list` are None. `num_unaligned_recv_tokens_per_expert`
-    is filled in both layouts."""
+    is filled in both layouts. With do_cpu_sync the tensor fields are made
+    on first read; without it (graph capture) by the dispatch itself."""
 
     def __init__(self, do_expand: bool, num_experts: int, expert_alignment: int, num_max_tokens_per_rank: int,
                  num_sms: int, topk_idx, num_recv_tokens: int, num_expanded_tokens: int,
@@ -374,11 +375,36 @@ class EPHandle:
 
 
 class _Routing:
-    """What the handle's fields are derived from: the V1 outputs and sizes."""
+    """What the handle's fields are derived from: the V1 outputs and sizes.
+    The per-expert counts and the source prefix sum are made on first use
+    (a plain dispatch needs neither: its host cost stays the V1 call's)."""
 
-    __slots__ = ("psum_src", "recv_topk_idx", "recv_src_idx", "counts", "aligned", "slot", "topk_idx",
-                 "rows", "num_local_experts", "expert_alignment", "num_max_tokens_per_rank", "do_expand",
-                 "num_ranks", "num_scaleup_ranks", "experts_per_rank")
+    __slots__ = ("v1", "rank", "single_node", "psum_src_", "recv_topk_idx", "recv_src_idx", "counts_", "aligned_",
+                 "slot", "topk_idx", "rows", "num_local_experts", "expert_alignment", "num_max_tokens_per_rank",
+                 "do_expand", "num_ranks", "num_scaleup_ranks")
+
+    def __init__(self):
+        self.psum_src_ = self.counts_ = self.aligned_ = self.slot = None
+
+    def psum_src(self, torch):
+        """Inclusive prefix sum of the rows from each source rank (int32 [ranks])."""
+        if self.psum_src_ is None:
+            v = self.v1[0][:, self.rank] if self.single_node else self.v1[6]
+            self.psum_src_ = v.contiguous().to(torch.int32)
+        return self.psum_src_
+
+    def counts(self, torch):
+        """Rows per local expert (int32, on the device: no host sync), and
+        those counts aligned to expert_alignment."""
+        if self.counts_ is None:
+            idx, n = self.recv_topk_idx, self.num_local_experts
+            hit = idx >= 0
+            counts = torch.zeros((n + 1,), dtype=torch.int32, device=idx.device)
+            counts.scatter_add_(0, torch.where(hit, idx, n).flatten(), hit.flatten().to(torch.int32))
+            self.counts_ = counts[:n]
+            a = self.expert_alignment
+            self.aligned_ = self.counts_ if a == 1 else (self.counts_ + (a - 1)) // a * a
+        return self.counts_, self.aligned_
 
 
 # The buffer -------------------------------------------------------------
@@ -599,24 +625,27 @@ class ElasticBuffer:
         """A handle field, from the dispatch's outputs only (a handle may
         outlive its buffer)."""
         if name == "psum_num_recv_tokens_per_scaleup_rank":
+            psum_src = r.psum_src(torch)
             if r.num_scaleup_ranks == r.num_ranks:
-                return r.psum_src
-            per_src = torch.diff(r.psum_src, prepend=r.psum_src.new_zeros(1))
+                return psum_src
+            per_src = torch.diff(psum_src, prepend=psum_src.new_zeros(1))
             per_scaleup = per_src.view(-1, r.num_scaleup_ranks).sum(0)
             return torch.cumsum(per_scaleup, 0).to(torch.int32)
-        if name == "psum_num_recv_tokens_per_expert":
-            psum = torch.cumsum(r.aligned, 0).to(torch.int32)
-            return psum - r.aligned + r.counts if r.do_expand else psum
-        if name == "num_unaligned_recv_tokens_per_expert":
-            return r.counts
+        if name in ("psum_num_recv_tokens_per_expert", "num_unaligned_recv_tokens_per_expert"):
+            counts, aligned = r.counts(torch)
+            if name == "num_unaligned_recv_tokens_per_expert":
+                return counts
+            psum = torch.cumsum(aligned, 0).to(torch.int32)
+            return psum - aligned + counts if r.do_expand else psum
         if name == "dst_buffer_slot_idx":
             idx = r.topk_idx
-            return torch.where(idx >= 0, idx // r.experts_per_rank, -1).to(torch.int32)
+            return torch.where(idx >= 0, idx // r.num_local_experts, -1).to(torch.int32)
         # recv_src_metadata
+        psum_src = r.psum_src(torch)
         rows = r.rows
-        row = torch.arange(rows, device=r.psum_src.device, dtype=torch.int64)
-        valid = row < r.psum_src[-1].long()
-        src_rank = torch.searchsorted(r.psum_src.long(), row, right=True)
+        row = torch.arange(rows, device=psum_src.device, dtype=torch.int64)
+        valid = row < psum_src[-1].long()
+        src_rank = torch.searchsorted(psum_src.long(), row, right=True)
         meta = torch.full((rows, 2 + r.recv_topk_idx.size(1)), -1, dtype=torch.int32, device=row.device)
         meta[:, 0] = torch.where(valid, src_rank * r.num_max_tokens_per_rank + r.recv_src_idx.long(), -1)
         meta[:, 1] = torch.where(valid, src_rank, -1)
@@ -676,42 +705,33 @@ class ElasticBuffer:
         recv_x, recv_sf = recv_x if sf is not None else (recv_x, None)
         rows = recv_topk_idx.size(0)
 
-        # Per-expert counts, on the device (no host sync).
-        valid = recv_topk_idx >= 0
-        experts = torch.where(valid, recv_topk_idx, num_local_experts)
-        counts = torch.zeros((num_local_experts + 1,), dtype=torch.int32, device=recv_topk_idx.device)
-        counts.scatter_add_(0, experts.flatten(), valid.flatten().to(torch.int32))
-        counts = counts[:num_local_experts]
-        aligned = counts if expert_alignment == 1 else \
-            (counts + (expert_alignment - 1)) // expert_alignment * expert_alignment
+        r = _Routing()
+        r.v1, r.rank, r.single_node = v1, self.rank_idx, self.num_rdma_ranks == 1
+        r.recv_topk_idx, r.rows = recv_topk_idx, rows
+        r.num_local_experts, r.expert_alignment = num_local_experts, expert_alignment
+        r.num_max_tokens_per_rank, r.do_expand, r.num_ranks = num_max_tokens_per_rank, do_expand, self.num_ranks
+        r.num_scaleup_ranks = self.num_scaleup_ranks
         if cumulative_local_expert_recv_stats is not None:
-            cumulative_local_expert_recv_stats.add_(counts)
+            cumulative_local_expert_recv_stats.add_(r.counts(torch)[0])
         if do_cpu_sync:
             aligned_list = [align(int(c), expert_alignment) for c in counts_list]
             expanded_rows = sum(aligned_list)
         else:
             aligned_list, expanded_rows = [], worst_expanded
-
-        r = _Routing()
-        r.recv_topk_idx, r.counts, r.aligned, r.rows = recv_topk_idx, counts, aligned, rows
-        r.num_local_experts, r.expert_alignment = num_local_experts, expert_alignment
-        r.num_max_tokens_per_rank, r.do_expand, r.num_ranks = num_max_tokens_per_rank, do_expand, self.num_ranks
-        r.num_scaleup_ranks, r.experts_per_rank = self.num_scaleup_ranks, num_local_experts
-        if self.num_rdma_ranks == 1:
-            r.psum_src = v1[0][:, self.rank_idx].contiguous().to(torch.int32)
+        if r.single_node:
             r.recv_src_idx = v1[3]
         else:
-            r.psum_src = v1[6].to(torch.int32)
             # V1 has no recv_src_idx across nodes: the indices travel in a
             # cached dispatch (collective, so done now, not on first read).
             index = torch.arange(topk_idx.size(0), dtype=torch.int32, device=topk_idx.device).view(-1, 1)
             r.recv_src_idx = self._side_dispatch(v1, index, config)[:, 0]
-        r.slot = None
 
         out_w = recv_w if topk_weights is not None else None
         if do_expand:
             # Each (row, slot) to its expert's next row, in receive order.
-            key = experts.flatten()
+            counts, aligned = r.counts(torch)
+            valid = recv_topk_idx >= 0
+            key = torch.where(valid, recv_topk_idx, num_local_experts).flatten()
             order = torch.sort(key, stable=True).indices
             position = torch.empty_like(order)
             position[order] = torch.arange(order.numel(), device=order.device)
@@ -733,6 +753,11 @@ class ElasticBuffer:
         r.topk_idx = new.topk_idx
         new._recv_topk_idx = r.recv_topk_idx
         new._derive = lambda name: ElasticBuffer._derive(torch, r, name)
+        if not do_cpu_sync:
+            # Graph-capturable calls make every field now: one derived on a
+            # later read would hold that replay's values only.
+            for name in _LAZY_FIELDS:
+                getattr(new, name)
         recv = (recv_x, recv_sf) if recv_sf is not None else recv_x
         return recv, recv_topk_idx, out_w, new, self._event(async_with_compute_stream)
 
@@ -864,7 +889,7 @@ class ElasticBuffer:
         idx = handle.topk_idx
         num_tokens = idx.size(0)
         token = torch.arange(num_tokens, device=device)
-        owner = torch.where(idx >= 0, idx // r.experts_per_rank, -1)
+        owner = torch.where(idx >= 0, idx // r.num_local_experts, -1)
         blocks = combined_wide.view(num_tokens, width, hidden)
         later = torch.ones((num_topk, num_topk), dtype=torch.bool, device=device).triu(1)
 
