@@ -685,6 +685,9 @@ class ElasticBuffer:
         require(num_max_tokens_per_rank <= buffer.max_tokens,
                 f"num_max_tokens_per_rank {num_max_tokens_per_rank} is more than the buffer holds "
                 f"({buffer.max_tokens})")
+        require(x.size(1) <= self._hidden and num_topk <= self._max_topk,
+                f"hidden {x.size(1)}, top-{num_topk}: the buffer was made for hidden {self._hidden}, "
+                f"top-{self._max_topk} (ElasticBuffer's hidden= and num_topk=)")
         self._wait(previous_event, previous_event_before_epilogue)
         config = self._config(num_sms)
         x_in = (x, sf) if sf is not None else x
