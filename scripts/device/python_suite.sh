@@ -203,7 +203,7 @@ if want elastic; then
       fi
       ((rc)) && status=1
       cases=$(grep -c "Testing with" "$log")
-      echo "== elastic $spec: exit $rc in $((SECONDS - start)) s, $cases cases started (48 per run)"
+      echo "== elastic $spec: exit $rc in $((SECONDS - start)) s, $cases cases started (144 per run)"
       grep -h "elastic graph\|Ranks:" "$log" | head -n 4
       ((rc)) && tail -n 20 "$log"
       port=$((port + 1))

@@ -105,7 +105,7 @@ class SimBuffer:
             recv_x = torch.cat([recv_x, torch.full((pad, recv_x.size(1)), float("nan"), dtype=recv_x.dtype)])
             recv_src = torch.cat([recv_src, torch.full((pad,), 12345, dtype=torch.int32)])
             recv_idx = torch.cat([recv_idx, torch.full((pad, recv_idx.size(1)), -1, dtype=recv_idx.dtype)])
-            recv_w = torch.cat([recv_w, torch.zeros((pad, recv_w.size(1)))])
+            recv_w = torch.cat([recv_w, torch.zeros((pad, recv_w.size(1)), dtype=torch.float32)])
         if cached:
             return recv_x, None, None, None, None, None
         counts = [] if num_worst_tokens else \
@@ -136,12 +136,12 @@ class SimBuffer:
                 if s == self.rank:
                     per_rank[r][t] = (xr[i].float(), None if wr is None else wr[i])
         out = torch.zeros((n, width), dtype=torch.bfloat16)
-        out_w = None if topk_weights is None else torch.zeros((n, topk_weights.size(1)))
+        out_w = None if topk_weights is None else torch.zeros((n, topk_weights.size(1)), dtype=torch.float32)
         for t in range(n):
             node_sums = []
             for node in range(self.nodes):
-                acc = torch.zeros(width)
-                acc_w = None if out_w is None else torch.zeros(out_w.size(1))
+                acc = torch.zeros(width, dtype=torch.float32)
+                acc_w = None if out_w is None else torch.zeros(out_w.size(1), dtype=torch.float32)
                 hit = False
                 for r in range(node * self.world.per_node, (node + 1) * self.world.per_node):
                     if t in per_rank[r]:
@@ -155,11 +155,11 @@ class SimBuffer:
                 if out_w is not None:
                     out_w[t] = node_sums[0][2]
                 continue
-            acc = torch.zeros(width)
+            acc = torch.zeros(width, dtype=torch.float32)
             for b in (b0, b1):
                 if b is not None:
                     acc = acc + b[t].float()
-            acc_w = None if out_w is None else torch.zeros(out_w.size(1))
+            acc_w = None if out_w is None else torch.zeros(out_w.size(1), dtype=torch.float32)
             for hit, s, sw in node_sums:
                 if hit:
                     acc = acc + s.to(torch.bfloat16).float()

@@ -245,15 +245,19 @@ def find_ranks_per_node(group, explicit: Optional[int] = None) -> int:
     name (all-gathered through the group)."""
     size = group.size()
     if explicit is None:
-        env = os.environ.get("EPKIT_RANKS_PER_NODE")
-        if env is not None:
+        env = os.environ.get("EPKIT_RANKS_PER_NODE", "")
+        if env:  # empty: unset
             require(env.isdigit() and 0 < int(env) <= 4096,
                     f"EPKIT_RANKS_PER_NODE must be a positive integer, not {env[:40]!r}")
             explicit = int(env)
     if explicit is None:
+        import torch
         import torch.distributed as dist
         hosts: List[Optional[str]] = [None] * size
-        dist.all_gather_object(hosts, socket.gethostname(), group)
+        # Outside inference mode: some PyTorch versions' object gathers
+        # update their size tensors in place (V2's test builds under it).
+        with torch.inference_mode(False):
+            dist.all_gather_object(hosts, socket.gethostname(), group)
         explicit = hosts.count(hosts[0])
         blocks = [hosts[i:i + explicit] for i in range(0, size, explicit)]
         require(size % explicit == 0 and all(len(set(b)) == 1 for b in blocks) and
