@@ -18,9 +18,10 @@
 #      epkit). ELASTIC_RUNS (default: each RANKS count, then 2x2) lists the runs:
 #      N = N ranks on one node, NxM = N faked nodes of M ranks (N launches,
 #      EPKIT_RANKS_PER_NODE=M), a ":nosync" suffix adds --do-cpu-sync 0, and
-#      "graph" runs tests/python/device/elastic_graph.py (2 ranks). ELASTIC_ARGS
-#      adds the test's own flags (default --skip-perf-test: its timing part looks
-#      for V2's kernel names in the profile, which epkit's kernels do not have).
+#      "graph" runs tests/python/device/elastic_graph.py (2 ranks). The test runs
+#      with --skip-perf-test (its timing part looks for V2's kernel names in the
+#      profile, which epkit's kernels do not have); ELASTIC_ARGS adds its own
+#      flags (e.g. --num-tokens 1024 to fit the 10 minutes).
 #      The V2 snapshot: DEEPEP_V2_DIR (default .deepep-v2 in the repository root,
 #      git-ignored), made where DeepEP's git mirror is with
 #        mkdir -p .deepep-v2 && git -C MIRROR archive dd758ca tests/elastic deep_ep/utils | tar -x -C .deepep-v2
@@ -168,7 +169,7 @@ if want elastic; then
     for spec in $runs; do
       name=${spec/:/_}
       log=$out/test_ep_$name.txt
-      flags=${ELASTIC_ARGS:---skip-perf-test}
+      flags="--skip-perf-test ${ELASTIC_ARGS:-}"
       [[ $spec == *:nosync ]] && flags="$flags --do-cpu-sync 0"
       size=${spec%:nosync}
       start=$SECONDS
