@@ -470,6 +470,8 @@ class ElasticBuffer:
             engine_bytes(self.num_ranks, self.num_nvlink_ranks, self.num_max_tokens_per_rank,
                          self._width * self._hidden, self._max_topk), BUFFER_ALIGNMENT)
         self._configs = {}
+        # Asked once: every dispatch without num_sms reads it.
+        self._device_sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
     # Lifetime -------------------------------------------------------------
 
@@ -529,12 +531,8 @@ class ElasticBuffer:
         20), whatever the bandwidths: V2's model sizes V2's kernels."""
         assert num_scaleout_topk == 0
         num_sms = align(max(2, Buffer.num_sms), 2)
-        try:
-            num_sms = min(num_sms, self._torch.cuda.get_device_properties(
-                self._torch.cuda.current_device()).multi_processor_count)
-        except Exception:  # no device: the engine's number
-            pass
-        return num_sms
+        device_sms = getattr(self, "_device_sms", None)
+        return min(num_sms, device_sms) if device_sms else num_sms
 
     def get_theoretical_num_qps(self, num_sms: int) -> int:
         num_qps = min(num_sms, 8 + 1)
