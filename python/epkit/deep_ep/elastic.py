@@ -24,10 +24,9 @@ returns an event that is already complete when the current stream reaches
 it (results are right; compute does not overlap the communication).
 """
 
-import math
 import os
 import socket
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple
 
 from ._checks import require
 from ._events import Config, EventHandle, EventOverlap
