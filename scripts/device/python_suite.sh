@@ -11,6 +11,21 @@
 #   5. (step lowlatency) DeepEP's tests/test_low_latency.py, import changed
 #      only, with each RANKS count (its defaults: 128 tokens, hidden 7168,
 #      top-8, 288 experts).
+#   6. (step elastic, not in the default set) DeepEP V2's
+#      tests/elastic/test_ep.py (commit dd758ca) against epkit.deep_ep.ElasticBuffer,
+#      import line changed only; its `deep_ep.utils` helpers come from the V2
+#      snapshot through the test-only shim tests/python/shim_v2 (never from
+#      epkit). ELASTIC_RUNS (default: each RANKS count, then 2x2) lists the runs:
+#      N = N ranks on one node, NxM = N faked nodes of M ranks (N launches,
+#      EPKIT_RANKS_PER_NODE=M), a ":nosync" suffix adds --do-cpu-sync 0, and
+#      "graph" runs tests/python/device/elastic_graph.py (2 ranks). The test runs
+#      with --skip-perf-test (its timing part looks for V2's kernel names in the
+#      profile, which epkit's kernels do not have); ELASTIC_ARGS adds its own
+#      flags (e.g. --num-tokens 1024 to fit the 10 minutes).
+#      The V2 snapshot: DEEPEP_V2_DIR (default .deepep-v2 in the repository root,
+#      git-ignored), made where DeepEP's git mirror is with
+#        mkdir -p .deepep-v2 && git -C MIRROR archive dd758ca tests/elastic deep_ep/utils | tar -x -C .deepep-v2
+#      then carried to the device with the working tree (run's carry: .deepep-v2).
 # Usage: scripts/device/python_suite.sh DEEPEP_DIR [RANKS...]
 #   DEEPEP_DIR holds DeepEP's tests/ (test_intranode.py, test_low_latency.py,
 #   utils.py), e.g. from `git -C MIRROR archive 29d31c0 tests | tar -x -C .deepep`.
@@ -134,6 +149,70 @@ if want lowlatency; then
     ((rc)) && tail -n 20 "$log"
     port=$((port + 1))
   done
+fi
+
+# 6. DeepEP V2's tests/elastic/test_ep.py against ElasticBuffer.
+if want elastic; then
+  v2=${DEEPEP_V2_DIR:-$here/.deepep-v2}
+  if [[ ! -f $v2/tests/elastic/test_ep.py || ! -f $v2/deep_ep/utils/__init__.py ]]; then
+    echo "== elastic: no DeepEP V2 snapshot at $v2 (see this script's header)"
+    status=1
+  else
+    v2=$(cd "$v2" && pwd)
+    v2tests=$out/deepep-v2-tests
+    rm -rf "$v2tests" && mkdir -p "$v2tests"
+    cp "$v2/tests/elastic/test_ep.py" "$v2tests/"
+    sed -i 's/^import deep_ep$/import epkit.deep_ep as deep_ep/' "$v2tests/test_ep.py"
+    diff "$v2/tests/elastic/test_ep.py" "$v2tests/test_ep.py" >"$out/import-change-v2.diff"
+    runs=${ELASTIC_RUNS:-"${ranks[*]} 2x2"}
+    port=8401
+    for spec in $runs; do
+      name=${spec/:/_}
+      log=$out/test_ep_$name.txt
+      flags="--skip-perf-test ${ELASTIC_ARGS:-}"
+      [[ $spec == *:nosync ]] && flags="$flags --do-cpu-sync 0"
+      size=${spec%:nosync}
+      start=$SECONDS
+      if [[ $spec == graph ]]; then
+        log=$out/elastic_graph.txt
+        timeout 300 python3 "$here/tests/python/device/elastic_graph.py" --num-processes 2 --port $port >"$log" 2>&1
+        rc=$?
+      elif [[ $size =~ ^([0-9]+)x([0-9]+)$ ]]; then
+        nodes=${BASH_REMATCH[1]} per=${BASH_REMATCH[2]}
+        pids=()
+        for ((node = nodes - 1; node >= 0; node--)); do
+          # shellcheck disable=SC2086  # flags is a list
+          (cd "$v2tests" && EPKIT_SHARE_GPU=1 EPKIT_DEEPEP_V2_DIR=$v2 EPKIT_RANKS_PER_NODE=$per \
+            PYTHONPATH=$here/tests/python/shim_v2:$PYTHONPATH MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+            WORLD_SIZE=$nodes RANK=$node timeout 560 python3 test_ep.py --num-processes "$per" $flags) \
+            >"$out/test_ep_${name}_node$node.txt" 2>&1 &
+          pids+=($!)
+        done
+        rc=0
+        for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+        log=$out/test_ep_${name}_node0.txt
+      elif [[ $size =~ ^[0-9]+$ ]]; then
+        # shellcheck disable=SC2086  # flags is a list
+        (cd "$v2tests" && EPKIT_SHARE_GPU=1 EPKIT_DEEPEP_V2_DIR=$v2 \
+          PYTHONPATH=$here/tests/python/shim_v2:$PYTHONPATH MASTER_PORT=$port \
+          timeout 560 python3 test_ep.py --num-processes "$size" $flags) >"$log" 2>&1
+        rc=$?
+      else
+        echo "== elastic: unknown run '$spec' (N, NxM, either with :nosync, or graph)"
+        status=1
+        continue
+      fi
+      ((rc)) && status=1
+      if [[ $spec == graph ]]; then
+        echo "== elastic graph: exit $rc in $((SECONDS - start)) s"
+      else
+        echo "== elastic $spec: exit $rc in $((SECONDS - start)) s, $(grep -c "Testing with" "$log") cases started (144 per run)"
+      fi
+      grep -h "elastic graph\|Ranks:" "$log" | head -n 4
+      ((rc)) && tail -n 20 "$log"
+      port=$((port + 1))
+    done
+  fi
 fi
 
 # 2. CUDA graphs.

@@ -4,16 +4,18 @@ Replace `import deep_ep` with `import epkit.deep_ep as deep_ep`. Normal
 mode (layout, dispatch, cached dispatch, combine) is supported on one node
 (1-8 ranks) and across nodes (nodes of up to 8 ranks, the network leg over
 NCCL: internode_dispatch / internode_combine); low-latency mode raises
-NotImplementedError naming the feature. Importing needs no PyTorch;
-`topk_idx_t` and Buffer do.
+NotImplementedError naming the feature. DeepEP V2's ElasticBuffer (commit
+dd758ca: dispatch and combine) is built on Buffer (elastic.py). Importing
+needs no PyTorch; `topk_idx_t`, Buffer and ElasticBuffer do.
 """
 
 from ._checks import EPAssertionError
 from ._events import Config, EventHandle, EventOverlap
 from .buffer import Buffer, DispatchHandle
+from .elastic import ElasticBuffer, ElasticEventOverlap, EPHandle
 
 __all__ = ["Buffer", "Config", "EventOverlap", "EventHandle", "DispatchHandle", "EPAssertionError",
-           "topk_idx_t"]
+           "ElasticBuffer", "ElasticEventOverlap", "EPHandle", "topk_idx_t"]
 
 
 def __getattr__(name):
