@@ -104,7 +104,9 @@ class OtherBuffer final : public Buffer {
   int rank() const override { return 0; }
   int num_ranks() const override { return 2; }
   cudaStream_t comm_stream() const override { return nullptr; }
-  Result<Layout> layout(const TensorView&, int, const StreamOrder&) override { return no(); }
+  Result<Layout> layout(const TensorView&, int, const StreamOrder&, const LayoutOutputs&) override {
+    return no();
+  }
   Result<DispatchResult> dispatch(const DispatchArgs&) override { return no(); }
   Result<CombineResult> combine(const CombineArgs&) override { return no(); }
   Result<TensorView> combine_input(std::int64_t, std::int64_t) override { return no(); }
