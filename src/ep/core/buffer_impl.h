@@ -36,10 +36,6 @@ bool aligned16(const void* p);
 /// Given: it has memory, or it is an empty matrix with a shape (a rank
 /// with no tokens still says how many columns its top-k has).
 bool given(const TensorView& v);
-/// layout()'s checks of its arguments, and the kernel's parameters they give
-/// (outputs not set).
-Result<k::LayoutParams> layout_params(const TensorView& topk, int num_experts, int ranks,
-                                      int max_tokens);
 /// A row-major matrix of `dtype` whose rows are 16-byte aligned.
 Result<void> check_rows(const TensorView& v, const char* name, DType dtype);
 

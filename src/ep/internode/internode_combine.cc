@@ -5,27 +5,16 @@
 #include <fmt/format.h>
 
 #include "ep/internode/buffer_internode.h"
+#include "ep/internode/checks.h"
 
 namespace epkit::ep {
 
 Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
   EPKIT_TRY(a.config.validate());
   EPKIT_TRY(usable());
+  EPKIT_TRY(check_internode_combine(a, m_ranks));
   const auto* h = dynamic_cast<const InternodeHandle*>(a.handle.get());
-  if (h == nullptr || h->num_ranks != m_ranks)
-    return invalid("combine: the handle is not from this internode Buffer's dispatch");
-  EPKIT_TRY(check_rows(a.x, "combine: x", DType::bf16));
   const int hidden = static_cast<int>(a.x.cols());
-  for (int b = 0; b < 2; ++b) {
-    const TensorView& bias = a.bias[static_cast<std::size_t>(b)];
-    if (!given(bias)) continue;
-    if (bias.dtype != DType::bf16 || bias.ndim != 2 || bias.rows() != h->num_tokens ||
-        bias.cols() != hidden || bias.strides[1] != 1 || !aligned16(bias.data) ||
-        bias.strides[0] % 8 != 0)
-      return invalid(fmt::format(
-          "combine: bias {} ({}) must be a row-major bf16[{}, {}] with 16-byte aligned rows", b,
-          bias.describe(), h->num_tokens, hidden));
-  }
   cudaStream_t stream = m_local->comm_stream();
   EPKIT_TRY(m_local->enter(a.order));
 

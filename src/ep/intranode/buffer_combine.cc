@@ -1,37 +1,20 @@
-// Buffer::combine: where the input lives (in the heap, or staged into it),
-// then the combine kernel that pulls every token's rows from the ranks that
-// hold them.
+// Buffer::combine (its argument checks are in checks.cc): where the input lives (in the heap, or
+// staged into it), then the combine kernel that pulls every token's rows from the ranks that hold
+// them.
 #include <fmt/format.h>
 
 #include "ep/core/buffer_impl.h"
+#include "ep/intranode/checks.h"
 
 namespace epkit::ep {
 
 Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
-  EPKIT_TRY(a.config.validate());
-  if (!a.handle) return invalid("combine: the dispatch handle is missing");
+  EPKIT_TRY(check_combine(a, m_ranks, m_opts));
   const DispatchHandle& h = *a.handle;
-  if (h.num_ranks != m_ranks)
-    return invalid("combine: the handle comes from a Buffer of another size");
-  if (given(a.bias[0]) || given(a.bias[1]))
-    return invalid("combine: bias is supported by internode Buffers only");
-  EPKIT_TRY(check_rows(a.x, "combine: x", DType::bf16));
   const int hidden = static_cast<int>(a.x.cols());
   const std::int64_t rows_needed = h.num_worst_tokens > 0 ? h.num_worst_tokens : h.num_recv_tokens;
-  if (a.x.rows() < rows_needed || hidden > m_opts.max_hidden || hidden % 8 != 0)
-    return invalid(fmt::format(
-        "combine: x is {}, expected bf16[{}, hidden] with hidden a multiple of 8 up to {}",
-        a.x.describe(), rows_needed, m_opts.max_hidden));
   const bool with_weights = given(a.topk_weights);
-  int num_topk = 0;
-  if (with_weights) {
-    const TensorView& w = a.topk_weights;
-    if (w.dtype != DType::fp32 || w.ndim != 2 || w.strides[1] != 1 || w.rows() < rows_needed ||
-        w.cols() < 1 || w.cols() > m_opts.max_topk)
-      return invalid(fmt::format("combine: topk_weights ({}) must be row-major fp32 [{}, 1..{}]",
-                                 w.describe(), rows_needed, m_opts.max_topk));
-    num_topk = static_cast<int>(w.cols());
-  }
+  const int num_topk = with_weights ? static_cast<int>(a.topk_weights.cols()) : 0;
   EPKIT_TRY(enter(a.order));
   std::uint8_t* own = m_peers[m_rank];
   const std::int32_t* recv_count = static_cast<const std::int32_t*>(h.rank_prefix_matrix.data) +
