@@ -202,6 +202,18 @@ TEST(EpConformance, FourRanks) {
   expect_ep_passed(shell(epkit() + " test ep --nproc-per-node 4 --timeout 150" + ranks_flag(4)), 4);
 }
 
+// The suite's test of itself: rank 0 flips one bit of its recv_x
+// (EPKIT_TEST_EP_FLIP_BIT) in the first case, and the suite must catch it in
+// that case only, naming the rank, and exit with the wrong-data code.
+TEST(EpConformance, FlippedBitIsCaught) {
+  auto r = shell("env EPKIT_TEST_EP_FLIP_BIT=0 " + epkit() +
+                 " test ep --nproc-per-node 2 --tokens 512 --timeout 150" + ranks_flag(2));
+  EXPECT_EQ(r.code, 10) << r.out;  // a case found wrong data
+  EXPECT_EQ(count_of(r.out, " ... FAILED on rank "), 1u) << r.out;
+  EXPECT_NE(r.out.find(" ... FAILED on rank 0: run-to-run recv_x"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" passed, 1 failed"), std::string::npos) << r.out;
+}
+
 // The low-latency mode (--mode low-latency): DeepEP's test_low_latency.py
 // sweep (16 cases) and 5 edge cases, against the host reference.
 constexpr std::size_t k_ll_cases = 21;
