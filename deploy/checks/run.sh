@@ -7,17 +7,28 @@
 #   (dockerfile.mjs); `epkit doctor --format prometheus` through a Prometheus
 #   parser; the node-problem-detector plugin's exit-code mapping; and
 #   mutations that must fail (a renamed field, replicas as a string, ...).
-# Usage: deploy/checks/run.sh EPKIT_BINARY     EPKIT_UPDATE_GOLDEN=1 rewrites golden/.
+#   A check that cannot run here (no JobSet CRD, no kubectl with kustomize
+#   v5) is reported as SKIP with its reason; every other check still runs.
+# Usage: deploy/checks/run.sh EPKIT_BINARY
+#   EPKIT_UPDATE_GOLDEN=1 rewrites golden/ from the renderings; such a run
+#   compares nothing and fails, so a rewrite never reads as a pass.
+#   EPKIT_SHARED_DIR: where the shared inputs are (default: ../shared beside
+#   the checkout).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 epkit=${1:?usage: run.sh EPKIT_BINARY}
 checks=$root/deploy/checks
+shared=${EPKIT_SHARED_DIR:-$root/../shared}
 # The JobSet CRD (kubernetes-sigs/jobset config/components/crd/bases/): named by
-# EPKIT_JOBSET_CRD, or found beside the checkout (../shared/k8s-schemas/) or
-# in deploy/checks/schemas/.
+# EPKIT_JOBSET_CRD, or found in the shared inputs (k8s-schemas/) or in
+# deploy/checks/schemas/. A fresh clone has neither: the schema checks skip.
 crd=${EPKIT_JOBSET_CRD:-}
-for c in "$root/../shared/k8s-schemas/jobset.x-k8s.io_jobsets.yaml" \
+if [[ -n $crd && ! -r $crd ]]; then
+  echo "FAIL  EPKIT_JOBSET_CRD=$crd is not a readable file"
+  exit 1
+fi
+for c in "$shared/k8s-schemas/jobset.x-k8s.io_jobsets.yaml" \
          "$root/deploy/checks/schemas/jobset.x-k8s.io_jobsets.yaml"; do
   [[ -z $crd && -r $c ]] && crd=$c
 done
@@ -26,9 +37,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
 passed=0
+skipped=0
 
 ok() { passed=$((passed + 1)); echo "ok    $*"; }
 bad() { failures=$((failures + 1)); echo "FAIL  $*"; }
+skip() { skipped=$((skipped + 1)); echo "SKIP  $*"; }
 # Runs a check that must pass; its output shows only when it fails.
 must_pass() {
   local name=$1
@@ -48,11 +61,16 @@ must_fail() {
   fi
 }
 
-if [[ -z $crd || ! -r $crd ]]; then
-  echo "FAIL  no JobSet CRD: set EPKIT_JOBSET_CRD, or put jobset.x-k8s.io_jobsets.yaml in ../shared/k8s-schemas/"
-  echo "      or deploy/checks/schemas/ (kubernetes-sigs/jobset, config/components/crd/bases/)"
-  exit 1
-fi
+update_golden=0
+case ${EPKIT_UPDATE_GOLDEN:-} in
+  '' | 0) ;;
+  1) update_golden=1 ;;
+  *)
+    echo "FAIL  EPKIT_UPDATE_GOLDEN=${EPKIT_UPDATE_GOLDEN}: 1 rewrites the golden files, 0 or unset compares"
+    exit 64
+    ;;
+esac
+no_crd="no JobSet CRD here: set EPKIT_JOBSET_CRD, or put jobset.x-k8s.io_jobsets.yaml (kubernetes-sigs/jobset, config/components/crd/bases/) in deploy/checks/schemas/ or the shared inputs' k8s-schemas/"
 if [[ ! -d $checks/node_modules ]]; then
   echo "FAIL  deploy/checks/node_modules is missing: run 'npm ci' in deploy/checks (scripts/setup.sh test does)"
   exit 1
@@ -66,25 +84,33 @@ must_pass "shellcheck (${#scripts[@]} scripts)" shellcheck -x "${scripts[@]}"
 
 # --- render and compare with the golden files
 kustomize_ok=0
+no_kustomize="no kubectl with kustomize v5 (Debian's kubernetes-client is too old; install kubectl from pkgs.k8s.io or google-cloud-cli)"
 if command -v kubectl >/dev/null &&
    kubectl version --client -o json 2>/dev/null | grep -q '"kustomizeVersion": "v5'; then
   kustomize_ok=1
-else
-  echo "SKIP  kubectl kustomize: no kubectl with kustomize v5 (Debian's kubernetes-client is too old;"
-  echo "      install kubectl from pkgs.k8s.io or google-cloud-cli); the golden files are validated as committed"
 fi
 render() { kubectl kustomize "$1/deploy/k8s/$2"; }
 for r in "${renders[@]}"; do
   golden=$checks/golden/${r##*/}.yaml
-  if ((kustomize_ok)); then
-    if ! render "$root" "$r" >"$tmp/render.yaml" 2>"$tmp/out"; then
-      bad "kubectl kustomize $r"; sed 's/^/      /' "$tmp/out"; continue
-    fi
-    if [[ ${EPKIT_UPDATE_GOLDEN:-0} == 1 ]]; then
-      cp "$tmp/render.yaml" "$golden"
-    fi
-    must_pass "kustomize $r matches golden/${golden##*/}" diff -u "$golden" "$tmp/render.yaml"
+  if ((!kustomize_ok)); then
+    skip "kustomize $r vs golden/${golden##*/}: $no_kustomize; the golden file is validated as committed"
+    continue
   fi
+  if ! render "$root" "$r" >"$tmp/render.yaml" 2>"$tmp/out"; then
+    bad "kubectl kustomize $r"; sed 's/^/      /' "$tmp/out"; continue
+  fi
+  if ((update_golden)); then
+    # Compared with itself it would pass: the rewrite is reported, and the
+    # run fails until it is run again without EPKIT_UPDATE_GOLDEN.
+    if cmp -s "$golden" "$tmp/render.yaml"; then
+      bad "golden/${golden##*/}: EPKIT_UPDATE_GOLDEN=1, nothing compared (unchanged)"
+    else
+      cp "$tmp/render.yaml" "$golden"
+      bad "golden/${golden##*/}: rewritten from kustomize $r (EPKIT_UPDATE_GOLDEN=1); review the diff, then run again without it"
+    fi
+    continue
+  fi
+  must_pass "kustomize $r matches golden/${golden##*/}" diff -u "$golden" "$tmp/render.yaml"
 done
 
 # --- validate the renderings, and mutations of them that must fail:
@@ -92,13 +118,23 @@ done
 # the golden rendering. One node process for every case (one schema compile).
 cases=$tmp/cases.tsv
 : >"$cases"
+if [[ -n $crd ]]; then
+  what="JobSet CRD strict, core kinds, invariants"
+else
+  what="core kinds, invariants"
+  skip "JobSet CRD schema (unknown or mistyped JobSet fields): $no_crd"
+fi
 for r in "${renders[@]}"; do
-  printf 'pass\t\tvalidate %s (JobSet CRD strict, core kinds, invariants)\t%s\n' \
-    "${r##*/}" "$checks/golden/${r##*/}.yaml" >>"$cases"
+  printf 'pass\t\tvalidate %s (%s)\t%s\n' "${r##*/}" "$what" "$checks/golden/${r##*/}.yaml" >>"$cases"
 done
 mutations=0
-mutate() { # name file-in-deploy/k8s sed-expression rendering pattern
+mutate() { # name file-in-deploy/k8s sed-expression rendering pattern [schema]
   local name=$1 file=$2 expr=$3 r=$4 pattern=$5 dir=$tmp/m$mutations
+  # A mutation only the JobSet CRD's schema catches needs the CRD.
+  if [[ ${6:-} == schema && -z $crd ]]; then
+    skip "$name: $no_crd"
+    return
+  fi
   mutations=$((mutations + 1))
   mkdir -p "$dir/deploy"
   if ((kustomize_ok)); then
@@ -114,14 +150,14 @@ mutate() { # name file-in-deploy/k8s sed-expression rendering pattern
   fi
   printf 'fail\t%s\t%s\t%s\n' "$pattern" "$name" "$dir/render.yaml" >>"$cases"
 }
-mutate "base: parallelism misspelt" base/jobset.yaml 's/parallelism:/paralelism:/' overlays/gke-a4 "additional properties 'paralelism'"
-mutate "base: replicas as a string" base/jobset.yaml 's/replicas: 1/replicas: "1"/' overlays/gke-a4 "replicas: must be integer"
-mutate "base: unknown container field" base/jobset.yaml 's/securityContext:/securityContxt:/' overlays/single-node "additional properties 'securityContxt'"
+mutate "base: parallelism misspelt" base/jobset.yaml 's/parallelism:/paralelism:/' overlays/gke-a4 "additional properties 'paralelism'" schema
+mutate "base: replicas as a string" base/jobset.yaml 's/replicas: 1/replicas: "1"/' overlays/gke-a4 "replicas: must be integer" schema
+mutate "base: unknown container field" base/jobset.yaml 's/securityContext:/securityContxt:/' overlays/single-node "additional properties 'securityContxt'" schema
 mutate "base: NNODES disagrees with parallelism" base/jobset.yaml '0,/value: "2"/s//value: "3"/' overlays/gke-a4 "NNODES=3 but parallelism is 2"
 mutate "node-prep: misspelt pod field" node-prep/daemonset.yaml 's/serviceAccountName:/serviceAccountNme:/' node-prep "serviceAccountNme: unknown field"
 mutate "node-prep: string where an object goes" node-prep/daemonset.yaml 's/cpu: 10m/cpu: {a: 1}/' node-prep "resources"
 rc=0
-node "$checks/validate.mjs" "$crd" --cases "$cases" >"$tmp/out" 2>&1 || rc=$?
+node "$checks/validate.mjs" "${crd:--}" --cases "$cases" >"$tmp/out" 2>&1 || rc=$?
 cat "$tmp/out"
 passed=$((passed + $(grep -c '^ok' "$tmp/out" || true)))
 failures=$((failures + $(grep -c '^FAIL' "$tmp/out" || true)))
@@ -204,5 +240,5 @@ npd_case() { # epkit-code expected-npd-code [touch-date]
 must_pass "npd plugin exit codes" bash -c "$(declare -f npd_case); tmp=$tmp npd=$npd; \
   npd_case 0 0 && npd_case 1 0 && npd_case 2 1 && npd_case 3 2 && npd_case none 2 && npd_case 0 2 '1 hour ago'"
 
-echo "deploy checks: $passed passed, $failures failed"
+echo "deploy checks: $passed passed, $failures failed, $skipped skipped"
 ((failures == 0))

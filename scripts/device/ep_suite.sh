@@ -21,3 +21,4 @@ step bench_ep "$EPKIT" bench ep --nproc-per-node "$NPROC" --sms 24,12 --timeout 
 step bench_ep_json "$EPKIT" bench ep --nproc-per-node "$NPROC" --sms 24,12 --chunks 2,4,8 --json --timeout 300
 step bench_alltoall "$EPKIT" bench nccl alltoall --nproc-per-node "$NPROC" -b 16M -e 1G -f 4 --timeout 120
 grep -h "Best\|staged\|Non-cached" "$OUT/bench_ep.txt"
+steps_end

@@ -74,3 +74,4 @@ two_node_bench() {
   return $((rc != 0 ? rc : rc1))
 }
 STEP_TAIL=16 step bench_ep_nodes two_node_bench
+steps_end

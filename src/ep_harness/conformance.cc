@@ -65,6 +65,8 @@ struct Suite {
   std::vector<TensorView> last_layout;
   std::vector<TensorView> last_dispatch;
   std::vector<TensorView> last_combine;
+  // ConformanceOptions::flip_bit_rank is this rank, and no bit flipped yet.
+  bool fault_pending = false;
 
   runtime::Deadline step() const { return runtime::Deadline::after_seconds(opts.timeout_s); }
 };
@@ -103,6 +105,15 @@ Result<void> poison(Suite& s, std::vector<TensorView>& views) {
   views.clear();
   EPKIT_TRY(cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize after poisoning"));
   return s.buffer->barrier();
+}
+
+// Fault injection (ConformanceOptions::flip_bit_rank): the lowest bit of the
+// first byte of `v` flipped in device memory.
+Result<void> flip_one_bit(const TensorView& v) {
+  std::uint8_t byte = 0;
+  EPKIT_TRY(cuda_ok(cudaMemcpy(&byte, v.data, 1, cudaMemcpyDeviceToHost), "fault injection"));
+  byte ^= 0x01;
+  return cuda_ok(cudaMemcpy(v.data, &byte, 1, cudaMemcpyHostToDevice), "fault injection");
 }
 
 struct Order {
@@ -359,6 +370,10 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     if (!d) return d.error();
     EPKIT_TRY(finish(s, d->event, c.async));
     s.last_dispatch = views_of(*d);
+    if (run == 1 && s.fault_pending && d->recv_x.data != nullptr && d->recv_x.rows() > 0) {
+      EPKIT_TRY(flip_one_bit(d->recv_x));
+      s.fault_pending = false;
+    }
     auto snap = snapshot(*d, s.rank);
     if (!snap) return snap.error();
     runs[run] = std::move(*snap);
@@ -680,6 +695,12 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
   };
   const bool low_latency = options.mode == ConformanceMode::low_latency;
   EPKIT_TRY(low_latency ? validate_low_latency(options, ranks) : validate(options, ranks));
+  if (options.flip_bit_rank >= 0 && (low_latency || options.flip_bit_rank >= ranks))
+    return make_error(
+        ErrorCode::invalid,
+        fmt::format("fault injection: rank {} of {} in {} mode (it flips a bit of "
+                    "a normal-mode recv_x, on one of the job's ranks)",
+                    options.flip_bit_rank, ranks, low_latency ? "low-latency" : "normal"));
 
   // Rank 0's seed for everyone: under torchrun or srun each process picked
   // its own.
@@ -690,6 +711,7 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
   Suite s(gpu, options);
   s.seed = std::stoull(*seed_text);
   s.rank = rank;
+  s.fault_pending = options.flip_bit_rank == rank && !low_latency;
   s.ranks = ranks;
   Stream stream;
   EPKIT_TRY(stream.create());
@@ -798,6 +820,13 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
     report.failures.insert(report.failures.end(), failures.begin(), failures.end());
   }
   EPKIT_TRY(s.buffer->barrier());
+  // A fault that was never injected would let the suite's own test pass on
+  // a run that checked nothing of it.
+  if (s.fault_pending)
+    return make_error(ErrorCode::internal,
+                      fmt::format("fault injection: rank {} received no rows in any case, so no "
+                                  "bit was flipped",
+                                  rank));
   return report;
 }
 

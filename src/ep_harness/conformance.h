@@ -32,6 +32,11 @@ struct ConformanceOptions {
   std::vector<int> edge_hidden = {2048, 4096, 7168};
   /// Bound on every wait (store, engine, NCCL milestones).
   double timeout_s = 60.0;
+  /// Fault injection, the suite's test of itself: this rank flips one bit
+  /// of its recv_x (in device memory, as a faulty engine would leave it)
+  /// after the second dispatch of the first normal-mode case where it
+  /// receives rows. The suite must then fail. -1: no fault.
+  int flip_bit_rank = -1;
 };
 
 struct ConformanceFailure {

@@ -53,13 +53,21 @@ TEST(BenchEpCommand, BadShapesAndConfigsAreUsageErrors) {
     EXPECT_EQ(r.code, 64) << c.names << ": " << r.out << r.err;
     EXPECT_NE(r.err.find(c.names), std::string::npos) << r.err;
   }
-  // CLI11's own checks: not a number, out of range.
-  EXPECT_NE(run({"--sms", "24,x"}).code, 0);
-  EXPECT_NE(run({"--iters", "0"}).code, 0);
+  // CLI11's own checks: not a number, out of range. Exit 64 and the message,
+  // not just `code != 0`: a valid run without a GPU exits 12.
+  auto r = run({"--sms", "24,x"});
+  EXPECT_EQ(r.code, 64) << r.out << r.err;
+  EXPECT_NE(r.err.find("Could not convert: --sms = 24,x"), std::string::npos) << r.err;
+  r = run({"--iters", "0"});
+  EXPECT_EQ(r.code, 64) << r.out << r.err;
+  EXPECT_NE(r.err.find("--iters: Value 0 not in range 1 to 1000000"), std::string::npos) << r.err;
 }
 
 TEST(BenchEpCommand, LowLatencyModeTakesDeepEpsSizesAndOneSmCount) {
-  EXPECT_NE(run({"--mode", "fast"}).code, 0);
+  auto mode = run({"--mode", "fast"});
+  EXPECT_EQ(mode.code, 64) << mode.out << mode.err;
+  EXPECT_NE(mode.err.find("--mode: fast not in {normal,low-latency}"), std::string::npos)
+      << mode.err;
   // The default experts of this mode are test_low_latency.py's 288.
   auto r = run({"--mode", "low-latency", "--topk", "300"});
   EXPECT_EQ(r.code, 64) << r.out << r.err;

@@ -178,11 +178,7 @@ int main(int argc, char** argv) {
   int ranks = argc > 1 ? std::atoi(argv[1]) : 2;
   int tokens = argc > 2 ? std::atoi(argv[2]) : 8;
   int iters = argc > 3 ? std::atoi(argv[3]) : 2000;
-  const int gpus = test::count_gpus_in_child();
-  if (gpus == 0) {
-    std::printf("SKIP: no GPU\n");
-    return 77;
-  }
+  const int gpus = test::gpus_or_exit(1);
   const std::uint16_t port = test::free_local_port();
   std::vector<pid_t> kids;
   for (int r = 0; r < ranks; ++r) {

@@ -29,7 +29,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr int k_skip = 77;
 constexpr int k_sets = 4;  // input sets the replays cycle through
 
 #define CHECK_CUDA(expr)                                                               \
@@ -283,11 +282,7 @@ int main(int argc, char** argv) {
   Shape s;
   int* fields[] = {&s.tokens, &s.hidden, &s.topk, &s.experts, &s.sms, &s.replays};
   for (int i = 2; i < argc && i - 2 < 6; ++i) *fields[i - 2] = std::atoi(argv[i]);
-  const int gpus = test::count_gpus_in_child();
-  if (gpus == 0) {
-    std::printf("SKIP: no GPU\n");
-    return k_skip;
-  }
+  const int gpus = test::gpus_or_exit(1);
   if (gpus < ranks)
     std::printf("note: %d ranks share %d GPU(s); start MPS so that their kernels run at once\n",
                 ranks, gpus);

@@ -39,7 +39,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr int k_skip = 77;
 constexpr int k_killed = 9;
 constexpr int k_named_the_dead_rank = 42;
 // A survivor on a GPU shared under MPS whose kernels ended because another
@@ -346,12 +345,11 @@ int main(int argc, char** argv) {
   int experts = argc > 5 ? std::atoi(argv[5]) : 256;
   int sms = argc > 6 ? std::atoi(argv[6]) : 24;
   int chunk = argc > 7 ? std::atoi(argv[7]) : 4;
-  // Count the GPUs in a child: CUDA must not start in the parent, whose
-  const int gpus = test::count_gpus_in_child();
   // EP_SMOKE_OVERSUBSCRIBE=1 puts several ranks on one GPU (rank % GPUs):
   // the engine's 8-rank paths run on a 4-GPU machine, slowly (the GPU
   // time-slices the ranks' spinning kernels), so only the checks count.
   const bool oversubscribe = std::getenv("EP_SMOKE_OVERSUBSCRIBE") != nullptr;
+  const int gpus = test::gpus_or_exit(oversubscribe ? 1 : ranks);
   const char* nodes_env = std::getenv("EP_SMOKE_NODES");
   const int nodes = nodes_env != nullptr ? std::atoi(nodes_env) : 1;
   if (nodes < 1 || ranks % nodes != 0 || (nodes > 1 && std::getenv("EP_SMOKE_KILL") == nullptr)) {
@@ -360,10 +358,6 @@ int main(int argc, char** argv) {
                  "internode data checks are `epkit test ep --nnodes`)\n",
                  nodes_env, ranks);
     return 64;
-  }
-  if (gpus < ranks && !(oversubscribe && gpus > 0)) {
-    std::printf("SKIP: needs %d GPUs, this machine has %d\n", ranks, gpus);
-    return k_skip;
   }
   const std::uint16_t port = test::free_local_port();
   std::vector<pid_t> kids;

@@ -1,6 +1,7 @@
 // What the standalone GPU programs (epkit_ep_smoke, epkit_ep_ll_graph,
 // epkit_ep_call_overhead) share: they fork one process per rank, so CUDA must
-// not start in the parent.
+// not start in the parent (support/gpu_gate.h counts the GPUs in a child, and
+// decides between running, SKIP and FAIL).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,6 +14,7 @@
 
 #include "runtime/socket.h"
 #include "runtime/store.h"
+#include "support/gpu_gate.h"
 
 /// In a rank's main (an `int rank` in scope): a failed Result ends the rank
 /// with exit 2 after naming the rank, the call and the cause.
@@ -26,19 +28,6 @@
   } while (0)
 
 namespace epkit::test {
-
-/// The visible GPUs, counted in a child process: a parent that started CUDA
-/// could not hand it to the ranks it forks.
-inline int count_gpus_in_child() {
-  if (pid_t probe = ::fork(); probe == 0) {
-    int n = 0;
-    ::_exit(cudaGetDeviceCount(&n) == cudaSuccess ? std::min(n, 64) : 0);
-  } else {
-    int status = 0;
-    ::waitpid(probe, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-  }
-}
 
 /// A free TCP port on 127.0.0.1 for the ranks' store (0 if none).
 inline std::uint16_t free_local_port() {

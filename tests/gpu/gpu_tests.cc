@@ -1,6 +1,7 @@
 // GPU tests of `epkit test`, `epkit test ep` and `epkit bench`: they run the real binary on
 // this machine's GPUs. A case that needs more GPUs than there are (or a build
-// without CUDA) prints why and exits 77, which ctest reports as SKIP.
+// without CUDA) prints why and exits 77, which ctest reports as SKIP; a broken
+// CUDA, or EPKIT_REQUIRE_GPU on a machine without GPUs, fails instead.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -11,29 +12,20 @@
 #include <iostream>
 #include <string>
 
-#ifdef EPKIT_WITH_CUDA
-#include "runtime/gpu_rank.h"
-#endif
+#include "support/gpu_gate.h"
 
 namespace {
 
-constexpr int k_skip = 77;
-
+// The GPUs, or the case ends here: SKIP (exit 77) where the machine has no
+// GPU device or fewer than it needs, FAIL where CUDA is broken or
+// EPKIT_REQUIRE_GPU asks for GPUs (support/gpu_gate.h).
 int gpu_count() {
-#ifdef EPKIT_WITH_CUDA
-  auto count = epkit::runtime::cuda_device_count();
-  return count ? *count : 0;
-#else
-  return 0;
-#endif
+  static const int gpus = epkit::test::gpus_or_exit(1);
+  return gpus;
 }
 
 void need_gpus(int n) {
-  int have = gpu_count();
-  if (have >= n) return;
-  std::cout << "SKIP: needs " << n << " GPUs, this machine has " << have << "\n";
-  std::cout.flush();
-  std::_Exit(k_skip);
+  if (gpu_count() < n) epkit::test::gpus_or_exit(n);
 }
 
 // The flag that runs `ranks` ranks on this machine: nothing where there are
@@ -210,6 +202,18 @@ TEST(EpConformance, FourRanks) {
   expect_ep_passed(shell(epkit() + " test ep --nproc-per-node 4 --timeout 150" + ranks_flag(4)), 4);
 }
 
+// The suite's test of itself: rank 0 flips one bit of its recv_x
+// (EPKIT_TEST_EP_FLIP_BIT) in the first case, and the suite must catch it in
+// that case only, naming the rank, and exit with the wrong-data code.
+TEST(EpConformance, FlippedBitIsCaught) {
+  auto r = shell("env EPKIT_TEST_EP_FLIP_BIT=0 " + epkit() +
+                 " test ep --nproc-per-node 2 --tokens 512 --timeout 150" + ranks_flag(2));
+  EXPECT_EQ(r.code, 10) << r.out;  // a case found wrong data
+  EXPECT_EQ(count_of(r.out, " ... FAILED on rank "), 1u) << r.out;
+  EXPECT_NE(r.out.find(" ... FAILED on rank 0: run-to-run recv_x"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" passed, 1 failed"), std::string::npos) << r.out;
+}
+
 // The low-latency mode (--mode low-latency): DeepEP's test_low_latency.py
 // sweep (16 cases) and 5 edge cases, against the host reference.
 constexpr std::size_t k_ll_cases = 21;
@@ -325,5 +329,14 @@ TEST(EpConformance, JsonSummary) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  const int rc = RUN_ALL_TESTS();
+  // ctest names each case with --gtest_filter: a name that matches nothing
+  // (a renamed or deleted case) must fail, not pass having run nothing. The
+  // filter is applied inside RUN_ALL_TESTS, so the count is known after it.
+  if (::testing::UnitTest::GetInstance()->test_to_run_count() == 0) {
+    std::cout << "FAIL: no test matches the filter (" << ::testing::GTEST_FLAG(filter)
+              << "): nothing ran\n";
+    return 1;
+  }
+  return rc;
 }

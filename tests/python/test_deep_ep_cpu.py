@@ -22,6 +22,10 @@ except ImportError:
 
 RANKS, TOKENS, HIDDEN, TOPK, EXPERTS = 4, 16, 256, 8, 32
 
+# Where CTest provides the library (a CUDA build sets EPKIT_LIBRARY), a load
+# failure is a failure: skipping would pass the entry having checked nothing.
+PROVIDED_LIBRARY = os.environ.get("EPKIT_LIBRARY")
+
 
 def dispatch_args(**over):
     args = dict(x=T((TOKENS, HIDDEN), "bfloat16"), x_scales=None, handle_given=False,
@@ -59,7 +63,12 @@ class Library(unittest.TestCase):
         try:
             self.lib = _native.load()
         except ImportError as e:
+            if PROVIDED_LIBRARY:
+                self.fail(f"EPKIT_LIBRARY={PROVIDED_LIBRARY} is set but the library does not load: {e}")
             self.skipTest(str(e))
+        if PROVIDED_LIBRARY and str(self.lib.path) != PROVIDED_LIBRARY:
+            self.fail(f"EPKIT_LIBRARY={PROVIDED_LIBRARY} is set but the library does not load: "
+                      f"{self.lib.path} was loaded instead")
 
     def test_abi_and_errors(self):
         self.assertEqual(self.lib.abi_version(), _native.ABI_VERSION)
@@ -107,11 +116,15 @@ class Library(unittest.TestCase):
         self.assertIn("CUDA", self.lib.last_error())
 
     def test_env_variable_comes_first(self):
+        before = os.environ.get("EPKIT_LIBRARY")
         os.environ["EPKIT_LIBRARY"] = "/nonexistent/libepkit_ep.so"
         try:
             self.assertEqual(str(_native.candidates()[0]), "/nonexistent/libepkit_ep.so")
         finally:
-            del os.environ["EPKIT_LIBRARY"]
+            if before is None:
+                del os.environ["EPKIT_LIBRARY"]
+            else:
+                os.environ["EPKIT_LIBRARY"] = before
 
 
 class ConfigAndStatics(unittest.TestCase):

@@ -15,6 +15,7 @@
 
 #include "ep/core/buffer_impl.h"
 #include "ep/core/hex.h"
+#include "ep/intranode/checks.h"
 
 namespace epkit::ep {
 
@@ -84,28 +85,9 @@ Result<void> BufferImpl::init(Bootstrap& bootstrap, const BufferOptions& o, int 
   m_rank_base = rank_base;
   m_rank = bootstrap.rank();
   m_ranks = bootstrap.world_size();
-  if (m_ranks < 1 || m_ranks > k::k_max_ranks)
-    return invalid(
-        fmt::format("a Buffer spans 1 to {} ranks of one node, not {}", k::k_max_ranks, m_ranks));
-  if (o.max_tokens < 0 || o.max_hidden <= 0 || o.max_hidden % k::k_scale_block != 0)
-    return invalid(
-        fmt::format("BufferOptions: max_tokens {} must be >= 0 and max_hidden {} a positive "
-                    "multiple of {}",
-                    o.max_tokens, o.max_hidden, k::k_scale_block));
-  if (o.max_topk < 1 || o.max_topk > 32)
-    return invalid(fmt::format("BufferOptions.max_topk = {}: must be 1..32", o.max_topk));
-  if (!(o.timeout_s > 0)) return invalid("BufferOptions.timeout_s must be positive");
-  if (o.low_latency_bytes != 0 && o.low_latency_bytes < sizeof(k::LowLatencyHeader))
-    return invalid(fmt::format(
-        "BufferOptions.low_latency_bytes = {}: at least {} (Buffer::low_latency_size_hint gives "
-        "what a shape needs), or 0 for no low-latency region",
-        o.low_latency_bytes, sizeof(k::LowLatencyHeader)));
-  m_heap = heap_layout(o, m_ranks);
-  if (o.num_bytes != 0 && o.num_bytes < m_heap.total)
-    return invalid(fmt::format(
-        "the Buffer needs {} bytes per GPU for {} ranks x {} tokens x hidden {} (top-{}), but "
-        "num_bytes allows {}",
-        m_heap.total, m_ranks, o.max_tokens, o.max_hidden, o.max_topk, o.num_bytes));
+  auto layout = check_buffer_options(o, m_ranks);
+  if (!layout) return layout.error();
+  m_heap = *layout;
 
   cudaError_t rc = cudaGetDevice(&m_device);
   if (rc != cudaSuccess) return cuda_error(rc, "cudaGetDevice");

@@ -36,14 +36,6 @@ bool aligned16(const void* p);
 /// Given: it has memory, or it is an empty matrix with a shape (a rank
 /// with no tokens still says how many columns its top-k has).
 bool given(const TensorView& v);
-/// layout()'s checks of its arguments, and the kernel's parameters they give
-/// (outputs not set).
-Result<k::LayoutParams> layout_params(const TensorView& topk, int num_experts, int ranks,
-                                      int max_tokens);
-/// A layout's caller-owned outputs (LayoutOutputs) against their shapes:
-/// each given one contiguous, of the layout's dtype and size.
-Result<void> check_layout_outputs(const LayoutOutputs& into, std::int64_t tokens, int ranks,
-                                  int experts, int nodes);
 /// `into`'s memory when given, else the Buffer's own.
 template <typename T>
 T* output_or(const TensorView& into, T* own) {
@@ -51,11 +43,6 @@ T* output_or(const TensorView& into, T* own) {
 }
 /// A row-major matrix of `dtype` whose rows are 16-byte aligned.
 Result<void> check_rows(const TensorView& v, const char* name, DType dtype);
-/// A combine's biases and caller-owned outputs (CombineArgs::bias, out_x,
-/// out_topk_weights) against the shape of its result; every mode checks
-/// them alike.
-Result<void> check_combine_extras(const CombineArgs& a, std::int64_t tokens, std::int64_t hidden,
-                                  std::int64_t num_topk);
 
 /// The communication stream, shared by the Buffer and its handles: a handle
 /// frees its arrays on it, so it must live as long as the last of them.

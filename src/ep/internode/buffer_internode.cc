@@ -11,6 +11,9 @@
 #include <functional>
 #include <thread>
 
+#include "ep/internode/checks.h"
+#include "ep/intranode/checks.h"
+
 namespace epkit::ep {
 namespace {
 
@@ -157,24 +160,12 @@ Result<void> InternodeBuffer::init(Bootstrap& bootstrap, const BufferOptions& o)
   m_rank = bootstrap.rank();
   m_ranks = bootstrap.world_size();
   m_per_node = o.ranks_per_node;
-  if (m_per_node < 1 || m_per_node > k::k_max_ranks || m_ranks % m_per_node != 0 ||
-      m_ranks / m_per_node > k::k_max_nodes)
-    return invalid(fmt::format(
-        "BufferOptions.ranks_per_node = {}: {} ranks must split into 2 to {} nodes of 1 to {} "
-        "ranks",
-        m_per_node, m_ranks, k::k_max_nodes, k::k_max_ranks));
-  if (!(o.timeout_s > 0)) return invalid("BufferOptions.timeout_s must be positive");
+  EPKIT_TRY(check_internode_options(o, m_ranks));
   m_nodes = m_ranks / m_per_node;
   m_node = m_rank / m_per_node;
   m_local_rank = m_rank % m_per_node;
   m_mem_layout = internode_layout(o, m_ranks);
   const BufferOptions forward = forwarding_options(o, m_ranks);
-  const std::size_t need = heap_layout(forward, m_per_node).total + m_mem_layout.total;
-  if (o.num_bytes != 0 && o.num_bytes < need)
-    return invalid(fmt::format(
-        "the Buffer needs {} bytes per GPU for {} nodes x {} ranks x {} tokens x hidden {} "
-        "(top-{}), but num_bytes allows {}",
-        need, m_nodes, m_per_node, o.max_tokens, o.max_hidden, o.max_topk, o.num_bytes));
 
   NodeBootstrap node(bootstrap, m_per_node);
   m_local = std::make_unique<BufferImpl>();

@@ -134,7 +134,6 @@ class InternodeBuffer final : public Buffer {
   /// The other nodes, in order.
   std::vector<int> others() const;
   Result<DispatchResult> dispatch_cached(const DispatchArgs& args, const InternodeHandle& handle);
-  Result<void> check_dispatch(const DispatchArgs& args) const;
   std::int32_t* message(std::int32_t* base, int node) const {
     return base + static_cast<std::int64_t>(node) * m_mem_layout.message_ints;
   }

@@ -5,19 +5,16 @@
 #include <fmt/format.h>
 
 #include "ep/internode/buffer_internode.h"
+#include "ep/internode/checks.h"
 
 namespace epkit::ep {
 
 Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
   EPKIT_TRY(a.config.validate());
   EPKIT_TRY(usable());
+  EPKIT_TRY(check_internode_combine(a, m_ranks));
   const auto* h = dynamic_cast<const InternodeHandle*>(a.handle.get());
-  if (h == nullptr || h->num_ranks != m_ranks)
-    return invalid("combine: the handle is not from this internode Buffer's dispatch");
-  EPKIT_TRY(check_rows(a.x, "combine: x", DType::bf16));
   const int hidden = static_cast<int>(a.x.cols());
-  const int topk_given = given(a.topk_weights) ? static_cast<int>(a.topk_weights.cols()) : 0;
-  EPKIT_TRY(check_combine_extras(a, h->num_tokens, hidden, topk_given));
   cudaStream_t stream = m_local->comm_stream();
   EPKIT_TRY(m_local->enter(a.order));
 

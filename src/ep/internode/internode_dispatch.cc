@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "ep/internode/buffer_internode.h"
+#include "ep/internode/checks.h"
 
 namespace epkit::ep {
 namespace {
@@ -45,70 +46,11 @@ k::PackParams pack_params(const DispatchArgs& a, const k::RowFormat& f,
 
 }  // namespace
 
-Result<void> InternodeBuffer::check_dispatch(const DispatchArgs& a) const {
-  const TensorView& x = a.x;
-  if (x.dtype != DType::bf16 && x.dtype != DType::fp8_e4m3)
-    return invalid(fmt::format("dispatch: x is {}, expected bf16 or fp8_e4m3", x.describe()));
-  EPKIT_TRY(check_rows(x, "dispatch: x", x.dtype));
-  if (x.rows() > m_opts.max_tokens || x.cols() > m_opts.max_hidden)
-    return invalid(
-        fmt::format("dispatch: x is {}, the Buffer was made for at most {} tokens of hidden {}",
-                    x.describe(), m_opts.max_tokens, m_opts.max_hidden));
-  if (x.dtype == DType::fp8_e4m3) {
-    const TensorView& s = a.x_scales;
-    if (x.cols() % k::k_scale_block != 0 || !given(s) || s.dtype != DType::fp32 || s.ndim != 2 ||
-        s.rows() != x.rows() || s.cols() != x.cols() / k::k_scale_block)
-      return invalid(fmt::format("dispatch: FP8 x {} needs x_scales fp32[{}, {}], got {}",
-                                 x.describe(), x.rows(), x.cols() / k::k_scale_block,
-                                 !given(s) ? "none" : s.describe()));
-  }
-  if (a.handle) return {};
-  const TensorView& itir = a.is_token_in_rank;
-  if (!given(itir) || itir.dtype != DType::boolean || itir.ndim != 2 || itir.rows() != x.rows() ||
-      itir.cols() != m_ranks || itir.strides[1] != 1)
-    return invalid(
-        fmt::format("dispatch: is_token_in_rank must be a row-major bool[{}, {}] (from layout())",
-                    x.rows(), m_ranks));
-  const TensorView& ntpr = a.num_tokens_per_rank;
-  if (ntpr.data == nullptr || ntpr.dtype != DType::int32 || ntpr.numel() != m_ranks)
-    return invalid(
-        fmt::format("dispatch: num_tokens_per_rank must be int32[{}] (from layout())", m_ranks));
-  const TensorView& ntpe = a.num_tokens_per_expert;
-  const std::int64_t experts = ntpe.numel();
-  if (ntpe.data == nullptr || ntpe.dtype != DType::int32 || experts <= 0 ||
-      experts > k::k_max_experts || experts % m_ranks != 0)
-    return invalid(fmt::format(
-        "dispatch: num_tokens_per_expert must be int32[experts], experts a multiple of {} up to {}",
-        m_ranks, k::k_max_experts));
-  if (given(a.topk_idx)) {
-    const TensorView& t = a.topk_idx;
-    if ((t.dtype != DType::int64 && t.dtype != DType::int32) || t.ndim != 2 || t.strides[1] != 1 ||
-        t.rows() != x.rows() || t.cols() < 1 || t.cols() > m_opts.max_topk)
-      return invalid(
-          fmt::format("dispatch: topk_idx ({}) must be a row-major int64/int32 [{}, 1..{}]",
-                      t.describe(), x.rows(), m_opts.max_topk));
-  }
-  if (given(a.topk_weights)) {
-    const TensorView& w = a.topk_weights;
-    if (!given(a.topk_idx)) return invalid("dispatch: topk_weights given without topk_idx");
-    if (w.dtype != DType::fp32 || w.ndim != 2 || w.strides[1] != 1 || w.rows() != x.rows() ||
-        w.cols() != a.topk_idx.cols())
-      return invalid(fmt::format("dispatch: topk_weights ({}) must be row-major fp32 [{}, {}]",
-                                 w.describe(), x.rows(), a.topk_idx.cols()));
-  }
-  return {};
-}
-
 Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
   EPKIT_TRY(a.config.validate());
   EPKIT_TRY(usable());
-  EPKIT_TRY(check_dispatch(a));
-  if (a.handle) {
-    const auto* h = dynamic_cast<const InternodeHandle*>(a.handle.get());
-    if (h == nullptr || h->num_ranks != m_ranks)
-      return invalid("cached dispatch: the handle is not from this internode Buffer");
-    return dispatch_cached(a, *h);
-  }
+  EPKIT_TRY(check_internode_dispatch(a, m_ranks, m_opts));
+  if (a.handle) return dispatch_cached(a, dynamic_cast<const InternodeHandle&>(*a.handle));
   const int tokens = static_cast<int>(a.x.rows());
   const int hidden = static_cast<int>(a.x.cols());
   const bool with_topk = given(a.topk_idx);
@@ -148,10 +90,8 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
   pp.send_row = node_send_row;
   pp.messages = sent;
   pp.message_ints = m_mem_layout.message_ints;
+  // check_internode_dispatch made sure the message fits the slot.
   const k::MessageFormat mf{m_per_node, experts_per_node};
-  if (mf.min_ints() > m_mem_layout.message_ints)
-    return invalid(fmt::format("dispatch: {} experts per node do not fit the count message",
-                               experts_per_node));
   if (cudaError_t rc = k::launch_plan(pp, stream); rc != cudaSuccess)
     return m_local->failure(rc, "dispatch (plan)");
 
@@ -282,14 +222,7 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
 
 Result<DispatchResult> InternodeBuffer::dispatch_cached(const DispatchArgs& a,
                                                         const InternodeHandle& h) {
-  const int tokens = static_cast<int>(a.x.rows());
   const int hidden = static_cast<int>(a.x.cols());
-  if (h.num_tokens != tokens)
-    return invalid(fmt::format("cached dispatch: the handle is for {} tokens, x has {}",
-                               h.num_tokens, tokens));
-  if (given(a.topk_idx) || given(a.topk_weights))
-    return invalid(
-        "cached dispatch: pass x (and x_scales) only; top-k goes with the first dispatch");
   const k::RowFormat f = row_format(a.x.dtype, hidden, 0, 0, false, m_per_node);
   cudaStream_t stream = m_local->comm_stream();
   EPKIT_TRY(m_local->enter(a.order));

@@ -1,68 +1,20 @@
-// Buffer::combine: where the input lives (in the heap, or staged into it),
-// then the combine kernel that pulls every token's rows from the ranks that
-// hold them.
+// Buffer::combine (its argument checks are in checks.cc): where the input lives (in the heap, or
+// staged into it), then the combine kernel that pulls every token's rows from the ranks that hold
+// them.
 #include <fmt/format.h>
 
 #include "ep/core/buffer_impl.h"
+#include "ep/intranode/checks.h"
 
 namespace epkit::ep {
 
-Result<void> check_combine_extras(const CombineArgs& a, std::int64_t tokens, std::int64_t hidden,
-                                  std::int64_t num_topk) {
-  for (std::size_t b = 0; b < a.bias.size(); ++b) {
-    const TensorView& bias = a.bias[b];
-    if (!given(bias)) continue;
-    if (bias.dtype != DType::bf16 || bias.ndim != 2 || bias.rows() != tokens ||
-        bias.cols() != hidden || bias.strides[1] != 1 || !aligned16(bias.data) ||
-        bias.strides[0] % 8 != 0)
-      return invalid(fmt::format(
-          "combine: bias {} ({}) must be a row-major bf16[{}, {}] with 16-byte aligned rows", b,
-          bias.describe(), tokens, hidden));
-  }
-  if (given(a.out_x)) {
-    const TensorView& o = a.out_x;
-    if (o.dtype != DType::bf16 || o.ndim != 2 || o.rows() != tokens || o.cols() != hidden ||
-        o.strides[1] != 1 || o.strides[0] != hidden || !aligned16(o.data))
-      return invalid(fmt::format("combine: out_x ({}) must be a contiguous bf16[{}, {}], 16-byte "
-                                 "aligned",
-                                 o.describe(), tokens, hidden));
-  }
-  if (given(a.out_topk_weights)) {
-    const TensorView& o = a.out_topk_weights;
-    if (num_topk == 0)
-      return invalid("combine: out_topk_weights given without topk_weights to combine");
-    if (o.dtype != DType::fp32 || o.ndim != 2 || o.rows() != tokens || o.cols() != num_topk ||
-        o.strides[1] != 1 || o.strides[0] != num_topk)
-      return invalid(fmt::format("combine: out_topk_weights ({}) must be a contiguous fp32[{}, {}]",
-                                 o.describe(), tokens, num_topk));
-  }
-  return {};
-}
-
 Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
-  EPKIT_TRY(a.config.validate());
-  if (!a.handle) return invalid("combine: the dispatch handle is missing");
+  EPKIT_TRY(check_combine(a, m_ranks, m_opts));
   const DispatchHandle& h = *a.handle;
-  if (h.num_ranks != m_ranks)
-    return invalid("combine: the handle comes from a Buffer of another size");
-  EPKIT_TRY(check_rows(a.x, "combine: x", DType::bf16));
   const int hidden = static_cast<int>(a.x.cols());
   const std::int64_t rows_needed = h.num_worst_tokens > 0 ? h.num_worst_tokens : h.num_recv_tokens;
-  if (a.x.rows() < rows_needed || hidden > m_opts.max_hidden || hidden % 8 != 0)
-    return invalid(fmt::format(
-        "combine: x is {}, expected bf16[{}, hidden] with hidden a multiple of 8 up to {}",
-        a.x.describe(), rows_needed, m_opts.max_hidden));
   const bool with_weights = given(a.topk_weights);
-  int num_topk = 0;
-  if (with_weights) {
-    const TensorView& w = a.topk_weights;
-    if (w.dtype != DType::fp32 || w.ndim != 2 || w.strides[1] != 1 || w.rows() < rows_needed ||
-        w.cols() < 1 || w.cols() > m_opts.max_topk)
-      return invalid(fmt::format("combine: topk_weights ({}) must be row-major fp32 [{}, 1..{}]",
-                                 w.describe(), rows_needed, m_opts.max_topk));
-    num_topk = static_cast<int>(w.cols());
-  }
-  EPKIT_TRY(check_combine_extras(a, h.num_tokens, hidden, num_topk));
+  const int num_topk = with_weights ? static_cast<int>(a.topk_weights.cols()) : 0;
   EPKIT_TRY(enter(a.order));
   std::uint8_t* own = m_peers[m_rank];
   const std::int32_t* recv_count = static_cast<const std::int32_t*>(h.rank_prefix_matrix.data) +

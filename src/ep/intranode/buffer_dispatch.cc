@@ -1,12 +1,12 @@
-// Buffer::layout, dispatch and cached dispatch: argument checks, the count
-// exchange (notify kernel) and the host's wait for the counts, then the
-// dispatch kernel that writes every token into its destinations' receive
-// regions.
+// Buffer::layout, dispatch and cached dispatch: the count exchange (notify kernel) and the host's
+// wait for the counts, then the dispatch kernel that writes every token into its destinations'
+// receive regions. Their argument checks are in checks.cc.
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "ep/core/buffer_impl.h"
+#include "ep/intranode/checks.h"
 
 namespace epkit::ep {
 
@@ -41,56 +41,6 @@ k::DispatchParams BufferImpl::dispatch_params(const DispatchArgs& a, const std::
   return dp;
 }
 
-Result<k::LayoutParams> layout_params(const TensorView& topk, int num_experts, int ranks,
-                                      int max_tokens) {
-  if (topk.data == nullptr && topk.numel() != 0) return invalid("layout: topk_idx is missing");
-  if ((topk.dtype != DType::int64 && topk.dtype != DType::int32) || topk.ndim != 2 ||
-      topk.strides[1] != 1)
-    return invalid(fmt::format("layout: topk_idx ({}) must be a row-major int64 or int32 matrix",
-                               topk.describe()));
-  if (topk.rows() > max_tokens)
-    return invalid(fmt::format("layout: {} tokens, the Buffer was made for at most {}", topk.rows(),
-                               max_tokens));
-  if (topk.cols() > 32) return invalid("layout: top-k is at most 32");
-  if (num_experts <= 0 || num_experts > k::k_max_experts || num_experts % ranks != 0)
-    return invalid(fmt::format("layout: {} experts must be 1..{} and a multiple of the {} ranks",
-                               num_experts, k::k_max_experts, ranks));
-  k::LayoutParams p;
-  p.topk = topk.data;
-  p.topk_int64 = topk.dtype == DType::int64;
-  p.topk_stride = topk.strides[0];
-  p.num_tokens = static_cast<int>(topk.rows());
-  p.num_topk = static_cast<int>(topk.cols());
-  p.num_experts = num_experts;
-  p.num_ranks = ranks;
-  return p;
-}
-
-Result<void> check_layout_outputs(const LayoutOutputs& into, std::int64_t tokens, int ranks,
-                                  int experts, int nodes) {
-  auto check = [](const TensorView& v, const char* name, DType dtype, std::int64_t rows,
-                  std::int64_t cols, bool matrix) -> Result<void> {
-    if (v.data == nullptr) return {};
-    const bool shape_ok = matrix ? v.ndim == 2 && v.rows() == rows && v.cols() == cols &&
-                                       v.strides[1] == 1 && v.strides[0] == cols
-                                 : v.ndim == 1 && v.rows() == rows && v.strides[0] == 1;
-    if (v.dtype != dtype || !shape_ok)
-      return invalid(fmt::format("layout: {} ({}) must be a contiguous {}[{}{}]", name,
-                                 v.describe(), to_string(dtype), rows,
-                                 matrix ? fmt::format(", {}", cols) : std::string()));
-    return {};
-  };
-  EPKIT_TRY(check(into.num_tokens_per_rank, "num_tokens_per_rank", DType::int32, ranks, 1, false));
-  EPKIT_TRY(
-      check(into.num_tokens_per_expert, "num_tokens_per_expert", DType::int32, experts, 1, false));
-  EPKIT_TRY(check(into.is_token_in_rank, "is_token_in_rank", DType::boolean, tokens, ranks, true));
-  if (nodes <= 1 && into.num_tokens_per_rdma_rank.data != nullptr)
-    return invalid("layout: num_tokens_per_rdma_rank is for internode Buffers only");
-  EPKIT_TRY(check(into.num_tokens_per_rdma_rank, "num_tokens_per_rdma_rank", DType::int32, nodes,
-                  1, false));
-  return {};
-}
-
 Result<Layout> BufferImpl::layout(const TensorView& topk, int num_experts,
                                   const StreamOrder& order, const LayoutOutputs& into) {
   auto params = layout_params(topk, num_experts, m_ranks, m_opts.max_tokens);
@@ -121,78 +71,20 @@ Result<DispatchResult> BufferImpl::dispatch(const DispatchArgs& a) {
 }
 
 Result<DispatchResult> BufferImpl::dispatch_segments(const DispatchArgs& a, const Segments* seg) {
-  EPKIT_TRY(a.config.validate());
+  EPKIT_TRY(check_dispatch(a, m_ranks, m_opts,
+                           seg != nullptr ? std::optional<int>(seg->num_experts) : std::nullopt));
+  if (a.handle) return dispatch_cached(a);
   const TensorView& x = a.x;
-  if (x.dtype != DType::bf16 && x.dtype != DType::fp8_e4m3)
-    return invalid(fmt::format("dispatch: x is {}, expected bf16 or fp8_e4m3", x.describe()));
-  EPKIT_TRY(check_rows(x, "dispatch: x", x.dtype));
   const bool fp8 = x.dtype == DType::fp8_e4m3;
   const int tokens = static_cast<int>(x.rows());
   const int hidden = static_cast<int>(x.cols());
-  if (tokens > m_opts.max_tokens || hidden > m_opts.max_hidden)
-    return invalid(
-        fmt::format("dispatch: x is {}, the Buffer was made for at most {} tokens of hidden {}",
-                    x.describe(), m_opts.max_tokens, m_opts.max_hidden));
-  if ((hidden * static_cast<int>(dtype_size(x.dtype))) % 16 != 0)
-    return invalid(
-        fmt::format("dispatch: rows of {} are not a multiple of 16 bytes", x.describe()));
-  if (fp8) {
-    if (hidden % k::k_scale_block != 0)
-      return invalid(fmt::format("dispatch: FP8 hidden {} must be a multiple of {}", hidden,
-                                 k::k_scale_block));
-    const TensorView& s = a.x_scales;
-    if (!given(s) || s.dtype != DType::fp32 || s.ndim != 2 || s.rows() != tokens ||
-        s.cols() != hidden / k::k_scale_block)
-      return invalid(fmt::format("dispatch: FP8 x needs x_scales fp32[{}, {}], got {}", tokens,
-                                 hidden / k::k_scale_block, !given(s) ? "none" : s.describe()));
-  } else if (given(a.x_scales)) {
-    return invalid("dispatch: x_scales given with a BF16 x (scales go with FP8 only)");
-  }
-  if (a.num_worst_tokens < 0 || a.num_worst_tokens > m_ranks * m_opts.max_tokens)
-    return invalid(fmt::format("dispatch: num_worst_tokens {} must be 0..{}", a.num_worst_tokens,
-                               m_ranks * m_opts.max_tokens));
-  if (a.expert_alignment < 1) return invalid("dispatch: expert_alignment must be >= 1");
-  if (a.handle) return dispatch_cached(a);
-
   const bool with_topk = given(a.topk_idx);
-  int num_topk = 0;
-  if (with_topk) {
-    const TensorView& t = a.topk_idx;
-    if ((t.dtype != DType::int64 && t.dtype != DType::int32) || t.ndim != 2 || t.strides[1] != 1 ||
-        t.rows() != tokens || t.cols() < 1 || t.cols() > m_opts.max_topk)
-      return invalid(
-          fmt::format("dispatch: topk_idx ({}) must be a row-major int64/int32 [{}, 1..{}]",
-                      t.describe(), tokens, m_opts.max_topk));
-    num_topk = static_cast<int>(t.cols());
-  }
+  const int num_topk = with_topk ? static_cast<int>(a.topk_idx.cols()) : 0;
   const bool with_weights = given(a.topk_weights);
-  if (with_weights) {
-    const TensorView& w = a.topk_weights;
-    if (!with_topk) return invalid("dispatch: topk_weights given without topk_idx");
-    if (w.dtype != DType::fp32 || w.ndim != 2 || w.strides[1] != 1 || w.rows() != tokens ||
-        w.cols() != num_topk)
-      return invalid(fmt::format("dispatch: topk_weights ({}) must be row-major fp32 [{}, {}]",
-                                 w.describe(), tokens, num_topk));
-  }
   const TensorView& ntpr = a.num_tokens_per_rank;
   const TensorView& itir = a.is_token_in_rank;
   const TensorView& ntpe = a.num_tokens_per_expert;
-  if (seg == nullptr &&
-      (ntpr.data == nullptr || ntpr.dtype != DType::int32 || ntpr.numel() != m_ranks))
-    return invalid(
-        fmt::format("dispatch: num_tokens_per_rank must be int32[{}] (from layout())", m_ranks));
-  if (!given(itir) || itir.dtype != DType::boolean || itir.ndim != 2 || itir.rows() != tokens ||
-      itir.cols() != m_ranks || itir.strides[1] != 1)
-    return invalid(
-        fmt::format("dispatch: is_token_in_rank must be a row-major bool[{}, {}] (from layout())",
-                    tokens, m_ranks));
   const int num_experts = seg != nullptr ? seg->num_experts : static_cast<int>(ntpe.numel());
-  if ((seg == nullptr && (ntpe.data == nullptr || ntpe.dtype != DType::int32)) ||
-      num_experts <= 0 || num_experts > k::k_max_experts || num_experts % m_ranks != 0)
-    return invalid(
-        fmt::format("dispatch: num_tokens_per_expert must be int32[experts], experts a multiple of "
-                    "{} up to {}",
-                    m_ranks, k::k_max_experts));
 
   EPKIT_TRY(enter(a.order));
   void* memory = nullptr;
@@ -297,15 +189,7 @@ Result<DispatchResult> BufferImpl::dispatch_segments(const DispatchArgs& a, cons
 
 Result<DispatchResult> BufferImpl::dispatch_cached(const DispatchArgs& a) {
   const DispatchHandle& h = *a.handle;
-  const int tokens = static_cast<int>(a.x.rows());
   const int hidden = static_cast<int>(a.x.cols());
-  if (h.num_ranks != m_ranks || h.num_tokens != tokens)
-    return invalid(fmt::format(
-        "cached dispatch: the handle is for {} tokens over {} ranks, x has {} tokens over {}",
-        h.num_tokens, h.num_ranks, tokens, m_ranks));
-  if (given(a.topk_idx) || given(a.topk_weights))
-    return invalid(
-        "cached dispatch: pass x (and x_scales) only; top-k goes with the first dispatch");
   EPKIT_TRY(enter(a.order));
   k::DispatchParams dp =
       dispatch_params(a, static_cast<const std::int32_t*>(h.send_row.data),

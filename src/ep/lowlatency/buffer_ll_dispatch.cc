@@ -1,4 +1,4 @@
-// Buffer::low_latency_dispatch: argument checks, then the dispatch kernel
+// Buffer::low_latency_dispatch: argument checks (checks.cc), then the dispatch kernel
 // (send and receive in one launch, or the send now and the receive in the
 // hook), and the expert-major views of this rank's buffer.
 #include <fmt/format.h>
@@ -8,46 +8,16 @@
 
 namespace epkit::ep {
 
-namespace {
-
-constexpr std::size_t k_max_smem = 48 * 1024;
-
-}  // namespace
-
 Result<LowLatencyDispatchResult> BufferImpl::low_latency_dispatch(const LowLatencyDispatchArgs& a) {
   const char* op = "low_latency_dispatch";
-  EPKIT_TRY(check_low_latency_order(op, a.return_recv_hook, a.order, a.num_sms));
-  EPKIT_TRY(check_rows(a.x, "low_latency_dispatch: x", DType::bf16));
-  const int tokens = static_cast<int>(a.x.rows());
-  const int hidden = static_cast<int>(a.x.cols());
-  auto region = ll_region(op, a.num_max_dispatch_tokens_per_rank, hidden, a.num_experts);
+  auto region = check_ll_dispatch(a, m_opts, m_ranks);
   if (!region) return region.error();
   const k::LowLatencyRegion& g = *region;
-  if (tokens > g.max_tokens)
-    return invalid(fmt::format("{}: {} tokens, more than num_max_dispatch_tokens_per_rank = {}", op,
-                               tokens, g.max_tokens));
-  EPKIT_TRY(check_topk_idx(a.topk_idx, "low_latency_dispatch: topk_idx", tokens, k::k_ll_max_topk));
+  const int tokens = static_cast<int>(a.x.rows());
+  const int hidden = static_cast<int>(a.x.cols());
   const bool fp8 = a.use_fp8;
   const bool ue8m0 = fp8 && a.use_ue8m0;
-  if (ue8m0 && !a.round_scale)
-    return invalid(fmt::format("{}: use_ue8m0 needs round_scale (UE8M0 holds powers of two)", op));
-  if (ue8m0 && hidden % 512 != 0)
-    return invalid(fmt::format(
-        "{}: use_ue8m0 packs four scales per int32, so hidden {} must be a multiple of 512", op,
-        hidden));
-  EPKIT_TRY(check_stats(a.cumulative_local_expert_recv_stats,
-                        "low_latency_dispatch: cumulative_local_expert_recv_stats", DType::int32,
-                        g.local_experts));
-  EPKIT_TRY(check_stats(a.dispatch_wait_recv_cost_stats,
-                        "low_latency_dispatch: dispatch_wait_recv_cost_stats", DType::int64,
-                        m_ranks));
   const int topk = static_cast<int>(a.topk_idx.cols());
-  const std::size_t smem = k::low_latency_dispatch_smem(g.num_experts, tokens, topk, a.num_sms);
-  if (smem > k_max_smem)
-    return invalid(fmt::format(
-        "{}: {} tokens of top-{} over {} blocks and {} experts need {} bytes of shared memory "
-        "per block, more than {}: raise num_sms",
-        op, tokens, topk, a.num_sms, g.num_experts, smem, k_max_smem));
 
   const int buffer = m_ll_next;
   k::LowLatencyDispatchParams p;

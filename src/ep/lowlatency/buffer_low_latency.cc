@@ -37,35 +37,6 @@ Result<void> Buffer::clean_low_latency_buffer(int, int, int) {
   return no_low_latency("clean_low_latency_buffer");
 }
 
-Result<void> check_stats(const TensorView& v, const char* name, DType dtype, std::int64_t size) {
-  if (v.data == nullptr) return {};
-  if (v.dtype != dtype || v.ndim != 1 || v.rows() != size || v.strides[0] != 1)
-    return invalid(fmt::format("{} ({}) must be a contiguous {}[{}]", name, v.describe(),
-                               to_string(dtype), size));
-  return {};
-}
-
-Result<void> check_topk_idx(const TensorView& t, const char* name, std::int64_t tokens,
-                            int max_topk) {
-  if (!given(t)) return invalid(fmt::format("{} is missing", name));
-  if ((t.dtype != DType::int64 && t.dtype != DType::int32) || t.ndim != 2 || t.strides[1] != 1 ||
-      t.rows() != tokens || t.cols() < 1 || t.cols() > max_topk || (t.rows() > 0 && !t.data))
-    return invalid(fmt::format("{} ({}) must be a row-major int64/int32 [{}, 1..{}]", name,
-                               t.describe(), tokens, max_topk));
-  return {};
-}
-
-Result<void> check_low_latency_order(const char* op, bool hook, const StreamOrder& order,
-                                     int num_sms) {
-  if (hook && order.async)
-    return invalid(fmt::format(
-        "{}: return_recv_hook and async together (the hook orders the caller's stream itself)",
-        op));
-  if (num_sms < 1 || num_sms > 1024)
-    return invalid(fmt::format("{}: num_sms = {}: must be 1..1024", op, num_sms));
-  return {};
-}
-
 std::size_t Buffer::low_latency_size_hint(int num_max_dispatch_tokens_per_rank, int hidden,
                                           int num_ranks, int num_experts) {
   auto region =
@@ -84,20 +55,7 @@ Result<void> LowLatencyHook::operator()() {
 
 Result<k::LowLatencyRegion> BufferImpl::ll_region(const char* op, int max_tokens, int hidden,
                                                   int experts) const {
-  if (m_opts.low_latency_bytes == 0)
-    return invalid(fmt::format(
-        "{}: the Buffer has no low-latency region (BufferOptions.low_latency_bytes is 0; "
-        "Buffer::low_latency_size_hint gives what a shape needs)",
-        op));
-  auto region = lowlatency::region_for(max_tokens, hidden, m_ranks, experts);
-  if (!region) return invalid(fmt::format("{}: {}", op, region.error().message));
-  if (static_cast<std::size_t>(region->total) > m_opts.low_latency_bytes)
-    return invalid(fmt::format(
-        "{}: {} tokens per rank of hidden {} over {} experts and {} ranks need {} bytes of "
-        "low-latency region, the Buffer has {} (BufferOptions.low_latency_bytes; see "
-        "Buffer::low_latency_size_hint)",
-        op, max_tokens, hidden, experts, m_ranks, region->total, m_opts.low_latency_bytes));
-  return region;
+  return check_ll_region(op, m_opts, m_ranks, max_tokens, hidden, experts);
 }
 
 k::LowLatencyCommon BufferImpl::ll_common(const k::LowLatencyRegion& region, int buffer,

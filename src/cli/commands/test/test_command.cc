@@ -352,6 +352,19 @@ int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, Rank
   co.num_sms = e.sms;
   co.seed = seed;
   co.timeout_s = opts.timeout_s;
+  // Fault injection for the suite's own test (tests/gpu/gpu_tests.cc,
+  // EpConformance.FlippedBitIsCaught): the rank named flips one bit of its
+  // received rows, and the run must fail.
+  if (auto flip = host.env().get_nonempty("EPKIT_TEST_EP_FLIP_BIT")) {
+    char* end = nullptr;
+    const long n = std::strtol(flip->c_str(), &end, 10);
+    if (end == flip->c_str() || *end != 0 || n < 0 || n >= launch.world_size) {
+      io.line(fmt::format("FAIL: EPKIT_TEST_EP_FLIP_BIT is not a rank of 0..{}",
+                          launch.world_size - 1));
+      return k_exit_usage;
+    }
+    co.flip_bit_rank = static_cast<int>(n);
+  }
   // Across nodes: the NIC each GPU should use, printed before the run and
   // checked from the NIC counters after it (one watcher per node).
   auto nics = start_node_nic_watch(host, launch, r, io);
