@@ -125,6 +125,24 @@ class StoreServer::Impl {
 
   std::uint16_t port() const { return m_port; }
 
+  bool loopback_only() const {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (::getsockname(m_listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return false;
+    }
+    if (addr.ss_family == AF_INET) {
+      auto ip = ntohl(reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr.s_addr);
+      return (ip >> 24) == 127;
+    }
+    if (addr.ss_family == AF_INET6) {
+      const auto& a6 = reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr;
+      if (IN6_IS_ADDR_LOOPBACK(&a6)) return true;
+      if (IN6_IS_ADDR_V4MAPPED(&a6)) return a6.s6_addr[12] == 127;
+    }
+    return false;
+  }
+
  private:
   struct Conn {
     Fd fd;
@@ -718,6 +736,9 @@ StoreServer::~StoreServer() = default;
 std::uint16_t StoreServer::port() const {
   return m_impl->port();
 }
+bool StoreServer::loopback_only() const {
+  return m_impl->loopback_only();
+}
 
 // ---------------------------------------------------------------- client
 
@@ -947,6 +968,19 @@ void Store::close() {
   if (!m_broken) m_broken = make_error(ErrorCode::unavailable, "store connection closed");
 }
 
+namespace {
+
+// "127.0.0.1", "::1", "localhost": the caller asked for loopback itself.
+bool names_loopback(const std::string& addr) {
+  if (addr == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, addr.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, addr.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+}  // namespace
+
 Result<StoreSession> open_store(const LaunchInfo& info, const std::string& my_host,
                                 const std::string& tag, const std::string& secret,
                                 const std::string& bind_addr, Deadline deadline) {
@@ -972,6 +1006,16 @@ Result<StoreSession> open_store(const LaunchInfo& info, const std::string& my_ho
                         fmt::format("rank 0 cannot serve the store: {}", started.error().message));
     }
     session.server = std::move(*started);
+    if (info.nnodes > 1 && session.server->loopback_only() && !names_loopback(bind_addr)) {
+      // A hosts file mapping this host's name to 127.0.1.1 (Debian's
+      // default) would otherwise leave every other node timing out. A
+      // loopback address given as such is nodes faked on one host.
+      return make_error(ErrorCode::invalid,
+                        fmt::format("rank 0 would serve the store on a loopback address ({} "
+                                    "resolves to one here), which the other {} nodes cannot "
+                                    "reach; set EPKIT_BIND_ADDR to this node's address",
+                                    bind_addr, info.nnodes - 1));
+    }
     client.port = session.server->port();
   }
   auto store = Store::connect(client, deadline);

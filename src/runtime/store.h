@@ -61,6 +61,9 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   std::uint16_t port() const;
+  /// True when the listener is bound to a loopback address (127.0.0.0/8,
+  /// ::1): only this host can reach it.
+  bool loopback_only() const;
 
   class Impl;
 

@@ -82,6 +82,12 @@ int run_place(const PlaceOptions& opts, Io& io) {
   auto endpoint = runtime::parse_endpoint(
       master, static_cast<std::uint16_t>(master_port->value_or(runtime::k_default_master_port)));
   if (!endpoint) return usage("--master " + endpoint.error().message);
+  // Named in messages and resolved: address characters only.
+  if (auto ok = runtime::check_placement_value("the rendezvous host (--master, MASTER_ADDR)",
+                                               endpoint->first);
+      !ok || endpoint->first.empty()) {
+    return usage("the rendezvous host (--master, MASTER_ADDR) must be a host name or address");
+  }
   // The job's own store later listens on the master port of the node ranked
   // 0; the placement store uses the next port so the two never collide.
   int port = opts.port.value_or(endpoint->second + 1);
