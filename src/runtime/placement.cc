@@ -191,12 +191,18 @@ Result<NodeOrder> exchange_placements(const Placement& self, const ExchangeOptio
   std::string outcome = encode_outcome(order);
   // The others' deadlines differ from ours (pods start at different times):
   // give them a short grace to read the outcome before the server goes.
+  // On success every other node has published its placement and will read
+  // the outcome (one may not have counted itself in "reported" yet: waiting
+  // for only those that had would close the store under the last one). On
+  // failure, those that reported so far.
   auto grace = Deadline::after(Millis(5000));
-  auto reported = store->add("placement/reported", 0, grace);
-  if (store->set("placement/outcome", outcome, grace) && reported) {
+  if (store->set("placement/outcome", outcome, grace)) {
     while (!grace.expired()) {
+      auto reported = store->add("placement/reported", 0, grace);
       auto read = store->add("placement/read", 0, grace);
-      if (!read || *read >= *reported) break;
+      if (!reported || !read) break;
+      std::int64_t readers = order ? options.nnodes - 1 : *reported;
+      if (*read >= readers) break;
       std::this_thread::sleep_for(Millis(10));
     }
   }

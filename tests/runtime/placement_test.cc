@@ -336,5 +336,36 @@ TEST(PlacementThreats, WithASecretTheNodesMeetAndAStrangerIsRefused) {
   EXPECT_EQ(indexes(*one), indexes(*order));
 }
 
+// Index 0 may have every placement and publish the outcome before a node
+// that already published its own has said it waits for the outcome: the
+// store must stay up until that node read it too.
+TEST(Placement, IndexZeroWaitsForANodeThatReportsLate) {
+  auto cluster = made_up_cluster();
+  ExchangeOptions options;
+  options.nnodes = 2;
+  options.bind_addr = "127.0.0.1";
+  options.port = free_port();
+  auto zero = std::async(std::launch::async, [p = cluster[0], options] {
+    return exchange_placements(p, options, Deadline::after(5s));
+  });
+  ClientOptions late;
+  late.port = options.port;
+  late.rank = 1;
+  late.world_size = 2;
+  late.my_host = "late";
+  late.tag = options.tag;
+  auto store = Store::connect(late, Deadline::after(3s));
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  ASSERT_TRUE(store->set("placement/1", encode(cluster[1]), Deadline::after(1s)).ok());
+  std::this_thread::sleep_for(300ms);  // index 0 orders and publishes meanwhile
+  ASSERT_TRUE(store->add("placement/reported", 1, Deadline::after(1s)).ok());
+  auto outcome = store->get("placement/outcome", Deadline::after(2s));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().message;
+  EXPECT_TRUE(decode_outcome(*outcome, 2).ok());
+  (void)store->add("placement/read", 1, Deadline::after(1s));
+  store->close();
+  EXPECT_TRUE(zero.get().ok());
+}
+
 }  // namespace
 }  // namespace epkit::runtime
