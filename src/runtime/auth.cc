@@ -14,7 +14,8 @@ std::string hmac_sha256(std::string_view secret, std::string_view label, std::st
   message.append(data);
   // A non-null key even when empty: OpenSSL reads a null key as "no key".
   static const unsigned char k_empty = 0;
-  const auto* key = secret.empty() ? &k_empty : reinterpret_cast<const unsigned char*>(secret.data());
+  const auto* key =
+      secret.empty() ? &k_empty : reinterpret_cast<const unsigned char*>(secret.data());
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   if (HMAC(EVP_sha256(), key, static_cast<int>(secret.size()),

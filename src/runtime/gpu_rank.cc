@@ -102,8 +102,7 @@ Result<std::unique_ptr<GpuRank>> join_gpu_job(const host::Host& host, const Laun
   // every interface; EPKIT_BIND_ADDR overrides where that name resolves to
   // another address on rank 0 itself (a hosts file mapping it to 127.0.1.1).
   auto bind = host.env().get_nonempty("EPKIT_BIND_ADDR").value_or(launch.master_addr);
-  auto store =
-      open_store(launch, mine.host, "nccl " + mine.nccl_version, *secret, bind, deadline);
+  auto store = open_store(launch, mine.host, "nccl " + mine.nccl_version, *secret, bind, deadline);
   if (!store) return store.error();
   r->rendezvous.emplace(std::move(*store));
   auto facts = exchange_facts(r->store(), mine, launch.world_size, deadline);

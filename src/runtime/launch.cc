@@ -119,8 +119,9 @@ Result<void> read_master(Vars& vars, LaunchInfo& info, bool single_node,
                          std::optional<std::string> fallback_host = std::nullopt) {
   if (auto addr = vars.text("MASTER_ADDR")) {
     if (!address_chars(*addr)) {
-      return make_error(ErrorCode::invalid,
-                        "MASTER_ADDR holds characters other than letters, digits and . _ - : [ ] %");
+      return make_error(
+          ErrorCode::invalid,
+          "MASTER_ADDR holds characters other than letters, digits and . _ - : [ ] %");
     }
     info.master_addr = *addr;
   } else if (fallback_host) {

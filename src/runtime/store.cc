@@ -1,13 +1,12 @@
 #include "runtime/store.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
 
 #include <algorithm>
 #include <atomic>
@@ -155,7 +154,7 @@ class StoreServer::Impl {
     std::string peer;   // the remote address, without the port
     std::string nonce;  // the challenge this connection must answer
     // Requests after the hello: a rank that leaves before its first one
-    // gives its rank back (see release_or_fail).
+    // gives its rank back (leave(), close_conn()).
     std::uint64_t requests = 0;
   };
   using ConnIt = std::list<Conn>::iterator;
@@ -266,12 +265,12 @@ class StoreServer::Impl {
                                       rank, hello->protocol, wire::k_protocol_version));
     }
     if (hello->world != static_cast<std::uint32_t>(m_options.world_size)) {
-      return refuse(conn, fmt::format("{}:{} believes the world has {} ranks, rank 0 says {}",
-                                      host, rank, hello->world, m_options.world_size));
+      return refuse(conn, fmt::format("{}:{} believes the world has {} ranks, rank 0 says {}", host,
+                                      rank, hello->world, m_options.world_size));
     }
     if (rank >= hello->world) {
-      return refuse(conn,
-                    fmt::format("{}: rank {} is not below world size {}", host, rank, hello->world));
+      return refuse(
+          conn, fmt::format("{}: rank {} is not below world size {}", host, rank, hello->world));
     }
     if (hello->epkit != m_options.epkit_version) {
       return refuse(conn, fmt::format("{}:{} runs epkit {}, rank 0 runs epkit {}", host, rank,
@@ -283,8 +282,8 @@ class StoreServer::Impl {
     }
     auto& info = m_ranks[rank];
     if (info.state == RankState::connected) {
-      return refuse(conn,
-                    fmt::format("rank {} joined twice: from {} and from {}", rank, info.host, host));
+      return refuse(
+          conn, fmt::format("rank {} joined twice: from {} and from {}", rank, info.host, host));
     }
     if (info.state != RankState::never) {
       return refuse(conn, fmt::format("{}:{} rejoined after it {}", host, rank,
@@ -770,9 +769,9 @@ Result<void> Store::handshake(const ClientOptions& options, Deadline deadline) {
   // for the challenge a few seconds at most, then the caller retries.
   auto payload = recv_frame(m_fd.get(), deadline.min(Deadline::after(Millis(5000))));
   if (!payload) {
-    return make_error(payload.error().code == ErrorCode::invalid ? ErrorCode::invalid
-                                                                 : ErrorCode::unavailable,
-                      fmt::format("no challenge from {}: {}", m_endpoint, payload.error().message));
+    return make_error(
+        payload.error().code == ErrorCode::invalid ? ErrorCode::invalid : ErrorCode::unavailable,
+        fmt::format("no challenge from {}: {}", m_endpoint, payload.error().message));
   }
   auto challenge = wire::parse_challenge(*payload);
   if (!challenge) {
@@ -800,12 +799,13 @@ Result<void> Store::handshake(const ClientOptions& options, Deadline deadline) {
     // The store says only "refused"; this side names what must agree.
     return make_error(
         ErrorCode::invalid,
-        fmt::format("the store at {} refused rank {} of {}: every rank must hold the job's secret "
-                    "({}), run epkit {} with '{}', agree on the world size, and take a rank no "
-                    "other process holds (rank 0's own timeout message names the reason)",
-                    m_endpoint, options.rank, options.world_size,
-                    options.secret.empty() ? "this one has none" : "EPKIT_SECRET_FILE or EPKIT_SECRET",
-                    options.epkit_version, options.tag));
+        fmt::format(
+            "the store at {} refused rank {} of {}: every rank must hold the job's secret "
+            "({}), run epkit {} with '{}', agree on the world size, and take a rank no "
+            "other process holds (rank 0's own timeout message names the reason)",
+            m_endpoint, options.rank, options.world_size,
+            options.secret.empty() ? "this one has none" : "EPKIT_SECRET_FILE or EPKIT_SECRET",
+            options.epkit_version, options.tag));
   }
   if (!same_mac(*reply, wire::welcome_mac(options.secret, challenge->nonce, hello.nonce))) {
     m_broken = make_error(ErrorCode::invalid, "store did not prove the secret");

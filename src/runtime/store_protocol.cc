@@ -197,8 +197,8 @@ Result<Hello> parse_hello(std::string_view payload, std::string_view* signed_par
   // What is left is the MAC field: everything before it is signed.
   std::size_t mac_field = 4 + k_mac_bytes;
   auto mac = reader.str(k_mac_bytes);
-  if (!protocol || !rank || !world || !host || !epkit || !tag || !nonce || !mac ||
-      !reader.done() || payload.size() < mac_field) {
+  if (!protocol || !rank || !world || !host || !epkit || !tag || !nonce || !mac || !reader.done() ||
+      payload.size() < mac_field) {
     return malformed("expected an epkit store hello (not an epkit client?)");
   }
   if (nonce->size() != k_nonce_bytes || mac->size() != k_mac_bytes) {

@@ -76,8 +76,9 @@ TEST(PlaceCommand, HugeNodeCountsAndTimeoutsAreUsageErrors) {
   }
   auto index = place({"--nnodes", "2", "--index", "2"});
   EXPECT_EQ(index.code, k_exit_usage) << index.err;
-  tree.write("/short.env", "JOB_COMPLETION_INDEX=0\nNNODES=1\nMASTER_ADDR=127.0.0.1\n"
-                           "EPKIT_SECRET=short\n");
+  tree.write("/short.env",
+             "JOB_COMPLETION_INDEX=0\nNNODES=1\nMASTER_ADDR=127.0.0.1\n"
+             "EPKIT_SECRET=short\n");
   auto secret = test::run_epkit(
       {"place", "--env-file", tree.path("/short.env"), "--addr", "127.0.0.1", "--port", "0"});
   EXPECT_EQ(secret.code, k_exit_usage);
@@ -91,8 +92,9 @@ TEST(PlaceCommand, IndexZeroBindsItsOwnAddress) {
   int port = *runtime::local_port(probe->get());
   probe->reset();
   test::TempTree tree;
-  tree.write("/job.env", "JOB_COMPLETION_INDEX=0\nNNODES=2\nMASTER_ADDR=127.0.0.1\n"
-                         "EPKIT_SECRET=a-secret-of-sixteen-or-more\n");
+  tree.write("/job.env",
+             "JOB_COMPLETION_INDEX=0\nNNODES=2\nMASTER_ADDR=127.0.0.1\n"
+             "EPKIT_SECRET=a-secret-of-sixteen-or-more\n");
   auto running = std::async(std::launch::async, [&] {
     return test::run_epkit({"place", "--env-file", tree.path("/job.env"), "--addr", "127.0.0.1",
                             "--port", std::to_string(port), "--timeout", "1.5"});

@@ -250,8 +250,11 @@ TEST(Launch, ExplicitNodesAndNprocPerNode) {
     EXPECT_EQ(refused.error().message.find(bad), std::string::npos) << refused.error().message;
     EXPECT_NE(refused.error().message.find("--master"), std::string::npos);
   }
-  auto env_bad = discover(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
-                                  {"LOCAL_WORLD_SIZE", "1"}, {"MASTER_ADDR", "n\x1b]0;x\x07"}}));
+  auto env_bad = discover(env_of({{"RANK", "0"},
+                                  {"WORLD_SIZE", "2"},
+                                  {"LOCAL_RANK", "0"},
+                                  {"LOCAL_WORLD_SIZE", "1"},
+                                  {"MASTER_ADDR", "n\x1b]0;x\x07"}}));
   ASSERT_FALSE(env_bad.ok());
   EXPECT_NE(env_bad.error().message.find("MASTER_ADDR holds"), std::string::npos)
       << env_bad.error().message;

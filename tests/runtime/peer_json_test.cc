@@ -15,7 +15,8 @@ namespace epkit::runtime {
 namespace {
 
 TEST(PeerJson, AccessorsCheckPresenceTypeRangeAndCharacters) {
-  auto j = peer::parse(R"({"s":"ok","c":"a\u001bb","n":5,"big":18446744073709551615,"f":1.5,"b":true})");
+  auto j =
+      peer::parse(R"({"s":"ok","c":"a\u001bb","n":5,"big":18446744073709551615,"f":1.5,"b":true})");
   ASSERT_FALSE(j.is_discarded());
   EXPECT_EQ(peer::string_field(j, "s").value_or(""), "ok");
   EXPECT_FALSE(peer::string_field(j, "c"));  // ESC
@@ -37,7 +38,9 @@ TEST(PeerJson, AccessorsCheckPresenceTypeRangeAndCharacters) {
     EXPECT_FALSE(peer::int_field(v, "n"));
     EXPECT_EQ(peer::field(v, "n"), nullptr);
   }
-  EXPECT_FALSE(peer::string_field(peer::parse("{\"c\":\"\xc2\x9b" "2J\"}"), "c"));  // C1 CSI
+  EXPECT_FALSE(peer::string_field(peer::parse("{\"c\":\"\xc2\x9b"
+                                              "2J\"}"),
+                                  "c"));  // C1 CSI
   EXPECT_TRUE(peer::parse(std::string(100000, '[')).is_discarded());
   EXPECT_TRUE(peer::parse("{\"s\":\"\xff\"}").is_discarded());  // invalid UTF-8
   EXPECT_TRUE(peer::parse(std::string(2 << 20, ' ')).is_discarded());
@@ -58,14 +61,12 @@ TEST(PeerJson, RankFactsWithWrongTypesOrControlCharactersAreNamed) {
     EXPECT_NE(at, std::string::npos) << from;
     return text.replace(at, from.size(), to);
   };
-  for (const auto& bad : {replace("\"rank\":1", "\"rank\":\"1\""),
-                          replace("\"rank\":1", "\"rank\":-1"),
-                          replace("\"host\":\"node-b\"", "\"host\":\"\\u001b]0;x\\u0007\""),
-                          replace("\"host\":\"node-b\"", "\"host\":7"),
-                          replace("[\"mlx5_0\"]", "[5]"),
-                          replace("[\"mlx5_0\"]", "{}"),
-                          replace("\"shared_gpu\":false", "\"shared_gpu\":\"no\""),
-                          std::string("[]"), std::string("{}")}) {
+  for (const auto& bad :
+       {replace("\"rank\":1", "\"rank\":\"1\""), replace("\"rank\":1", "\"rank\":-1"),
+        replace("\"host\":\"node-b\"", "\"host\":\"\\u001b]0;x\\u0007\""),
+        replace("\"host\":\"node-b\"", "\"host\":7"), replace("[\"mlx5_0\"]", "[5]"),
+        replace("[\"mlx5_0\"]", "{}"), replace("\"shared_gpu\":false", "\"shared_gpu\":\"no\""),
+        std::string("[]"), std::string("{}")}) {
     auto facts = facts_from_json(bad);
     EXPECT_FALSE(facts.ok()) << bad;
   }
@@ -83,8 +84,8 @@ TEST(PeerJson, TestResultsFromPeersAreCheckedFieldByField) {
   EXPECT_TRUE(good.value("ok", false));
   EXPECT_EQ(good["transports"].size(), 1u);
   for (std::string bad :
-       {std::string("not json"), std::string(R"({"ok":"yes"})"), std::string(R"({"rank":2,"ok":1})"),
-        std::string(R"({"rank":3,"ok":true})"),
+       {std::string("not json"), std::string(R"({"ok":"yes"})"),
+        std::string(R"({"rank":2,"ok":1})"), std::string(R"({"rank":3,"ok":true})"),
         std::string(R"({"rank":2,"ok":true,"label":"\u001b[2J","reason":"","gpu_name":"",)"
                     R"("gpu_uuid":"","gpu_pci_bus_id":"","compute_capability":"",)"
                     R"("wrong_all_reduce":0,"wrong_ring":0,"transports":[]})"),

@@ -260,8 +260,9 @@ TEST(PlacementThreats, ForgedOutcomesAreNamedErrorsNeverAnOrderWithoutThisNode) 
 }
 
 TEST(PlacementThreats, ValuesHoldOnlyAddressCharacters) {
-  for (std::string bad : std::vector<std::string>{"$(id)", "`id`", "a b", "a\nb", "\x1b[2J", "caf\xc3\xa9", "a;b", "a'b",
-                          std::string(254, 'a')}) {
+  for (std::string bad :
+       std::vector<std::string>{"$(id)", "`id`", "a b", "a\nb", "\x1b[2J", "caf\xc3\xa9", "a;b",
+                                "a'b", std::string(254, 'a')}) {
     EXPECT_FALSE(check_placement_value("node", bad).ok()) << bad;
     auto p = at(1, "b", "s", "h");
     p.node = bad;
@@ -271,8 +272,13 @@ TEST(PlacementThreats, ValuesHoldOnlyAddressCharacters) {
   EXPECT_TRUE(check_placement_value("addr", "job-w-0-1.job.svc").ok());
   // An index out of the job's range is not a placement of this job.
   EXPECT_FALSE(decode_placement(encode(at(9, "b", "s", "h")), 3).ok());
-  EXPECT_FALSE(decode_placement(R"({"index":-1,"addr":"a","node":"","block":"","subblock":"","host":""})").ok());
-  EXPECT_FALSE(decode_placement(R"({"index":4294967296,"addr":"a","node":"","block":"","subblock":"","host":""})").ok());
+  EXPECT_FALSE(
+      decode_placement(R"({"index":-1,"addr":"a","node":"","block":"","subblock":"","host":""})")
+          .ok());
+  EXPECT_FALSE(
+      decode_placement(
+          R"({"index":4294967296,"addr":"a","node":"","block":"","subblock":"","host":""})")
+          .ok());
 }
 
 // A node that is not index 0 takes a forged outcome another peer published

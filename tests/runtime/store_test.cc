@@ -410,7 +410,8 @@ class RawPeer {
   bool ok() const { return m_fd.valid() && m_nonce.size() == k_nonce_bytes; }
   void send(std::string_view bytes) { (void)send_all(m_fd.get(), bytes, Deadline::after(2s)); }
   /// A hello for `rank` proven with `secret` (a stranger's guess, or the real one).
-  void hello(int rank, int world, const std::string& secret, const std::string& tag = "nccl 2.21.5") {
+  void hello(int rank, int world, const std::string& secret,
+             const std::string& tag = "nccl 2.21.5") {
     wire::Hello h;
     h.rank = static_cast<std::uint32_t>(rank);
     h.world = static_cast<std::uint32_t>(world);
@@ -782,9 +783,9 @@ TEST(StoreThreats, AddCountsAgainstTheSizeCapAndNeverOverflows) {
   ASSERT_FALSE(over.ok());
   EXPECT_NE(over.error().message.find("overflow"), std::string::npos);
   EXPECT_EQ(counter->add("c", 0, Deadline::after(1s)).value_or(0), max);
-  EXPECT_EQ(counter->add("d", std::numeric_limits<std::int64_t>::min(), Deadline::after(1s))
-                .value_or(0),
-            std::numeric_limits<std::int64_t>::min());
+  EXPECT_EQ(
+      counter->add("d", std::numeric_limits<std::int64_t>::min(), Deadline::after(1s)).value_or(0),
+      std::numeric_limits<std::int64_t>::min());
   EXPECT_FALSE(counter->add("d", -1, Deadline::after(1s)).ok());
 }
 

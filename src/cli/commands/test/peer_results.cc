@@ -9,11 +9,12 @@ namespace epkit::cli {
 nlohmann::json checked_test_result(std::string_view text, int rank) {
   namespace peer = runtime::peer;
   auto malformed = [rank](std::string_view why) {
-    return nlohmann::json{{"rank", rank},
-                          {"label", fmt::format("rank {}", rank)},
-                          {"ok", false},
-                          {"reason", fmt::format("rank {} sent a malformed result ({})", rank, why)},
-                          {"transports", nlohmann::json::array()}};
+    return nlohmann::json{
+        {"rank", rank},
+        {"label", fmt::format("rank {}", rank)},
+        {"ok", false},
+        {"reason", fmt::format("rank {} sent a malformed result ({})", rank, why)},
+        {"transports", nlohmann::json::array()}};
   };
   auto doc = peer::parse(text);
   if (doc.is_discarded() || !doc.is_object()) return malformed("not a JSON object");

@@ -277,9 +277,9 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
                          {"wrong_all_reduce", result->wrong_allreduce},
                          {"wrong_ring", result->wrong_ring},
                          {"transports", transports_json(log_path)}};
-  auto set = r.store().set(fmt::format("test/result/{}", launch.rank),
-                             mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                             step());
+  auto set =
+      r.store().set(fmt::format("test/result/{}", launch.rank),
+                    mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), step());
   if (!set) return fail(exit_code_for(set.error()), set.error().message);
   int code = result->ok ? k_gpu_ok : result->exit_code;
   if (launch.rank == 0) {
