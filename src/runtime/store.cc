@@ -216,6 +216,14 @@ class StoreServer::Impl {
   void protocol_error(Conn& conn, std::string message) {
     send(conn, make_error(ErrorCode::invalid, message));
     conn.closing = true;
+    if (conn.rank >= 0 && conn.requests == 0) {
+      // Garbage as its very first request: nothing depends on this rank yet
+      // (a stranger in a job without a secret); it is given back, as when a
+      // rank leaves before asking anything.
+      m_ranks[static_cast<std::size_t>(conn.rank)] = RankInfo{};
+      conn.rank = -1;
+      return;
+    }
     if (conn.rank >= 0) {
       fail_rank(conn.rank,
                 fmt::format("{} sent a malformed request: {}", rank_name(conn.rank), message));

@@ -732,7 +732,8 @@ TEST(StoreThreats, IdleStrangersCannotLockOutARealNode) {
 
 TEST(StoreThreats, AStrangerWhoClaimsAFreeRankAndLeavesFailsNoOne) {
   // No secret: anyone may say hello. Claiming rank 1 and leaving (closing,
-  // or saying goodbye) before any request gives the rank back.
+  // saying goodbye, or sending garbage) before any request gives the rank
+  // back.
   auto server = start_server(2);
   std::uint16_t port = server->port();
   {
@@ -746,6 +747,13 @@ TEST(StoreThreats, AStrangerWhoClaimsAFreeRankAndLeavesFailsNoOne) {
     ASSERT_EQ(bye.reply().first, 0);
     bye.send(wire::Writer(wire::Op::bye).frame());
     (void)bye.reply();
+  }
+  {
+    RawPeer garbage(port);
+    garbage.hello(1, 2, "");
+    ASSERT_EQ(garbage.reply().first, 0);
+    garbage.send(wire::Writer().u8(99).frame());
+    EXPECT_NE(garbage.reply().first, 0);
   }
   std::this_thread::sleep_for(100ms);
   std::thread other([&] {
