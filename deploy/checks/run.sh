@@ -208,6 +208,13 @@ pod_ok() {
 }
 must_pass "pod script: env, place, doctor, test and benchmarks in order, JSON written" pod_ok
 must_fail "pod script: doctor FAIL stops the job before the test" "doctor exit 2 stops the job" pod_run 2
+pod_forged() {
+  EPKIT_FAKE_MASTER="\$(touch $tmp/pwned):29500" pod_run 0
+  local code=$?
+  [[ ! -e $tmp/pwned ]] || { echo "the forged placement ran a command"; return 0; }
+  return "$code"
+}
+must_fail "pod script: a forged placement is data, never run" "unusable placement" pod_forged
 node_prep_once() {
   rm -rf "$tmp/prep" && mkdir -p "$tmp/prep"
   env PATH="$checks/fake:$PATH" EPKIT_FAKE_LOG="$tmp/prep/log" EPKIT_FAKE_DOCTOR=2 EPKIT_ONCE=1 NODE_NAME= \

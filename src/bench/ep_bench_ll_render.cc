@@ -214,8 +214,13 @@ bool from_json(const nlohmann::json& j, EpLlRun& run) {
   for (const auto& f : k_fields) {
     if (!j.contains(f.key) || !timing_from(j[f.key], run.*(f.member))) return false;
   }
-  run.dispatch_bytes = j.value("dispatch_bytes", 0.0);
-  run.combine_bytes = j.value("combine_bytes", 0.0);
+  // A peer rank's JSON: value() would throw on a non-number.
+  for (auto [key, to] : {std::pair{"dispatch_bytes", &run.dispatch_bytes},
+                         std::pair{"combine_bytes", &run.combine_bytes}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_number()) return false;
+    *to = j[key].get<double>();
+  }
   return true;
 }
 

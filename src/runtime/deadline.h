@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 
 namespace epkit::runtime {
@@ -14,23 +15,37 @@ using Millis = std::chrono::milliseconds;
 class Deadline {
  public:
   explicit Deadline(Clock::time_point at) : m_at(at) {}
-  static Deadline after(Millis duration) { return Deadline(Clock::now() + duration); }
+  /// Saturates: a duration past what the clock can hold is "never" (the
+  /// clock's end), not an overflow that wraps into the past.
+  static Deadline after(Millis duration) {
+    auto now = Clock::now();
+    if (duration.count() <= 0) return Deadline(now);
+    auto room = std::chrono::duration_cast<Millis>(Clock::time_point::max() - now);
+    if (duration >= room) return Deadline(Clock::time_point::max());
+    return Deadline(now + std::chrono::duration_cast<Clock::duration>(duration));
+  }
+  /// NaN and negative seconds are "now"; +inf and huge values saturate.
   static Deadline after_seconds(double seconds) {
-    return after(Millis(static_cast<std::int64_t>(seconds * 1000.0)));
+    if (!(seconds > 0)) return after(Millis(0));
+    constexpr double k_max_ms = 9.0e15;  // far beyond any clock's range in ms, within int64
+    double ms = seconds * 1000.0;
+    return after(Millis(static_cast<std::int64_t>(ms < k_max_ms ? ms : k_max_ms)));
   }
 
   Clock::time_point at() const { return m_at; }
   bool expired() const { return Clock::now() >= m_at; }
   /// Time left, never negative.
   Millis remaining() const {
-    auto left = std::chrono::duration_cast<Millis>(m_at - Clock::now());
-    return left.count() > 0 ? left : Millis(0);
+    auto now = Clock::now();
+    if (m_at <= now) return Millis(0);
+    return std::chrono::duration_cast<Millis>(m_at - now);
   }
   /// remaining() as a poll() timeout, rounded up so a call does not return
   /// one millisecond before its deadline and spin.
   int poll_ms() const {
-    auto left = std::chrono::duration_cast<std::chrono::microseconds>(m_at - Clock::now());
-    if (left.count() <= 0) return 0;
+    auto now = Clock::now();
+    if (m_at <= now) return 0;
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(m_at - now);
     auto ms = (left.count() + 999) / 1000;
     return ms > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(ms);
   }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "runtime/peer_json.h"
 #include "runtime/store.h"
 
 namespace epkit::runtime {
@@ -190,33 +191,63 @@ std::string facts_to_json(const RankFacts& f) {
          {"network_env", f.network_env},
          {"hcas", f.hcas},
          {"shared_gpu", f.shared_gpu}};
-  return j.dump();
+  // Strings from sysfs or the environment may hold invalid UTF-8: replaced,
+  // never thrown on.
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 Result<RankFacts> facts_from_json(std::string_view text) {
-  Json j = Json::parse(text, nullptr, false);
+  // A peer's document: every field is checked before use (runtime/peer_json.h).
+  Json j = peer::parse(text);
   if (j.is_discarded() || !j.is_object()) {
     return make_error(ErrorCode::invalid, "rank facts: not a JSON object");
   }
-  try {
-    RankFacts f;
-    f.rank = j.at("rank").get<int>();
-    f.local_rank = j.at("local_rank").get<int>();
-    f.host = j.at("host").get<std::string>();
-    f.host_id = j.at("host_id").get<std::string>();
-    f.gpu_uuid = j.at("gpu_uuid").get<std::string>();
-    f.pci_bus_id = j.at("pci_bus_id").get<std::string>();
-    f.driver_version = j.at("driver_version").get<std::string>();
-    f.cuda_version = j.at("cuda_version").get<std::string>();
-    f.nccl_version = j.at("nccl_version").get<std::string>();
-    f.nccl_library = j.at("nccl_library").get<std::string>();
-    f.network_env = j.at("network_env").get<std::map<std::string, std::string>>();
-    f.hcas = j.at("hcas").get<std::vector<std::string>>();
-    f.shared_gpu = j.value("shared_gpu", false);
-    return f;
-  } catch (const Json::exception& e) {
-    return make_error(ErrorCode::invalid, fmt::format("rank facts: {}", e.what()));
+  auto bad = [](std::string_view key) {
+    return make_error(ErrorCode::invalid,
+                      fmt::format("rank facts: '{}' is missing, of another type, out of range or "
+                                  "holds control characters",
+                                  key));
+  };
+  RankFacts f;
+  auto rank = peer::int_field(j, "rank", 0, k_max_world_size - 1);
+  if (!rank) return bad("rank");
+  f.rank = static_cast<int>(*rank);
+  auto local_rank = peer::int_field(j, "local_rank", 0, k_max_world_size - 1);
+  if (!local_rank) return bad("local_rank");
+  f.local_rank = static_cast<int>(*local_rank);
+  struct Field {
+    const char* key;
+    std::string* value;
+  };
+  for (auto [key, value] :
+       {Field{"host", &f.host}, Field{"host_id", &f.host_id}, Field{"gpu_uuid", &f.gpu_uuid},
+        Field{"pci_bus_id", &f.pci_bus_id}, Field{"driver_version", &f.driver_version},
+        Field{"cuda_version", &f.cuda_version}, Field{"nccl_version", &f.nccl_version},
+        Field{"nccl_library", &f.nccl_library}}) {
+    auto text_value = peer::string_field(j, key);
+    if (!text_value) return bad(key);
+    *value = std::move(*text_value);
   }
+  const Json* env = peer::field(j, "network_env");
+  if (env == nullptr || !env->is_object() || env->size() > 1024) return bad("network_env");
+  for (const auto& [name, value] : env->items()) {
+    auto v = peer::string_value(value);
+    if (!v || name.size() > 256 || !peer::string_value(Json(name))) return bad("network_env");
+    f.network_env[name] = std::move(*v);
+  }
+  const Json* hcas = peer::field(j, "hcas");
+  if (hcas == nullptr || !hcas->is_array() || hcas->size() > 1024) return bad("hcas");
+  for (const auto& hca : *hcas) {
+    auto v = peer::string_value(hca, 256);
+    if (!v) return bad("hcas");
+    f.hcas.push_back(std::move(*v));
+  }
+  if (peer::field(j, "shared_gpu") != nullptr) {
+    auto shared = peer::bool_field(j, "shared_gpu");
+    if (!shared) return bad("shared_gpu");
+    f.shared_gpu = *shared;
+  }
+  return f;
 }
 
 std::map<std::string, std::string> network_env(const host::Env& env) {

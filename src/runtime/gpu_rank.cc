@@ -8,6 +8,7 @@
 #include <cctype>
 
 #include "host/dl/nvml.h"
+#include "runtime/auth.h"
 #include "runtime/gpu_share.h"
 
 namespace epkit::runtime {
@@ -95,7 +96,13 @@ Result<std::unique_ptr<GpuRank>> join_gpu_job(const host::Host& host, const Laun
 
   // The store's handshake tag is the NCCL version: ranks with another NCCL
   // are refused at the door, naming both versions.
-  auto store = open_store(launch, mine.host, "nccl " + mine.nccl_version, deadline);
+  auto secret = load_secret(host.env());
+  if (!secret) return secret.error();
+  // Rank 0 listens on the address the others were told (MASTER_ADDR), not on
+  // every interface; EPKIT_BIND_ADDR overrides where that name resolves to
+  // another address on rank 0 itself (a hosts file mapping it to 127.0.1.1).
+  auto bind = host.env().get_nonempty("EPKIT_BIND_ADDR").value_or(launch.master_addr);
+  auto store = open_store(launch, mine.host, "nccl " + mine.nccl_version, *secret, bind, deadline);
   if (!store) return store.error();
   r->rendezvous.emplace(std::move(*store));
   auto facts = exchange_facts(r->store(), mine, launch.world_size, deadline);

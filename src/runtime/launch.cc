@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 
 #include "runtime/gpu_share.h"
@@ -103,11 +104,25 @@ Result<void> check_consistent(const LaunchInfo& info) {
   return {};
 }
 
+// What a host name, an IPv4 or a bracketed IPv6 address with a port and a
+// zone may hold; anything else is refused before it is echoed or resolved.
+bool address_chars(std::string_view text) {
+  return text.size() <= 300 && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '-' || c == '_' || c == ':' || c == '[' || c == ']' || c == '%';
+         });
+}
+
 // MASTER_ADDR/MASTER_PORT where the launcher has no rendezvous of its own. One
 // node can default to loopback; several cannot guess.
 Result<void> read_master(Vars& vars, LaunchInfo& info, bool single_node,
                          std::optional<std::string> fallback_host = std::nullopt) {
   if (auto addr = vars.text("MASTER_ADDR")) {
+    if (!address_chars(*addr)) {
+      return make_error(
+          ErrorCode::invalid,
+          "MASTER_ADDR holds characters other than letters, digits and . _ - : [ ] %");
+    }
     info.master_addr = *addr;
   } else if (fallback_host) {
     info.master_addr = *fallback_host;
@@ -356,6 +371,13 @@ Result<std::pair<std::string, std::uint16_t>> parse_endpoint(const std::string& 
   auto bad = [&](std::string_view why) {
     return make_error(ErrorCode::invalid, fmt::format("address '{}': {}", text, why));
   };
+  // Checked before it is echoed: a control character or a shell one in an
+  // address is a typo or an attack, and must not reach a terminal raw.
+  if (!address_chars(text)) {
+    return make_error(ErrorCode::invalid,
+                      "address: only letters, digits and . _ - : [ ] % (a host name or address, "
+                      "with an optional :port)");
+  }
   std::string host = text;
   std::string port_text;
   if (!text.empty() && text.front() == '[') {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -13,23 +12,6 @@
 
 namespace epkit::runtime {
 namespace {
-
-Result<void> check_value(std::string_view name, std::string_view value) {
-  if (value.size() > 253) {
-    return make_error(
-        ErrorCode::invalid,
-        fmt::format("placement: {} is {} characters long (at most 253)", name, value.size()));
-  }
-  for (char c : value) {
-    auto u = static_cast<unsigned char>(c);
-    if (u <= ' ' || u == 0x7f) {
-      return make_error(
-          ErrorCode::invalid,
-          fmt::format("placement: {}='{}' holds whitespace or a control character", name, value));
-    }
-  }
-  return {};
-}
 
 std::string key_of(int index) {
   return fmt::format("placement/{}", index);
@@ -58,44 +40,10 @@ Result<Placement> placement_from_env(const host::Env& env, int index, std::strin
        {Field{"EPKIT_TOPOLOGY_BLOCK", &p.block}, Field{"EPKIT_TOPOLOGY_SUBBLOCK", &p.subblock},
         Field{"EPKIT_TOPOLOGY_HOST", &p.physical_host}, Field{"EPKIT_NODE_NAME", &p.node}}) {
     *value = env.get_nonempty(name).value_or("");
-    if (auto ok = check_value(name, *value); !ok) return ok.error();
+    if (auto ok = check_placement_value(name, *value); !ok) return ok.error();
   }
-  if (auto ok = check_value("address", p.addr); !ok) return ok.error();
+  if (auto ok = check_placement_value("address", p.addr); !ok) return ok.error();
   if (p.addr.empty()) return make_error(ErrorCode::invalid, "placement: this node has no address");
-  return p;
-}
-
-std::string encode(const Placement& p) {
-  return nlohmann::json{{"index", p.index}, {"addr", p.addr},         {"node", p.node},
-                        {"block", p.block}, {"subblock", p.subblock}, {"host", p.physical_host}}
-      .dump();
-}
-
-Result<Placement> decode_placement(std::string_view text) {
-  auto doc = nlohmann::json::parse(text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return make_error(ErrorCode::invalid, "placement: not a JSON object: " + std::string(text));
-  }
-  Placement p;
-  if (!doc.contains("index") || !doc["index"].is_number_integer() || doc["index"].get<int>() < 0) {
-    return make_error(ErrorCode::invalid,
-                      "placement: no non-negative integer 'index' in " + std::string(text));
-  }
-  p.index = doc["index"].get<int>();
-  struct Field {
-    const char* key;
-    std::string* value;
-  };
-  for (auto [key, value] :
-       {Field{"addr", &p.addr}, Field{"node", &p.node}, Field{"block", &p.block},
-        Field{"subblock", &p.subblock}, Field{"host", &p.physical_host}}) {
-    if (!doc.contains(key) || !doc[key].is_string()) {
-      return make_error(ErrorCode::invalid,
-                        fmt::format("placement: no string '{}' in {}", key, text));
-    }
-    *value = doc[key].get<std::string>();
-    if (auto ok = check_value(key, *value); !ok) return ok.error();
-  }
   return p;
 }
 
@@ -139,18 +87,25 @@ namespace {
 Result<NodeOrder> collect(Store& store, int nnodes, Deadline deadline) {
   std::vector<std::string> keys;
   for (int i = 0; i < nnodes; ++i) keys.push_back(key_of(i));
-  if (auto ok = store.wait(keys, deadline); !ok) {
-    return make_error(ok.error().code,
-                      "placement: not every node reported its placement (the key of a node is "
-                      "placement/<JOB_COMPLETION_INDEX>): " +
-                          ok.error().message);
+  // One wait names at most 512 keys (Store::wait): larger jobs wait in slices.
+  constexpr std::size_t k_slice = 512;
+  for (std::size_t first = 0; first < keys.size(); first += k_slice) {
+    std::vector<std::string> slice(
+        keys.begin() + static_cast<std::ptrdiff_t>(first),
+        keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), first + k_slice)));
+    if (auto ok = store.wait(slice, deadline); !ok) {
+      return make_error(ok.error().code,
+                        "placement: not every node reported its placement (the key of a node is "
+                        "placement/<JOB_COMPLETION_INDEX>): " +
+                            ok.error().message);
+    }
   }
   std::vector<Placement> placements;
   for (const auto& key : keys) {
     auto value = store.get(key, deadline);
     if (!value) return make_error(value.error().code, "placement: " + value.error().message);
-    auto p = decode_placement(*value);
-    if (!p) return p.error();
+    auto p = decode_placement(*value, nnodes - 1);
+    if (!p) return make_error(p.error().code, key + ": " + p.error().message);
     if (key != key_of(p->index)) {
       return make_error(ErrorCode::invalid,
                         fmt::format("placement: {} holds index {}", key, p->index));
@@ -165,7 +120,7 @@ Result<NodeOrder> collect(Store& store, int nnodes, Deadline deadline) {
 // wait at once, so the others wait past their deadline (pods start at
 // different times): a node that gave up first would leave without saying
 // goodbye and be blamed instead of the node that never came.
-Result<NodeOrder> await_order(Store& store, Deadline own) {
+Result<NodeOrder> await_order(Store& store, const Placement& self, int nnodes, Deadline own) {
   auto deadline = Deadline::after(own.remaining() * 2 + Millis(10000));
   if (auto ok = store.add("placement/reported", 1, deadline); !ok) {
     return make_error(ok.error().code, "placement: " + ok.error().message);
@@ -174,29 +129,25 @@ Result<NodeOrder> await_order(Store& store, Deadline own) {
   if (!text) return make_error(text.error().code, "placement: " + text.error().message);
   (void)store.add("placement/read", 1, deadline);
   store.close();
-  auto doc = nlohmann::json::parse(*text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return make_error(ErrorCode::invalid, "placement: index 0 published " + *text);
+  auto order = decode_outcome(*text, nnodes);
+  if (!order) return order.error();
+  // The order holds every index once; this node's entry must be what it
+  // reported, or the outcome is not index 0's answer to this job.
+  const auto& mine = order->nodes[static_cast<std::size_t>(order->node_rank_of(self.index))];
+  if (encode(mine) != encode(self)) {
+    return make_error(ErrorCode::invalid,
+                      "placement: index 0 published a placement for this node that differs from "
+                      "the one it reported");
   }
-  if (doc.contains("error")) {
-    auto code = doc.value("code", static_cast<int>(ErrorCode::internal));
-    return make_error(static_cast<ErrorCode>(code),
-                      doc["error"].get<std::string>() + " (as index 0 saw it)");
-  }
-  std::vector<Placement> placements;
-  for (const auto& node : doc.value("order", nlohmann::json::array())) {
-    auto p = decode_placement(node.dump());
-    if (!p) return p.error();
-    placements.push_back(std::move(*p));
-  }
-  return order_nodes(std::move(placements));
+  return order_nodes(std::move(order->nodes));
 }
 
 }  // namespace
 
 Result<NodeOrder> exchange_placements(const Placement& self, const ExchangeOptions& options,
                                       Deadline deadline) {
-  if (options.nnodes < 1 || self.index < 0 || self.index >= options.nnodes) {
+  if (options.nnodes < 1 || options.nnodes > k_max_nodes || self.index < 0 ||
+      self.index >= options.nnodes) {
     return make_error(ErrorCode::invalid, fmt::format("placement: index {} is not in 0..{}",
                                                       self.index, options.nnodes - 1));
   }
@@ -207,6 +158,7 @@ Result<NodeOrder> exchange_placements(const Placement& self, const ExchangeOptio
     serve.port = options.port;
     serve.world_size = options.nnodes;
     serve.tag = options.tag;
+    serve.secret = options.secret;
     auto started = StoreServer::start(serve);
     if (!started) {
       return make_error(started.error().code,
@@ -221,6 +173,7 @@ Result<NodeOrder> exchange_placements(const Placement& self, const ExchangeOptio
   client.world_size = options.nnodes;
   client.my_host = self.node.empty() ? self.addr : self.node;
   client.tag = options.tag;
+  client.secret = options.secret;
   auto wrap = [](const Error& error) {
     return make_error(error.code, "placement: " + error.message);
   };
@@ -229,28 +182,27 @@ Result<NodeOrder> exchange_placements(const Placement& self, const ExchangeOptio
   if (auto ok = store->set(key_of(self.index), encode(self), deadline); !ok) {
     return wrap(ok.error());
   }
-  if (self.index != 0) return await_order(*store, deadline);
+  if (self.index != 0) return await_order(*store, self, options.nnodes, deadline);
 
   // Index 0 collects, orders and publishes the outcome, success or the
   // timeout naming who is missing, so that every node reports the same cause
   // instead of the others seeing the store vanish.
   auto order = collect(*store, options.nnodes, deadline);
-  nlohmann::json outcome;
-  if (order) {
-    nlohmann::json nodes = nlohmann::json::array();
-    for (const auto& p : order->nodes) nodes.push_back(nlohmann::json::parse(encode(p)));
-    outcome = {{"order", std::move(nodes)}};
-  } else {
-    outcome = {{"error", order.error().message}, {"code", static_cast<int>(order.error().code)}};
-  }
+  std::string outcome = encode_outcome(order);
   // The others' deadlines differ from ours (pods start at different times):
   // give them a short grace to read the outcome before the server goes.
+  // On success every other node has published its placement and will read
+  // the outcome (one may not have counted itself in "reported" yet: waiting
+  // for only those that had would close the store under the last one). On
+  // failure, those that reported so far.
   auto grace = Deadline::after(Millis(5000));
-  auto reported = store->add("placement/reported", 0, grace);
-  if (store->set("placement/outcome", outcome.dump(), grace) && reported) {
+  if (store->set("placement/outcome", outcome, grace)) {
     while (!grace.expired()) {
+      auto reported = store->add("placement/reported", 0, grace);
       auto read = store->add("placement/read", 0, grace);
-      if (!read || *read >= *reported) break;
+      if (!reported || !read) break;
+      std::int64_t readers = order ? options.nnodes - 1 : *reported;
+      if (*read >= readers) break;
       std::this_thread::sleep_for(Millis(10));
     }
   }

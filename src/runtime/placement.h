@@ -23,6 +23,10 @@
 
 namespace epkit::runtime {
 
+/// The largest job `epkit place` orders, and the longest value it takes.
+inline constexpr int k_max_nodes = 65536;
+inline constexpr std::size_t k_max_placement_value = 253;
+
 struct Placement {
   int index = 0;      // JOB_COMPLETION_INDEX: the node rank before ordering
   std::string addr;   // where the others reach this node (pod FQDN or IP)
@@ -34,13 +38,19 @@ struct Placement {
 
 /// The environment names a pod sets (the JobSet's placement init container
 /// writes them; docs/deploy.md): EPKIT_TOPOLOGY_BLOCK, EPKIT_TOPOLOGY_SUBBLOCK,
-/// EPKIT_TOPOLOGY_HOST and EPKIT_NODE_NAME. A value with whitespace or control
-/// characters is an invalid error naming the variable.
+/// EPKIT_TOPOLOGY_HOST and EPKIT_NODE_NAME. A value with anything but
+/// letters, digits and . _ : - is an invalid error naming the variable.
 Result<Placement> placement_from_env(const host::Env& env, int index, std::string addr);
 
-/// One line of JSON, and back; decode names what is wrong.
+/// Letters, digits and . _ : - only, at most k_max_placement_value bytes:
+/// what a host name, an address or a Kubernetes label value may hold, and
+/// nothing a shell or a terminal would act on.
+Result<void> check_placement_value(std::string_view name, std::string_view value);
+
+/// One line of JSON, and back; decode names what is wrong (placement_json.cc).
+/// Every field is checked: an index in 0..max_index, values as above.
 std::string encode(const Placement& placement);
-Result<Placement> decode_placement(std::string_view text);
+Result<Placement> decode_placement(std::string_view text, int max_index = k_max_nodes - 1);
 
 struct NodeOrder {
   /// The nodes in node-rank order.
@@ -55,13 +65,25 @@ struct NodeOrder {
 /// ones at each level), then node name, then index. Indexes must be unique.
 Result<NodeOrder> order_nodes(std::vector<Placement> placements);
 
+/// What index 0 publishes for the others: {"order":[...]} or
+/// {"error":"...","code":N}.
+std::string encode_outcome(const Result<NodeOrder>& order);
+/// A published outcome, checked strictly: the error's text and code, or an
+/// order of exactly `nnodes` placements holding every index 0..nnodes-1
+/// once. Anything else (another node may have forged it) is an invalid
+/// error, never an order missing this node.
+Result<NodeOrder> decode_outcome(std::string_view text, int nnodes);
+
 struct ExchangeOptions {
   int nnodes = 1;
   std::string master_addr = "127.0.0.1";  // index 0's address
   std::uint16_t port = 0;
-  /// Index 0 binds here ("" = every interface).
+  /// Index 0 binds here ("" = every interface): `epkit place` passes its
+  /// own address (the pod IP).
   std::string bind_addr;
   std::string tag = "placement";
+  /// The job's secret (runtime/auth.h); "" = none.
+  std::string secret;
 };
 
 /// Publishes `self` and returns the order. Index 0 serves the store, waits

@@ -1,7 +1,9 @@
 #include "runtime/store.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,12 +11,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <list>
 #include <map>
 #include <set>
 #include <thread>
 
+#include "runtime/auth.h"
 #include "runtime/store_protocol.h"
 
 namespace epkit::runtime {
@@ -25,6 +29,33 @@ namespace {
 
 // Replies queued for one connection before the server stops reading from it.
 constexpr std::size_t k_max_pending_out = 4 * wire::k_max_frame;
+// Connections that have not proven the secret yet: per peer address and in
+// all. A new one beyond either cap pushes out the oldest (of that peer, or of
+// all), so idle or slow strangers can never lock a real node out: a real node
+// sends its hello within one round trip of the challenge.
+constexpr std::size_t k_max_strangers_per_peer = 8;
+constexpr std::size_t k_max_strangers = 64;
+// Requests one rank may have waiting at once (a client sends one at a time).
+constexpr std::size_t k_max_waiting_per_rank = 4;
+// What a key costs the size cap beyond its bytes (the map's node), so that
+// many tiny keys cannot grow memory past the cap unseen.
+constexpr std::size_t k_key_overhead = 64;
+// The refusal a peer gets, whatever the reason: a stranger learns nothing
+// about the job (world size, versions, tag). Rank 0 names the reason in its
+// own timeout messages instead.
+constexpr const char* k_refused = "refused";
+
+// The peer's address without the port: the unit of the per-peer cap.
+std::string peer_address(const sockaddr_storage& addr) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (addr.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, text, sizeof text);
+  } else if (addr.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, text,
+                sizeof text);
+  }
+  return text;
+}
 
 std::string seconds_text(Millis ms) {
   return fmt::format("{:.1f} s", ms.count() / 1000.0);
@@ -93,6 +124,24 @@ class StoreServer::Impl {
 
   std::uint16_t port() const { return m_port; }
 
+  bool loopback_only() const {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (::getsockname(m_listener.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return false;
+    }
+    if (addr.ss_family == AF_INET) {
+      auto ip = ntohl(reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr.s_addr);
+      return (ip >> 24) == 127;
+    }
+    if (addr.ss_family == AF_INET6) {
+      const auto& a6 = reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr;
+      if (IN6_IS_ADDR_LOOPBACK(&a6)) return true;
+      if (IN6_IS_ADDR_V4MAPPED(&a6)) return a6.s6_addr[12] == 127;
+    }
+    return false;
+  }
+
  private:
   struct Conn {
     Fd fd;
@@ -102,6 +151,11 @@ class StoreServer::Impl {
     bool bye = false;
     bool closing = false;  // close once `out` is flushed
     Clock::time_point accepted;
+    std::string peer;   // the remote address, without the port
+    std::string nonce;  // the challenge this connection must answer
+    // Requests after the hello: a rank that leaves before its first one
+    // gives its rank back (leave(), close_conn()).
+    std::uint64_t requests = 0;
   };
   using ConnIt = std::list<Conn>::iterator;
 
@@ -162,6 +216,14 @@ class StoreServer::Impl {
   void protocol_error(Conn& conn, std::string message) {
     send(conn, make_error(ErrorCode::invalid, message));
     conn.closing = true;
+    if (conn.rank >= 0 && conn.requests == 0) {
+      // Garbage as its very first request: nothing depends on this rank yet
+      // (a stranger in a job without a secret); it is given back, as when a
+      // rank leaves before asking anything.
+      m_ranks[static_cast<std::size_t>(conn.rank)] = RankInfo{};
+      conn.rank = -1;
+      return;
+    }
     if (conn.rank >= 0) {
       fail_rank(conn.rank,
                 fmt::format("{} sent a malformed request: {}", rank_name(conn.rank), message));
@@ -185,147 +247,171 @@ class StoreServer::Impl {
 
   // ------------------------------------------------------------ requests
 
-  void handle_hello(Conn& conn, wire::Reader& reader) {
-    auto magic = reader.u32();
-    auto protocol = reader.u32();
-    auto rank = reader.u32();
-    auto world = reader.u32();
-    auto host = reader.str(256);
-    auto epkit = reader.str(256);
-    auto tag = reader.str(4096);
-    if (!magic || *magic != wire::k_magic || !protocol || !rank || !world || !host || !epkit ||
-        !tag) {
-      return protocol_error(conn, "expected an epkit store hello (not an epkit client?)");
+  // Every refusal says only "refused" to the peer; rank 0 keeps the reason
+  // for its own messages (a rank of another NCCL, for instance).
+  void refuse(Conn& conn, std::string reason) {
+    ++m_refusals;
+    m_last_refusal = std::move(reason);
+    send(conn, make_error(ErrorCode::invalid, k_refused));
+    conn.closing = true;
+  }
+
+  void handle_hello(Conn& conn, std::string_view payload) {
+    std::string_view signed_part;
+    auto hello = wire::parse_hello(payload, &signed_part);
+    if (!hello) {
+      return refuse(conn, fmt::format("a malformed hello from {}", conn.peer));
     }
-    auto refuse = [&](std::string message) {
-      send(conn, make_error(ErrorCode::invalid, std::move(message)));
-      conn.closing = true;
-    };
-    if (*protocol != wire::k_protocol_version) {
-      return refuse(fmt::format("store protocol {} from {}:{}, rank 0 speaks {}", *protocol, *host,
-                                *rank, wire::k_protocol_version));
+    // The proof first: nothing else is looked at for a peer without the secret.
+    if (!same_mac(hello->mac, wire::hello_mac(m_options.secret, conn.nonce, signed_part))) {
+      return refuse(conn, fmt::format("a hello from {} without the job's secret", conn.peer));
     }
-    if (*world != static_cast<std::uint32_t>(m_options.world_size)) {
-      return refuse(fmt::format("{}:{} believes the world has {} ranks, rank 0 says {}", *host,
-                                *rank, *world, m_options.world_size));
+    const auto& host = hello->host;
+    auto rank = hello->rank;
+    if (hello->protocol != wire::k_protocol_version) {
+      return refuse(conn, fmt::format("{}:{} speaks store protocol {}, rank 0 speaks {}", host,
+                                      rank, hello->protocol, wire::k_protocol_version));
     }
-    if (*rank >= *world) {
-      return refuse(fmt::format("{}: rank {} is not below world size {}", *host, *rank, *world));
+    if (hello->world != static_cast<std::uint32_t>(m_options.world_size)) {
+      return refuse(conn, fmt::format("{}:{} believes the world has {} ranks, rank 0 says {}", host,
+                                      rank, hello->world, m_options.world_size));
     }
-    if (*epkit != m_options.epkit_version) {
-      return refuse(fmt::format("{}:{} runs epkit {}, rank 0 runs epkit {}", *host, *rank, *epkit,
-                                m_options.epkit_version));
+    if (rank >= hello->world) {
+      return refuse(
+          conn, fmt::format("{}: rank {} is not below world size {}", host, rank, hello->world));
     }
-    if (*tag != m_options.tag) {
-      return refuse(fmt::format("{}:{} reports '{}', rank 0 reports '{}'", *host, *rank, *tag,
-                                m_options.tag));
+    if (hello->epkit != m_options.epkit_version) {
+      return refuse(conn, fmt::format("{}:{} runs epkit {}, rank 0 runs epkit {}", host, rank,
+                                      hello->epkit, m_options.epkit_version));
     }
-    auto& info = m_ranks[*rank];
+    if (hello->tag != m_options.tag) {
+      return refuse(conn, fmt::format("{}:{} reports '{}', rank 0 reports '{}'", host, rank,
+                                      hello->tag, m_options.tag));
+    }
+    auto& info = m_ranks[rank];
     if (info.state == RankState::connected) {
       return refuse(
-          fmt::format("rank {} joined twice: from {} and from {}", *rank, info.host, *host));
+          conn, fmt::format("rank {} joined twice: from {} and from {}", rank, info.host, host));
     }
     if (info.state != RankState::never) {
-      return refuse(fmt::format("{}:{} rejoined after it {}", *host, *rank,
-                                info.state == RankState::left ? "left" : "was lost"));
+      return refuse(conn, fmt::format("{}:{} rejoined after it {}", host, rank,
+                                      info.state == RankState::left ? "left" : "was lost"));
     }
     info.state = RankState::connected;
-    info.host = *host;
-    conn.rank = static_cast<int>(*rank);
-    send(conn, std::string());
+    info.host = host;
+    conn.rank = static_cast<int>(rank);
+    send(conn, wire::welcome_mac(m_options.secret, conn.nonce, hello->nonce));
   }
 
   bool all_present(const std::vector<std::string>& keys) const {
     return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return m_kv.count(k) > 0; });
   }
 
-  void handle_request(Conn& conn, std::string_view payload) {
-    wire::Reader reader(payload);
-    auto op = reader.u8();
-    if (!op) return protocol_error(conn, op.error().message);
-    if (conn.rank < 0) {
-      if (static_cast<Op>(*op) != Op::hello) {
-        return protocol_error(conn, "expected an epkit store hello (not an epkit client?)");
+  // A counter's new value, or why there is none: not a counter, an
+  // overflow, or the size cap.
+  Result<std::string> add(const std::string& key, std::int64_t delta) {
+    std::int64_t value = 0;
+    auto it = m_kv.find(key);
+    if (it != m_kv.end()) {
+      const auto& text = it->second;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (ec != std::errc() || end != text.data() + text.size()) {
+        return make_error(ErrorCode::invalid, fmt::format("key '{}' is not a counter", key));
       }
-      return handle_hello(conn, reader);
     }
-    switch (static_cast<Op>(*op)) {
+    if (__builtin_add_overflow(value, delta, &value)) {
+      return make_error(ErrorCode::invalid,
+                        fmt::format("counter '{}' would overflow a 64-bit integer", key));
+    }
+    std::string text = std::to_string(value);
+    EPKIT_TRY(store(key, text));
+    return text;
+  }
+
+  // Sets key to value within the size cap (keys, values and a node's cost).
+  Result<void> store(const std::string& key, std::string value) {
+    auto it = m_kv.find(key);
+    std::size_t old = it != m_kv.end() ? key.size() + it->second.size() + k_key_overhead : 0;
+    std::size_t now = key.size() + value.size() + k_key_overhead;
+    if (m_bytes - old + now > m_options.max_bytes) {
+      return make_error(
+          ErrorCode::invalid,
+          fmt::format("store full: more than {} bytes of keys and values", m_options.max_bytes));
+    }
+    m_bytes = m_bytes - old + now;
+    if (it != m_kv.end()) {
+      it->second = std::move(value);
+    } else {
+      m_kv.emplace(key, std::move(value));
+    }
+    return {};
+  }
+
+  void handle_request(Conn& conn, std::string_view payload) {
+    if (conn.rank < 0) return handle_hello(conn, payload);
+    auto request = wire::parse_request(payload);
+    if (!request) return protocol_error(conn, request.error().message);
+    ++conn.requests;
+    switch (request->op) {
       case Op::set: {
-        auto key = reader.str(wire::k_max_key);
-        auto value = reader.str();
-        if (!key || !value)
-          return protocol_error(conn, (key ? value.error() : key.error()).message);
         if (m_failure) return send(conn, make_error(ErrorCode::unavailable, *m_failure));
-        std::size_t old = m_kv.count(*key) ? key->size() + m_kv[*key].size() : 0;
-        if (m_bytes - old + key->size() + value->size() > m_options.max_bytes) {
-          return send(conn, make_error(ErrorCode::invalid,
-                                       fmt::format("store full: more than {} bytes of keys and "
-                                                   "values",
-                                                   m_options.max_bytes)));
-        }
-        m_bytes = m_bytes - old + key->size() + value->size();
-        m_kv[*key] = std::move(*value);
+        auto stored = store(request->key, std::move(request->value));
+        if (!stored) return send(conn, stored.error());
         send(conn, std::string());
         return wake_waiters();
       }
       case Op::add: {
-        auto key = reader.str(wire::k_max_key);
-        auto delta = reader.i64();
-        if (!key || !delta) return protocol_error(conn, "malformed add");
         if (m_failure) return send(conn, make_error(ErrorCode::unavailable, *m_failure));
-        std::int64_t value = 0;
-        if (auto it = m_kv.find(*key); it != m_kv.end()) {
-          try {
-            value = std::stoll(it->second);
-          } catch (const std::exception&) {
-            return send(conn, make_error(ErrorCode::invalid,
-                                         fmt::format("key '{}' is not a counter", *key)));
-          }
-        }
-        value += *delta;
-        std::string text = std::to_string(value);
-        m_bytes = m_bytes - (m_kv.count(*key) ? key->size() + m_kv[*key].size() : 0) + key->size() +
-                  text.size();
-        m_kv[*key] = text;
-        send(conn, text);
-        return wake_waiters();
+        auto value = add(request->key, request->delta);
+        send(conn, value);
+        if (value) wake_waiters();
+        return;
       }
       case Op::get:
       case Op::wait:
       case Op::barrier:
-        return handle_wait(conn, static_cast<Op>(*op), reader);
+        return handle_wait(conn, std::move(*request));
       case Op::bye:
         conn.bye = true;
-        m_ranks[static_cast<std::size_t>(conn.rank)].state = RankState::left;
+        leave(conn);
         send(conn, std::string());
         conn.closing = true;
         return;
       case Op::hello:
-        return protocol_error(conn, "second hello on one connection");
+        break;  // parse_request refuses a second hello
     }
-    protocol_error(conn, fmt::format("unknown request type {}", *op));
+    protocol_error(conn, "unexpected request");
   }
 
-  void handle_wait(Conn& conn, Op op, wire::Reader& reader) {
-    Waiter waiter{&conn, WaitKind::get, {}, Deadline(Clock::now()), Millis(0)};
-    if (op == Op::wait) {
-      waiter.kind = WaitKind::wait;
-      auto count = reader.u32();
-      if (!count || *count > 4096) return protocol_error(conn, "malformed wait");
-      for (std::uint32_t i = 0; i < *count; ++i) {
-        auto key = reader.str(wire::k_max_key);
-        if (!key) return protocol_error(conn, key.error().message);
-        waiter.keys.push_back(std::move(*key));
-      }
+  // A rank that said goodbye. One that never made a request is given back
+  // (state never): a stranger in a job without a secret could otherwise
+  // claim a free rank and leave, and the real node would be refused.
+  void leave(Conn& conn) {
+    auto& info = m_ranks[static_cast<std::size_t>(conn.rank)];
+    if (conn.requests <= 1) {
+      info = RankInfo{};
     } else {
-      waiter.kind = op == Op::get ? WaitKind::get : WaitKind::barrier;
-      auto key = reader.str(wire::k_max_key);
-      if (!key) return protocol_error(conn, key.error().message);
-      waiter.keys.push_back(std::move(*key));
+      info.state = RankState::left;
     }
-    auto timeout = reader.u32();
-    if (!timeout) return protocol_error(conn, timeout.error().message);
-    waiter.timeout = Millis(*timeout);
+  }
+
+  void handle_wait(Conn& conn, wire::Request request) {
+    auto waiting = std::count_if(m_waiters.begin(), m_waiters.end(),
+                                 [&](const Waiter& w) { return w.conn == &conn; });
+    if (static_cast<std::size_t>(waiting) >= k_max_waiting_per_rank) {
+      return send(conn, make_error(ErrorCode::invalid,
+                                   fmt::format("more than {} requests waiting from one rank",
+                                               k_max_waiting_per_rank)));
+    }
+    Waiter waiter{&conn, WaitKind::get, {}, Deadline(Clock::now()), Millis(0)};
+    if (request.op == Op::wait) {
+      waiter.kind = WaitKind::wait;
+      waiter.keys = std::move(request.keys);
+    } else {
+      waiter.kind = request.op == Op::get ? WaitKind::get : WaitKind::barrier;
+      waiter.keys.push_back(std::move(request.key));
+    }
+    waiter.timeout = Millis(request.timeout_ms);
     waiter.deadline = Deadline::after(waiter.timeout);
     if (m_failure) return send(conn, make_error(ErrorCode::unavailable, *m_failure));
     if (waiter.kind == WaitKind::barrier) {
@@ -398,6 +484,10 @@ class StoreServer::Impl {
           message += fmt::format("; not connected: {}", missing_ranks(connected));
         }
       }
+      if (m_refusals > 0) {
+        message += fmt::format("; the store refused {} connection{} (last: {})", m_refusals,
+                               m_refusals == 1 ? "" : "s", m_last_refusal);
+      }
       send(*it->conn, make_error(ErrorCode::timeout, message));
       it = m_waiters.erase(it);
     }
@@ -415,14 +505,23 @@ class StoreServer::Impl {
   void close_conn(ConnIt it, std::string_view why) {
     drop_waiters_of(&*it);
     if (it->rank >= 0 && !it->bye) {
-      fail_rank(it->rank,
-                fmt::format("{} disconnected ({}) before it finished", rank_name(it->rank), why));
+      if (it->requests == 0) {
+        // Gone before asking anything: nothing depends on it yet, and a
+        // stranger (in a job without a secret) must not fail the group by
+        // claiming a free rank and leaving. The rank is free again.
+        m_ranks[static_cast<std::size_t>(it->rank)] = RankInfo{};
+      } else {
+        fail_rank(it->rank,
+                  fmt::format("{} disconnected ({}) before it finished", rank_name(it->rank), why));
+      }
     }
     m_conns.erase(it);
   }
 
   void read_from(ConnIt it) {
     Conn& conn = *it;
+    // Pushed out or refused: it is closed after this round, unread.
+    if (conn.closing) return;
     char buffer[65536];
     for (;;) {
       // A client that sends without reading its replies is not read further
@@ -444,7 +543,9 @@ class StoreServer::Impl {
 
   void parse_frames(Conn& conn) {
     while (!conn.closing && conn.in.size() >= 4) {
-      auto len = wire::frame_length(std::string_view(conn.in).substr(0, 4));
+      // A stranger's frames are bounded far lower than a rank's.
+      auto len = wire::frame_length(std::string_view(conn.in).substr(0, 4),
+                                    conn.rank < 0 ? wire::k_max_hello_frame : wire::k_max_frame);
       if (!len) return protocol_error(conn, len.error().message);
       if (conn.in.size() < 4 + *len) return;
       std::string payload = conn.in.substr(4, *len);
@@ -478,21 +579,60 @@ class StoreServer::Impl {
 
   void accept_all() {
     for (;;) {
-      int fd = ::accept4(m_listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      sockaddr_storage addr{};
+      socklen_t len = sizeof addr;
+      int fd = ::accept4(m_listener.get(), reinterpret_cast<sockaddr*>(&addr), &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;  // EAGAIN or a transient error: poll again
       Fd owned(fd);
-      // Bound the connections: every rank plus a few strays (port scanners).
-      if (m_conns.size() >= static_cast<std::size_t>(m_options.world_size) + 64) continue;
+      auto nonce = random_bytes(k_nonce_bytes);
+      if (!nonce) continue;
+      Conn conn;
+      conn.fd = std::move(owned);
+      conn.accepted = Clock::now();
+      conn.peer = peer_address(addr);
+      conn.nonce = std::move(*nonce);
+      make_room_for(conn.peer);
       enable_keepalive(fd, m_options.keepalive_idle_s);
-      m_conns.push_back(Conn{std::move(owned), {}, {}, -1, false, false, Clock::now()});
+      // The server speaks first: the nonce the hello must prove the secret over.
+      conn.out = wire::challenge_frame(conn.nonce);
+      m_conns.push_back(std::move(conn));
     }
+  }
+
+  // Pushes out the oldest stranger of `peer` (or of all) when a new one would
+  // pass a cap. Marked closing with nothing to send: the loop closes it after
+  // this round (iterators into m_conns stay valid until then).
+  void make_room_for(const std::string& peer) {
+    std::size_t all = 0;
+    std::size_t mine = 0;
+    ConnIt oldest_all = m_conns.end();
+    ConnIt oldest_mine = m_conns.end();
+    for (auto it = m_conns.begin(); it != m_conns.end(); ++it) {
+      if (it->rank >= 0 || it->closing) continue;
+      ++all;
+      if (oldest_all == m_conns.end()) oldest_all = it;
+      if (it->peer == peer) {
+        ++mine;
+        if (oldest_mine == m_conns.end()) oldest_mine = it;
+      }
+    }
+    ConnIt victim = mine >= k_max_strangers_per_peer ? oldest_mine
+                    : all >= k_max_strangers         ? oldest_all
+                                                     : m_conns.end();
+    if (victim == m_conns.end()) return;
+    victim->out.clear();
+    victim->in.clear();
+    victim->closing = true;
   }
 
   int poll_timeout_ms() const {
     Deadline next = Deadline::after(Millis(1000));
     for (const auto& waiter : m_waiters) next = next.min(waiter.deadline);
     for (const auto& conn : m_conns) {
-      if (conn.rank < 0) next = next.min(Deadline(conn.accepted + m_options.handshake_timeout));
+      if (conn.rank < 0 && !conn.closing) {
+        next = next.min(Deadline(conn.accepted + m_options.handshake_timeout));
+      }
     }
     return next.poll_ms();
   }
@@ -506,7 +646,8 @@ class StoreServer::Impl {
       fds.push_back({m_wake.read.get(), POLLIN, 0});
       fds.push_back({m_listener.get(), POLLIN, 0});
       for (auto it = m_conns.begin(); it != m_conns.end(); ++it) {
-        short events = it->out.size() > k_max_pending_out ? 0 : POLLIN;
+        // A closing connection is not read (its reply drains, then it goes).
+        short events = it->closing || it->out.size() > k_max_pending_out ? 0 : POLLIN;
         if (!it->out.empty()) events |= POLLOUT;
         fds.push_back({it->fd.get(), events, 0});
         order.push_back(it);
@@ -544,6 +685,12 @@ class StoreServer::Impl {
     auto now = Clock::now();
     for (auto it = m_conns.begin(); it != m_conns.end();) {
       auto next = std::next(it);
+      // A stranger that does not even read its refusal is dropped unread.
+      if (it->rank < 0 && it->closing && now - it->accepted > 2 * m_options.handshake_timeout) {
+        close_conn(it, "refusal not read");
+        it = next;
+        continue;
+      }
       if (it->rank < 0 && !it->closing && now - it->accepted > m_options.handshake_timeout) {
         send(*it, make_error(ErrorCode::timeout, "no hello within the handshake timeout"));
         it->closing = true;
@@ -570,11 +717,14 @@ class StoreServer::Impl {
   std::map<std::string, std::string> m_kv;
   std::size_t m_bytes = 0;
   std::optional<std::string> m_failure;
+  std::uint64_t m_refusals = 0;
+  std::string m_last_refusal;
 };
 
 Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerOptions& options) {
-  if (options.world_size < 1) {
-    return make_error(ErrorCode::invalid, fmt::format("store: world size {}", options.world_size));
+  if (options.world_size < 1 || options.world_size > k_max_world_size) {
+    return make_error(ErrorCode::invalid, fmt::format("store: world size {} is not 1..{}",
+                                                      options.world_size, k_max_world_size));
   }
   auto listener = listen_tcp(options.bind_addr, options.port);
   if (!listener) return listener.error();
@@ -593,11 +743,103 @@ StoreServer::~StoreServer() = default;
 std::uint16_t StoreServer::port() const {
   return m_impl->port();
 }
+bool StoreServer::loopback_only() const {
+  return m_impl->loopback_only();
+}
 
 // ---------------------------------------------------------------- client
 
+namespace {
+
+// One frame's payload from the server, bounded by the deadline.
+Result<std::string> recv_frame(int fd, Deadline deadline) {
+  auto header = recv_exact(fd, 4, deadline);
+  if (!header) return header.error();
+  auto len = wire::frame_length(*header);
+  if (!len) return len.error();
+  return recv_exact(fd, *len, deadline);
+}
+
+// What this rank calls itself in the hello: the server accepts address
+// characters only, so anything else in a host name becomes '_'.
+std::string hello_host(const std::string& host) {
+  std::string out = host.substr(0, wire::k_max_host);
+  for (auto& c : out) {
+    if (!wire::valid_host(std::string_view(&c, 1))) c = '_';
+  }
+  return out.empty() ? "unknown" : out;
+}
+
+}  // namespace
+
+Result<void> Store::handshake(const ClientOptions& options, Deadline deadline) {
+  // A peer that accepts but never speaks is not a store: one attempt waits
+  // for the challenge a few seconds at most, then the caller retries.
+  auto payload = recv_frame(m_fd.get(), deadline.min(Deadline::after(Millis(5000))));
+  if (!payload) {
+    return make_error(
+        payload.error().code == ErrorCode::invalid ? ErrorCode::invalid : ErrorCode::unavailable,
+        fmt::format("no challenge from {}: {}", m_endpoint, payload.error().message));
+  }
+  auto challenge = wire::parse_challenge(*payload);
+  if (!challenge) {
+    return make_error(ErrorCode::invalid, fmt::format("{} is not an epkit store ({})", m_endpoint,
+                                                      challenge.error().message));
+  }
+  if (challenge->protocol != wire::k_protocol_version) {
+    return make_error(ErrorCode::invalid,
+                      fmt::format("the store at {} speaks store protocol {}, this epkit speaks {} "
+                                  "(run one epkit version on every node)",
+                                  m_endpoint, challenge->protocol, wire::k_protocol_version));
+  }
+  auto nonce = random_bytes(k_nonce_bytes);
+  if (!nonce) return nonce.error();
+  wire::Hello hello;
+  hello.rank = static_cast<std::uint32_t>(options.rank);
+  hello.world = static_cast<std::uint32_t>(options.world_size);
+  hello.host = hello_host(options.my_host);
+  hello.epkit = options.epkit_version;
+  hello.tag = options.tag;
+  hello.nonce = *nonce;
+  auto reply = request(wire::hello_frame(hello, options.secret, challenge->nonce), deadline, false);
+  if (!reply) {
+    if (reply.error().code != ErrorCode::invalid) return reply.error();
+    // The store says only "refused"; this side names what must agree.
+    return make_error(
+        ErrorCode::invalid,
+        fmt::format(
+            "the store at {} refused rank {} of {}: every rank must hold the job's secret "
+            "({}), run epkit {} with '{}', agree on the world size, and take a rank no "
+            "other process holds (rank 0's own timeout message names the reason)",
+            m_endpoint, options.rank, options.world_size,
+            options.secret.empty() ? "this one has none" : "EPKIT_SECRET_FILE or EPKIT_SECRET",
+            options.epkit_version, options.tag));
+  }
+  if (!same_mac(*reply, wire::welcome_mac(options.secret, challenge->nonce, hello.nonce))) {
+    m_broken = make_error(ErrorCode::invalid, "store did not prove the secret");
+    m_fd.reset();
+    return make_error(ErrorCode::invalid,
+                      fmt::format("the service at {} did not prove the job's secret: another "
+                                  "program on that port, or a store with another secret",
+                                  m_endpoint));
+  }
+  return {};
+}
+
 Result<Store> Store::connect(const ClientOptions& options, Deadline deadline) {
   std::string endpoint = format_endpoint(options.host, options.port);
+  if (options.rank < 0 || options.world_size < 1 || options.world_size > k_max_world_size ||
+      options.rank >= options.world_size) {
+    return make_error(ErrorCode::invalid, fmt::format("store: rank {} of world size {}",
+                                                      options.rank, options.world_size));
+  }
+  if (!wire::printable_ascii(options.tag) || options.tag.size() > wire::k_max_tag ||
+      !wire::printable_ascii(options.epkit_version) ||
+      options.epkit_version.size() > wire::k_max_version) {
+    return make_error(ErrorCode::invalid,
+                      "store: the handshake's tag or version holds characters other than "
+                      "printable ASCII, or is too long");
+  }
   Millis backoff = options.first_backoff;
   Error last{ErrorCode::unavailable, "no attempt"};
   int attempts = 0;
@@ -610,23 +852,10 @@ Result<Store> Store::connect(const ClientOptions& options, Deadline deadline) {
     if (fd) {
       enable_keepalive(fd->get(), options.keepalive_idle_s);
       Store store(std::move(*fd), options.rank, endpoint);
-      auto hello = wire::Writer(Op::hello)
-                       .u32(wire::k_magic)
-                       .u32(wire::k_protocol_version)
-                       .u32(static_cast<std::uint32_t>(options.rank))
-                       .u32(static_cast<std::uint32_t>(options.world_size))
-                       .str(options.my_host)
-                       .str(options.epkit_version)
-                       .str(options.tag)
-                       .frame();
-      auto reply = store.request(hello, deadline, false);
-      if (reply) return store;
-      if (reply.error().code == ErrorCode::invalid) {
-        return make_error(ErrorCode::invalid,
-                          fmt::format("store at {} refused rank {}: {}", endpoint, options.rank,
-                                      reply.error().message));
-      }
-      last = reply.error();
+      auto shook = store.handshake(options, deadline);
+      if (shook) return store;
+      if (shook.error().code == ErrorCode::invalid) return shook.error();
+      last = shook.error();
     } else {
       // Retried whatever the cause: in Kubernetes the master's DNS name
       // appears only once its pod is up.
@@ -664,11 +893,7 @@ Result<std::string> Store::request(const std::string& frame, Deadline deadline, 
         sent.error().code == ErrorCode::timeout ? ErrorCode::timeout : ErrorCode::unavailable,
         fmt::format("lost the store at {} (rank 0): {}", m_endpoint, sent.error().message)));
   }
-  auto header = recv_exact(m_fd.get(), 4, deadline);
-  Result<std::uint32_t> len =
-      header ? wire::frame_length(*header) : Result<std::uint32_t>(header.error());
-  Result<std::string> payload =
-      len ? recv_exact(m_fd.get(), *len, deadline) : Result<std::string>(len.error());
+  auto payload = recv_frame(m_fd.get(), deadline);
   if (!payload) {
     const auto& error = payload.error();
     if (error.code == ErrorCode::timeout) {
@@ -682,15 +907,13 @@ Result<std::string> Store::request(const std::string& frame, Deadline deadline, 
                                "unreachable): {}",
                                m_endpoint, error.message)));
   }
-  wire::Reader reader(*payload);
-  auto status = reader.u8();
-  auto body = reader.str();
-  if (!status || !body || !reader.done() || *status > 1 + static_cast<int>(ErrorCode::internal)) {
+  auto reply = wire::parse_reply(*payload);
+  if (!reply) {
     return broken(make_error(ErrorCode::invalid,
                              fmt::format("malformed reply from the store at {}", m_endpoint)));
   }
-  if (*status == wire::k_status_ok) return std::move(*body);
-  Error error{static_cast<ErrorCode>(*status - 1), std::move(*body)};
+  if (reply->status == wire::k_status_ok) return std::move(reply->body);
+  Error error{static_cast<ErrorCode>(reply->status - 1), std::move(reply->body)};
   // A failed rank poisons the group; a timed-out wait leaves the stream in
   // step and the caller may decide.
   if (error.code == ErrorCode::unavailable) m_broken = error;
@@ -728,11 +951,12 @@ Result<std::int64_t> Store::add(const std::string& key, std::int64_t delta, Dead
   EPKIT_TRY(check_request(key));
   auto reply = request(wire::Writer(Op::add).str(key).i64(delta).frame(), deadline, false);
   if (!reply) return reply.error();
-  try {
-    return static_cast<std::int64_t>(std::stoll(*reply));
-  } catch (const std::exception&) {
-    return make_error(ErrorCode::invalid, fmt::format("store answered '{}' to add", *reply));
+  std::int64_t value = 0;
+  auto [end, ec] = std::from_chars(reply->data(), reply->data() + reply->size(), value);
+  if (ec != std::errc() || end != reply->data() + reply->size()) {
+    return make_error(ErrorCode::invalid, "the store answered a non-number to add");
   }
+  return value;
 }
 
 Result<void> Store::barrier(const std::string& name, Deadline deadline) {
@@ -752,8 +976,22 @@ void Store::close() {
   if (!m_broken) m_broken = make_error(ErrorCode::unavailable, "store connection closed");
 }
 
+namespace {
+
+// "127.0.0.1", "::1", "localhost": the caller asked for loopback itself.
+bool names_loopback(const std::string& addr) {
+  if (addr == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, addr.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, addr.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+}  // namespace
+
 Result<StoreSession> open_store(const LaunchInfo& info, const std::string& my_host,
-                                const std::string& tag, Deadline deadline) {
+                                const std::string& tag, const std::string& secret,
+                                const std::string& bind_addr, Deadline deadline) {
   StoreSession session{nullptr, Store(Fd(), info.rank, "")};
   ClientOptions client;
   client.host = info.master_addr;
@@ -762,8 +1000,11 @@ Result<StoreSession> open_store(const LaunchInfo& info, const std::string& my_ho
   client.world_size = info.world_size;
   client.my_host = my_host;
   client.tag = tag;
+  client.secret = secret;
   if (info.rank == 0) {
     ServerOptions server;
+    server.bind_addr = bind_addr;
+    server.secret = secret;
     server.port = info.master_port;
     server.world_size = info.world_size;
     server.tag = tag;
@@ -773,6 +1014,16 @@ Result<StoreSession> open_store(const LaunchInfo& info, const std::string& my_ho
                         fmt::format("rank 0 cannot serve the store: {}", started.error().message));
     }
     session.server = std::move(*started);
+    if (info.nnodes > 1 && session.server->loopback_only() && !names_loopback(bind_addr)) {
+      // A hosts file mapping this host's name to 127.0.1.1 (Debian's
+      // default) would otherwise leave every other node timing out. A
+      // loopback address given as such is nodes faked on one host.
+      return make_error(ErrorCode::invalid,
+                        fmt::format("rank 0 would serve the store on a loopback address ({} "
+                                    "resolves to one here), which the other {} nodes cannot "
+                                    "reach; set EPKIT_BIND_ADDR to this node's address",
+                                    bind_addr, info.nnodes - 1));
+    }
     client.port = session.server->port();
   }
   auto store = Store::connect(client, deadline);

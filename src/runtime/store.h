@@ -6,6 +6,11 @@
 // deadline; a rank whose connection drops without saying goodbye (it crashed
 // or was killed) makes every pending and later blocking call fail with an
 // error naming host:rank; a timeout names the ranks that never arrived.
+//
+// Exposed to the network, it trusts no peer until its hello proves the job's
+// secret (runtime/auth.h; docs/runtime.md, "Threat model"): every refusal
+// says only "refused", strangers' connections are capped per address, and
+// what any peer sends is parsed and bounded before use.
 #pragma once
 
 #include <epkit/result.h>
@@ -24,7 +29,9 @@
 namespace epkit::runtime {
 
 struct ServerOptions {
-  std::string bind_addr;   // "" = every interface
+  /// The address the job names for rank 0 (its pod IP, the --master host).
+  /// "" = every interface: tests and callers that chose it knowingly.
+  std::string bind_addr;
   std::uint16_t port = 0;  // 0 = ephemeral (tests)
   int world_size = 1;
   /// The handshake must match these exactly (see ClientOptions).
@@ -35,9 +42,15 @@ struct ServerOptions {
   /// TCP keepalive idle time: a vanished host is noticed after about this
   /// plus three probes at half of it.
   int keepalive_idle_s = 10;
-  /// Bound on keys plus values held.
+  /// Bound on keys plus values held (`add`'s counters included).
   std::size_t max_bytes = 64u << 20;
+  /// The job's secret (load_secret); "" = none: any peer that reaches the
+  /// port may join.
+  std::string secret;
 };
+
+/// The largest world the store serves (its rank table is allocated up front).
+inline constexpr int k_max_world_size = 1 << 20;
 
 /// Serves the store on a background thread until destroyed.
 class StoreServer {
@@ -48,6 +61,9 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   std::uint16_t port() const;
+  /// True when the listener is bound to a loopback address (127.0.0.0/8,
+  /// ::1): only this host can reach it.
+  bool loopback_only() const;
 
   class Impl;
 
@@ -66,6 +82,8 @@ struct ClientOptions {
   std::string epkit_version = EPKIT_VERSION;
   /// Caller-provided string that all ranks must share, e.g. the NCCL version.
   std::string tag;
+  /// The job's secret; the server must prove it back, too.
+  std::string secret;
   Millis first_backoff{50};
   Millis max_backoff{1000};
   int keepalive_idle_s = 10;
@@ -78,7 +96,8 @@ class Store {
  public:
   /// Connects, retrying with exponential backoff until the deadline (rank 0
   /// may start later than the others), then shakes hands. A refused
-  /// handshake (version or tag mismatch, duplicate rank) is not retried.
+  /// handshake (another secret, version, tag or world size, or a rank taken)
+  /// is not retried, nor is a server that cannot prove the secret.
   static Result<Store> connect(const ClientOptions& options, Deadline deadline);
 
   Store(Store&&) noexcept = default;
@@ -103,6 +122,7 @@ class Store {
 
  private:
   friend Result<struct StoreSession> open_store(const LaunchInfo&, const std::string&,
+                                                const std::string&, const std::string&,
                                                 const std::string&, Deadline);
   Store(Fd fd, int rank, std::string endpoint)
       : m_fd(std::move(fd)),
@@ -110,6 +130,8 @@ class Store {
         m_endpoint(std::move(endpoint)),
         m_mutex(std::make_unique<std::mutex>()) {}
   Result<std::string> request(const std::string& frame, Deadline deadline, bool waits);
+  /// Reads the server's challenge and answers with the hello.
+  Result<void> handshake(const ClientOptions& options, Deadline deadline);
 
   Fd m_fd;
   int m_rank = 0;
@@ -124,9 +146,11 @@ struct StoreSession {
   Store store;
 };
 
-/// Starts the server on rank 0 (at info.master_port on every interface) and
-/// connects this rank to info.master_addr.
+/// Starts the server on rank 0 (at info.master_port, bound to `bind_addr`:
+/// the master address unless the caller knows better) and connects this rank
+/// to info.master_addr, both with `secret`.
 Result<StoreSession> open_store(const LaunchInfo& info, const std::string& my_host,
-                                const std::string& tag, Deadline deadline);
+                                const std::string& tag, const std::string& secret,
+                                const std::string& bind_addr, Deadline deadline);
 
 }  // namespace epkit::runtime

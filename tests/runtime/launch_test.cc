@@ -242,6 +242,22 @@ TEST(Launch, ExplicitNodesAndNprocPerNode) {
     options.master = bad;
     expect_error(discover(env_of({}), options), {"--master", bad});
   }
+  // A control or shell character is refused without being echoed.
+  for (const char* bad : {"a\x1b[2Jb", "$(id):29500", "node 0"}) {
+    options.master = bad;
+    auto refused = discover(env_of({}), options);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.error().message.find(bad), std::string::npos) << refused.error().message;
+    EXPECT_NE(refused.error().message.find("--master"), std::string::npos);
+  }
+  auto env_bad = discover(env_of({{"RANK", "0"},
+                                  {"WORLD_SIZE", "2"},
+                                  {"LOCAL_RANK", "0"},
+                                  {"LOCAL_WORLD_SIZE", "1"},
+                                  {"MASTER_ADDR", "n\x1b]0;x\x07"}}));
+  ASSERT_FALSE(env_bad.ok());
+  EXPECT_NE(env_bad.error().message.find("MASTER_ADDR holds"), std::string::npos)
+      << env_bad.error().message;
   options.master = "h";
   options.node_rank = 2;
   expect_error(discover(env_of({}), options), {"--node-rank 2"});

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "runtime/socket.h"
+#include "runtime/store.h"
 
 namespace epkit::runtime {
 namespace {
@@ -201,6 +202,175 @@ TEST(Placement, TheOthersGetIndexZerosVerdictWhenTheyWouldWaitLonger) {
       << verdict.error().message;
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
   EXPECT_FALSE(zero.get().ok());
+}
+
+// ---- forged outcomes and hostile values (docs/runtime.md, "Threat model")
+
+std::string outcome_of(std::vector<Placement> nodes) {
+  return encode_outcome(NodeOrder{std::move(nodes)});
+}
+
+TEST(PlacementThreats, ForgedOutcomesAreNamedErrorsNeverAnOrderWithoutThisNode) {
+  auto a = at(0, "b", "s", "h");
+  auto b = at(1, "b", "s", "h");
+  auto evil = a;
+  evil.addr = "$(touch${IFS}/tmp/x)";
+  std::vector<std::string> forged = {
+      R"({"error":5})",
+      R"({"error":"x","code":"bad"})",
+      R"({"error":"x","code":99})",
+      R"({"error":"\u001b]0;pwned\u0007","code":1})",
+      R"({"order":[]})",
+      R"({"order":{}})",
+      R"({"order":[1,2]})",
+      R"({"order":[],"error":"x","code":1})",
+      R"({})",
+      R"([1,2])",
+      R"("order")",
+      "not json",
+      std::string(100000, '['),
+      outcome_of({a}),
+      outcome_of({a, a}),
+      outcome_of({a, b, at(2, "b", "s", "h")}),
+      outcome_of({a, at(5, "b", "s", "h")}),
+      // Written by hand: encode() would not carry the shell payload's `$`.
+      R"j({"order":[{"index":0,"addr":"$(touch${IFS}/tmp/x)","node":"","block":"","subblock":"","host":""},)j"
+      R"j({"index":1,"addr":"n1","node":"","block":"","subblock":"","host":""}]})j",
+      R"({"order":[{"index":0,"addr":"n0","node":"","block":"","subblock":"","host":""},)"
+      R"({"index":1.5,"addr":"n1","node":"","block":"","subblock":"","host":""}]})",
+      R"({"order":[{"index":0,"addr":"n0","node":"","block":"","subblock":"","host":""},)"
+      R"({"index":1,"addr":"n1","node":"","block":"","subblock":"","host":7}]})",
+  };
+  for (const auto& text : forged) {
+    auto order = decode_outcome(text, 2);
+    ASSERT_FALSE(order.ok()) << text.substr(0, 200);
+    if (text.find("\"error\":\"x\",\"code\":1}") == std::string::npos) {
+      EXPECT_EQ(order.error().code, ErrorCode::invalid) << text.substr(0, 200);
+    }
+    for (char c : order.error().message) {
+      EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20) << order.error().message;
+    }
+  }
+  auto good = decode_outcome(outcome_of({b, a}), 2);
+  ASSERT_TRUE(good.ok()) << good.error().message;
+  EXPECT_EQ(good->node_rank_of(0), 1);
+  auto verdict = decode_outcome(R"({"error":"placement/1 never came","code":6})", 2);
+  ASSERT_FALSE(verdict.ok());
+  EXPECT_EQ(verdict.error().code, ErrorCode::timeout);
+}
+
+TEST(PlacementThreats, ValuesHoldOnlyAddressCharacters) {
+  for (std::string bad :
+       std::vector<std::string>{"$(id)", "`id`", "a b", "a\nb", "\x1b[2J", "caf\xc3\xa9", "a;b",
+                                "a'b", std::string(254, 'a')}) {
+    EXPECT_FALSE(check_placement_value("node", bad).ok()) << bad;
+    auto p = at(1, "b", "s", "h");
+    p.node = bad;
+    EXPECT_FALSE(decode_placement(encode(p)).ok()) << bad;
+  }
+  EXPECT_TRUE(check_placement_value("addr", "fe80::1").ok());
+  EXPECT_TRUE(check_placement_value("addr", "job-w-0-1.job.svc").ok());
+  // An index out of the job's range is not a placement of this job.
+  EXPECT_FALSE(decode_placement(encode(at(9, "b", "s", "h")), 3).ok());
+  EXPECT_FALSE(
+      decode_placement(R"({"index":-1,"addr":"a","node":"","block":"","subblock":"","host":""})")
+          .ok());
+  EXPECT_FALSE(
+      decode_placement(
+          R"({"index":4294967296,"addr":"a","node":"","block":"","subblock":"","host":""})")
+          .ok());
+}
+
+// A node that is not index 0 takes a forged outcome another peer published
+// (a store without a secret lets anyone in) as a named error: no crash, no
+// order, no node rank -1.
+TEST(PlacementThreats, AForgedOutcomeOverTheStoreFailsTheNodeCleanly) {
+  for (std::string forged : {std::string(R"({"error":5})"), std::string(R"({"order":[]})"),
+                             outcome_of({at(0, "b", "s", "h"), at(3, "b", "s", "h")}),
+                             outcome_of({at(0, "b", "s", "h"), at(1, "x", "s", "h")})}) {
+    ServerOptions serve;
+    serve.bind_addr = "127.0.0.1";
+    serve.world_size = 2;
+    serve.tag = "placement";
+    auto server = StoreServer::start(serve);
+    ASSERT_TRUE(server.ok());
+    ClientOptions forger;
+    forger.port = (*server)->port();
+    forger.rank = 0;
+    forger.world_size = 2;
+    forger.my_host = "forger";
+    forger.tag = "placement";
+    auto store = Store::connect(forger, Deadline::after(2s));
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    ASSERT_TRUE(store->set("placement/outcome", forged, Deadline::after(1s)).ok());
+    ExchangeOptions options;
+    options.nnodes = 2;
+    options.port = (*server)->port();
+    auto start = Clock::now();
+    auto order = exchange_placements(at(1, "b", "s", "h"), options, Deadline::after(3s));
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 3.0);
+    ASSERT_FALSE(order.ok()) << forged;
+    EXPECT_EQ(order.error().code, ErrorCode::invalid) << order.error().message;
+    store->close();
+  }
+}
+
+TEST(PlacementThreats, WithASecretTheNodesMeetAndAStrangerIsRefused) {
+  auto cluster = made_up_cluster();
+  ExchangeOptions options;
+  options.nnodes = 2;
+  options.bind_addr = "127.0.0.1";
+  options.port = free_port();
+  options.secret = "placement-secret-0123456789";
+  auto zero = std::async(std::launch::async, [p = cluster[0], options] {
+    return exchange_placements(p, options, Deadline::after(5s));
+  });
+  std::this_thread::sleep_for(200ms);
+  // A stranger without the secret cannot publish anything.
+  ClientOptions stranger;
+  stranger.port = options.port;
+  stranger.rank = 1;
+  stranger.world_size = 2;
+  stranger.tag = "placement";
+  auto refused = Store::connect(stranger, Deadline::after(2s));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("refused"), std::string::npos);
+  auto one = exchange_placements(cluster[1], options, Deadline::after(5s));
+  ASSERT_TRUE(one.ok()) << one.error().message;
+  auto order = zero.get();
+  ASSERT_TRUE(order.ok()) << order.error().message;
+  EXPECT_EQ(indexes(*one), indexes(*order));
+}
+
+// Index 0 may have every placement and publish the outcome before a node
+// that already published its own has said it waits for the outcome: the
+// store must stay up until that node read it too.
+TEST(Placement, IndexZeroWaitsForANodeThatReportsLate) {
+  auto cluster = made_up_cluster();
+  ExchangeOptions options;
+  options.nnodes = 2;
+  options.bind_addr = "127.0.0.1";
+  options.port = free_port();
+  auto zero = std::async(std::launch::async, [p = cluster[0], options] {
+    return exchange_placements(p, options, Deadline::after(5s));
+  });
+  ClientOptions late;
+  late.port = options.port;
+  late.rank = 1;
+  late.world_size = 2;
+  late.my_host = "late";
+  late.tag = options.tag;
+  auto store = Store::connect(late, Deadline::after(3s));
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  ASSERT_TRUE(store->set("placement/1", encode(cluster[1]), Deadline::after(1s)).ok());
+  std::this_thread::sleep_for(300ms);  // index 0 orders and publishes meanwhile
+  ASSERT_TRUE(store->add("placement/reported", 1, Deadline::after(1s)).ok());
+  auto outcome = store->get("placement/outcome", Deadline::after(2s));
+  ASSERT_TRUE(outcome.ok()) << outcome.error().message;
+  EXPECT_TRUE(decode_outcome(*outcome, 2).ok());
+  (void)store->add("placement/read", 1, Deadline::after(1s));
+  store->close();
+  EXPECT_TRUE(zero.get().ok());
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ TEST(SpawnedRanks, DISABLED_RankBody) {
   auto env = host::Env::from_process();
   auto info = discover(env);
   if (!info || info->launcher != Launcher::epkit_spawn) ::_exit(10);
-  auto session = open_store(*info, "box", "test", Deadline::after(5s));
+  auto session = open_store(*info, "box", "test", "", info->master_addr, Deadline::after(5s));
   if (!session) {
     std::fprintf(stderr, "%s\n", session.error().message.c_str());
     ::_exit(2);

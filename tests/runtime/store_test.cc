@@ -8,11 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <thread>
 
+#include "runtime/auth.h"
 #include "runtime/facts.h"
 #include "runtime/store_protocol.h"
 
@@ -336,6 +339,8 @@ TEST(Store, ConnectGivesUpAtTheDeadlineNamingTheAddress) {
   EXPECT_EQ(store.error().code, ErrorCode::timeout);
 }
 
+// The joining rank hears only "refused" (with what it must agree on, from
+// its own side); rank 0's timeout message names the reason.
 TEST(Store, HandshakeRefusesMismatchedVersionsAndDuplicates) {
   auto server = start_server(2);
   auto options = client_options(server->port(), 1, 2);
@@ -343,48 +348,108 @@ TEST(Store, HandshakeRefusesMismatchedVersionsAndDuplicates) {
   auto store = Store::connect(options, Deadline::after(2s));
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.error().code, ErrorCode::invalid);
-  EXPECT_NE(store.error().message.find("'nccl 2.19.3', rank 0 reports 'nccl 2.21.5'"),
-            std::string::npos)
+  EXPECT_NE(store.error().message.find("refused rank 1"), std::string::npos)
       << store.error().message;
+  EXPECT_EQ(store.error().message.find("2.21.5"), std::string::npos) << store.error().message;
+
+  auto rank0 = Store::connect(client_options(server->port(), 0, 2), Deadline::after(2s));
+  ASSERT_TRUE(rank0.ok()) << describe(rank0.error());
+  auto missing = rank0->get("never", Deadline::after(300ms));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("'nccl 2.19.3', rank 0 reports 'nccl 2.21.5'"),
+            std::string::npos)
+      << missing.error().message;
 
   options = client_options(server->port(), 1, 2);
   options.epkit_version = "0.0.1";
   store = Store::connect(options, Deadline::after(2s));
   ASSERT_FALSE(store.ok());
-  EXPECT_NE(store.error().message.find("runs epkit 0.0.1"), std::string::npos);
+  EXPECT_NE(store.error().message.find("refused"), std::string::npos);
+  missing = rank0->get("never", Deadline::after(300ms));
+  EXPECT_NE(missing.error().message.find("runs epkit 0.0.1"), std::string::npos)
+      << missing.error().message;
 
   options = client_options(server->port(), 1, 3);
   store = Store::connect(options, Deadline::after(2s));
   ASSERT_FALSE(store.ok());
-  EXPECT_NE(store.error().message.find("3 ranks, rank 0 says 2"), std::string::npos);
+  missing = rank0->get("never", Deadline::after(300ms));
+  EXPECT_NE(missing.error().message.find("3 ranks, rank 0 says 2"), std::string::npos)
+      << missing.error().message;
 
   auto first = Store::connect(client_options(server->port(), 1, 2), Deadline::after(2s));
   ASSERT_TRUE(first.ok()) << describe(first.error());
+  ASSERT_TRUE(first->set("k", "v", Deadline::after(1s)).ok());
   auto twice = Store::connect(client_options(server->port(), 1, 2), Deadline::after(2s));
   ASSERT_FALSE(twice.ok());
-  EXPECT_NE(twice.error().message.find("rank 1 joined twice"), std::string::npos)
-      << twice.error().message;
+  missing = rank0->get("never", Deadline::after(300ms));
+  EXPECT_NE(missing.error().message.find("rank 1 joined twice"), std::string::npos)
+      << missing.error().message;
 }
 
-// Sends raw bytes and returns the store's reply message ("" when it only closed).
-std::string raw_exchange(std::uint16_t port, std::string_view bytes) {
-  auto fd = connect_tcp("127.0.0.1", port, Deadline::after(2s));
-  if (!fd) return "connect failed";
-  (void)send_all(fd->get(), bytes, Deadline::after(2s));
-  auto header = recv_exact(fd->get(), 4, Deadline::after(3s));
+// One frame's payload from fd, or "" when none came.
+std::string recv_payload(int fd, Deadline deadline) {
+  auto header = recv_exact(fd, 4, deadline);
   if (!header) return "";
   auto len = wire::frame_length(*header);
-  if (!len) return "bad reply length";
-  auto payload = recv_exact(fd->get(), *len, Deadline::after(2s));
-  if (!payload) return "short reply";
-  wire::Reader reader(*payload);
-  auto status = reader.u8();
-  auto body = reader.str();
-  if (!status || !body) return "bad reply";
+  if (!len) return "";
+  auto payload = recv_exact(fd, *len, deadline);
+  return payload ? *payload : "";
+}
+
+// A hand-made peer on 127.0.0.1: reads the store's challenge, then sends
+// whatever the test says (the hostile peer of docs/runtime.md's threat model).
+class RawPeer {
+ public:
+  explicit RawPeer(std::uint16_t port) {
+    auto fd = connect_tcp("127.0.0.1", port, Deadline::after(2s));
+    if (!fd) return;
+    m_fd = std::move(*fd);
+    auto challenge = wire::parse_challenge(recv_payload(m_fd.get(), Deadline::after(3s)));
+    if (challenge) m_nonce = challenge->nonce;
+  }
+  bool ok() const { return m_fd.valid() && m_nonce.size() == k_nonce_bytes; }
+  void send(std::string_view bytes) { (void)send_all(m_fd.get(), bytes, Deadline::after(2s)); }
+  /// A hello for `rank` proven with `secret` (a stranger's guess, or the real one).
+  void hello(int rank, int world, const std::string& secret,
+             const std::string& tag = "nccl 2.21.5") {
+    wire::Hello h;
+    h.rank = static_cast<std::uint32_t>(rank);
+    h.world = static_cast<std::uint32_t>(world);
+    h.host = "stranger";
+    h.epkit = EPKIT_VERSION;
+    h.tag = tag;
+    h.nonce = std::string(k_nonce_bytes, 'n');
+    send(wire::hello_frame(h, secret, m_nonce));
+  }
+  /// The next reply's body ("" when none), with its status.
+  std::pair<int, std::string> reply(Millis wait = 3s) {
+    auto reply = wire::parse_reply(recv_payload(m_fd.get(), Deadline::after(wait)));
+    if (!reply) return {-1, ""};
+    return {reply->status, reply->body};
+  }
+  /// True when the store closed the connection.
+  bool closed(Millis wait = 2s) {
+    auto more = recv_exact(m_fd.get(), 1, Deadline::after(wait));
+    return !more && more.error().code == ErrorCode::unavailable;
+  }
+  void close() { m_fd.reset(); }
+
+ private:
+  Fd m_fd;
+  std::string m_nonce;
+};
+
+// Sends raw bytes after the challenge and returns the store's reply message
+// ("" when it only closed).
+std::string raw_exchange(std::uint16_t port, std::string_view bytes) {
+  RawPeer peer(port);
+  if (!peer.ok()) return "no challenge";
+  peer.send(bytes);
+  auto [status, body] = peer.reply();
+  if (status < 0) return "";
   // After an error the store closes the connection.
-  auto more = recv_exact(fd->get(), 1, Deadline::after(2s));
-  if (more || more.error().code != ErrorCode::unavailable) return "still open: " + *body;
-  return *body;
+  if (!peer.closed()) return "still open: " + body;
+  return body;
 }
 
 TEST(Store, GarbageGetsAClearErrorAndTheStoreKeepsServing) {
@@ -396,16 +461,14 @@ TEST(Store, GarbageGetsAClearErrorAndTheStoreKeepsServing) {
             std::string::npos);
   EXPECT_NE(raw_exchange(port, std::string("\0\0\0\0", 4)).find("frame length 0"),
             std::string::npos);
-  EXPECT_NE(raw_exchange(port, wire::Writer(wire::Op::set).str("k").str("v").frame())
-                .find("expected an epkit store hello"),
-            std::string::npos);
+  // Before a hello, any request is refused, with nothing about the job.
+  EXPECT_EQ(raw_exchange(port, wire::Writer(wire::Op::set).str("k").str("v").frame()), "refused");
   // A hello whose string length runs past the frame.
-  EXPECT_NE(
+  EXPECT_EQ(
       raw_exchange(
           port,
-          wire::Writer(wire::Op::hello).u32(wire::k_magic).u32(1).u32(0).u32(2).u32(1000).frame())
-          .find("expected an epkit store hello"),
-      std::string::npos);
+          wire::Writer(wire::Op::hello).u32(wire::k_magic).u32(1).u32(0).u32(2).u32(1000).frame()),
+      "refused");
   // A frame announced but never completed: the handshake timeout drops it.
   EXPECT_EQ(raw_exchange(port, std::string("\0\0\x10\0abc", 7)),
             "no hello within the handshake timeout");
@@ -441,24 +504,22 @@ TEST(Store, ARankSendingGarbageAfterItsHelloIsNamed) {
   std::uint16_t port = server->port();
   auto store = Store::connect(client_options(port, 0, 2), Deadline::after(5s));
   ASSERT_TRUE(store.ok());
-  auto hello = wire::Writer(wire::Op::hello)
-                   .u32(wire::k_magic)
-                   .u32(wire::k_protocol_version)
-                   .u32(1)
-                   .u32(2)
-                   .str("bad-host")
-                   .str(EPKIT_VERSION)
-                   .str("nccl 2.21.5")
-                   .frame();
   auto garbage = wire::Writer().u8(99).frame();
   std::thread rogue([&] {
     std::this_thread::sleep_for(100ms);
-    (void)raw_exchange(port, hello + garbage);
+    // A member (this store has no secret) that joins, works, then breaks.
+    RawPeer peer(port);
+    peer.hello(1, 2, "");
+    (void)peer.reply();
+    peer.send(wire::Writer(wire::Op::set).str("k").str("v").frame());
+    (void)peer.reply();
+    peer.send(garbage);
+    (void)peer.reply();
   });
   auto barrier = store->barrier("b", Deadline::after(5s));
   rogue.join();
   ASSERT_FALSE(barrier.ok());
-  EXPECT_NE(barrier.error().message.find("bad-host:1 sent a malformed request"), std::string::npos)
+  EXPECT_NE(barrier.error().message.find("stranger:1 sent a malformed request"), std::string::npos)
       << barrier.error().message;
 }
 
@@ -537,7 +598,8 @@ std::string fake_node(std::uint16_t port, int node) {
   if (!info) return describe(info.error());
   if (info->rank != node || info->world_size != 2) return "wrong rank: " + info->describe();
   auto deadline = Deadline::after(5s);
-  auto session = open_store(*info, "box", "nccl 2.21.5", deadline);
+  auto session = open_store(*info, "box", "nccl 2.21.5", "a-secret-of-the-faked-job",
+                            info->master_addr, deadline);
   if (!session) return describe(session.error());
   auto mine = collect_host_facts(host::Host(host::Sysroot("/"), env, host::Libraries::none("test")),
                                  info->rank, 0);
@@ -563,6 +625,239 @@ TEST(Store, TwoNodesFakedOnOneHost) {
   node0.give_port(port);
   EXPECT_EQ(node0.result(Deadline::after(8s)), "OK");
   EXPECT_EQ(node1.result(Deadline::after(8s)), "OK");
+}
+
+// ---- a hostile peer on 127.0.0.1 (docs/runtime.md, "Threat model")
+
+constexpr const char* k_secret = "0123456789abcdef-the-job-secret";
+
+std::unique_ptr<StoreServer> start_secret_server(int world, std::size_t max_bytes = 64u << 20) {
+  ServerOptions options;
+  options.bind_addr = "127.0.0.1";
+  options.world_size = world;
+  options.tag = "nccl 2.21.5";
+  // Long enough that a lock-out could not end by strangers timing out.
+  options.handshake_timeout = 5000ms;
+  options.secret = k_secret;
+  options.max_bytes = max_bytes;
+  auto server = StoreServer::start(options);
+  if (!server) throw std::runtime_error(server.error().message);
+  return std::move(*server);
+}
+
+ClientOptions member(std::uint16_t port, int rank, int world) {
+  auto options = client_options(port, rank, world);
+  options.secret = k_secret;
+  return options;
+}
+
+// Two members meet: the store still serves the job.
+void expect_members_meet(std::uint16_t port) {
+  std::thread other([&] {
+    auto store = Store::connect(member(port, 1, 2), Deadline::after(5s));
+    if (store) (void)store->barrier("b", Deadline::after(5s));
+    if (store) store->close();
+  });
+  auto start = Clock::now();
+  auto store = Store::connect(member(port, 0, 2), Deadline::after(5s));
+  ASSERT_TRUE(store.ok()) << describe(store.error());
+  EXPECT_TRUE(store->barrier("b", Deadline::after(5s)).ok());
+  EXPECT_LT(seconds_since(start), 3.0);
+  other.join();
+  store->close();
+}
+
+TEST(StoreThreats, AStrangerWithoutTheSecretHearsOnlyRefused) {
+  auto server = start_secret_server(2);
+  std::uint16_t port = server->port();
+  for (std::string guess : {"", "wrong-secret-of-16-bytes"}) {
+    RawPeer stranger(port);
+    ASSERT_TRUE(stranger.ok());
+    stranger.hello(1, 2, guess);
+    auto [status, body] = stranger.reply();
+    EXPECT_NE(status, 0);
+    // Not the world size, the version or the tag: one word.
+    EXPECT_EQ(body, "refused");
+    EXPECT_TRUE(stranger.closed());
+  }
+  // A wrong world size with the right secret is refused the same way.
+  RawPeer wrong_world(port);
+  wrong_world.hello(1, 3, k_secret);
+  EXPECT_EQ(wrong_world.reply().second, "refused");
+  // The real client without the secret: refused, not retried, and the
+  // message names what must agree from its own side only.
+  auto start = Clock::now();
+  auto store = Store::connect(client_options(port, 1, 2), Deadline::after(5s));
+  ASSERT_FALSE(store.ok());
+  EXPECT_LT(seconds_since(start), 2.0);
+  EXPECT_NE(store.error().message.find("refused"), std::string::npos);
+  EXPECT_EQ(store.error().message.find("world size 2"), std::string::npos);
+  expect_members_meet(port);
+}
+
+TEST(StoreThreats, AServerThatCannotProveTheSecretIsNotBelieved) {
+  // A fake rendezvous on 127.0.0.1: challenges, then welcomes anyone.
+  auto listener = listen_tcp("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  std::uint16_t port = *local_port(listener->get());
+  std::thread fake([&] {
+    int fd = ::accept(listener->get(), nullptr, nullptr);
+    if (fd < 0) return;
+    Fd conn(fd);
+    (void)send_all(fd, wire::challenge_frame(std::string(k_nonce_bytes, 'c')), Deadline::after(2s));
+    (void)recv_payload(fd, Deadline::after(2s));
+    (void)send_all(fd, wire::Writer().u8(0).str(std::string(k_mac_bytes, 'x')).frame(),
+                   Deadline::after(2s));
+    std::this_thread::sleep_for(300ms);
+  });
+  auto store = Store::connect(member(port, 1, 2), Deadline::after(3s));
+  fake.join();
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.error().code, ErrorCode::invalid);
+  EXPECT_NE(store.error().message.find("did not prove the job's secret"), std::string::npos)
+      << store.error().message;
+}
+
+TEST(StoreThreats, IdleStrangersCannotLockOutARealNode) {
+  auto server = start_secret_server(2);
+  std::vector<Fd> idle;
+  for (int i = 0; i < 80; ++i) {
+    auto fd = connect_tcp("127.0.0.1", server->port(), Deadline::after(2s));
+    ASSERT_TRUE(fd.ok());
+    idle.push_back(std::move(*fd));
+  }
+  std::this_thread::sleep_for(100ms);
+  expect_members_meet(server->port());
+}
+
+TEST(StoreThreats, AStrangerWhoClaimsAFreeRankAndLeavesFailsNoOne) {
+  // No secret: anyone may say hello. Claiming rank 1 and leaving (closing,
+  // saying goodbye, or sending garbage) before any request gives the rank
+  // back.
+  auto server = start_server(2);
+  std::uint16_t port = server->port();
+  {
+    RawPeer drop(port);
+    drop.hello(1, 2, "");
+    ASSERT_EQ(drop.reply().first, 0);
+  }
+  {
+    RawPeer bye(port);
+    bye.hello(1, 2, "");
+    ASSERT_EQ(bye.reply().first, 0);
+    bye.send(wire::Writer(wire::Op::bye).frame());
+    (void)bye.reply();
+  }
+  {
+    RawPeer garbage(port);
+    garbage.hello(1, 2, "");
+    ASSERT_EQ(garbage.reply().first, 0);
+    garbage.send(wire::Writer().u8(99).frame());
+    EXPECT_NE(garbage.reply().first, 0);
+  }
+  std::this_thread::sleep_for(100ms);
+  std::thread other([&] {
+    auto store = Store::connect(client_options(port, 1, 2), Deadline::after(5s));
+    if (store) (void)store->barrier("b", Deadline::after(5s));
+    if (store) store->close();
+  });
+  auto store = Store::connect(client_options(port, 0, 2), Deadline::after(5s));
+  ASSERT_TRUE(store.ok()) << describe(store.error());
+  auto met = store->barrier("b", Deadline::after(5s));
+  EXPECT_TRUE(met.ok()) << describe(met.error());
+  other.join();
+}
+
+TEST(StoreThreats, AddCountsAgainstTheSizeCapAndNeverOverflows) {
+  auto server = start_secret_server(1, 64 * 1024);
+  auto store = Store::connect(member(server->port(), 0, 1), Deadline::after(2s));
+  ASSERT_TRUE(store.ok()) << describe(store.error());
+  int added = 0;
+  Result<std::int64_t> last = std::int64_t{0};
+  for (; added < 5000; ++added) {
+    last = store->add("counter/" + std::to_string(added), 1, Deadline::after(1s));
+    if (!last) break;
+  }
+  ASSERT_FALSE(last.ok()) << "100k-byte cap never reached by " << added << " counters";
+  EXPECT_NE(last.error().message.find("store full"), std::string::npos) << last.error().message;
+  EXPECT_LT(added, 1000);
+
+  auto small = start_secret_server(1);
+  auto counter = Store::connect(member(small->port(), 0, 1), Deadline::after(2s));
+  ASSERT_TRUE(counter.ok());
+  auto max = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(counter->add("c", max, Deadline::after(1s)).value_or(0), max);
+  auto over = counter->add("c", 1, Deadline::after(1s));
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.error().message.find("overflow"), std::string::npos);
+  EXPECT_EQ(counter->add("c", 0, Deadline::after(1s)).value_or(0), max);
+  EXPECT_EQ(
+      counter->add("d", std::numeric_limits<std::int64_t>::min(), Deadline::after(1s)).value_or(0),
+      std::numeric_limits<std::int64_t>::min());
+  EXPECT_FALSE(counter->add("d", -1, Deadline::after(1s)).ok());
+}
+
+TEST(StoreThreats, WaitingRequestsPerRankAreBounded) {
+  auto server = start_secret_server(2);
+  RawPeer peer(server->port());
+  peer.hello(1, 2, k_secret);
+  ASSERT_EQ(peer.reply().first, 0);
+  std::string many;
+  for (int i = 0; i < 20; ++i) {
+    many += wire::Writer(wire::Op::get).str("missing").u32(2000).frame();
+  }
+  peer.send(many);
+  int refused = 0;
+  for (int i = 0; i < 16; ++i) {
+    auto [status, body] = peer.reply(1s);
+    if (status > 0 && body.find("requests waiting") != std::string::npos) ++refused;
+  }
+  EXPECT_EQ(refused, 16);
+}
+
+TEST(StoreThreats, OversizedStrangerFramesAreRefusedAtTheHeader) {
+  auto server = start_secret_server(2);
+  // 1 MiB is a member's limit; before the hello 8 KiB is.
+  auto reply = raw_exchange(server->port(), wire::Writer().u32(100000).frame().substr(4));
+  EXPECT_NE(reply.find("frame length 100000"), std::string::npos) << reply;
+  expect_members_meet(server->port());
+}
+
+TEST(Deadline, SaturatesInsteadOfOverflowing) {
+  for (double huge : {1e10, 1e300, std::numeric_limits<double>::infinity()}) {
+    auto d = Deadline::after_seconds(huge);
+    EXPECT_FALSE(d.expired()) << huge;
+    EXPECT_GT(d.remaining(), Millis(1000LL * 3600 * 24 * 365)) << huge;
+    EXPECT_GT(d.poll_ms(), 0);
+  }
+  EXPECT_TRUE(Deadline::after_seconds(std::nan("")).expired());
+  EXPECT_TRUE(Deadline::after_seconds(-5).expired());
+  EXPECT_FALSE(Deadline::after(Millis::max()).expired());
+}
+
+host::Env env_of(std::map<std::string, std::string> vars) {
+  return host::Env(std::move(vars));
+}
+
+TEST(StoreAuth, SecretsComeFromAFileOrTheEnvironmentAndBadOnesAreNamed) {
+  EXPECT_EQ(load_secret(env_of({})).value_or("x"), "");
+  EXPECT_EQ(load_secret(env_of({{"EPKIT_SECRET", "sixteen-bytes-ok\n"}})).value_or(""),
+            "sixteen-bytes-ok");
+  auto short_one = load_secret(env_of({{"EPKIT_SECRET", "short"}}));
+  ASSERT_FALSE(short_one.ok());
+  EXPECT_NE(short_one.error().message.find("at least 16"), std::string::npos);
+  auto missing = load_secret(env_of({{"EPKIT_SECRET_FILE", "/nonexistent/epkit-secret"}}));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("EPKIT_SECRET_FILE"), std::string::npos);
+  auto dir = load_secret(env_of({{"EPKIT_SECRET_FILE", "/"}}));
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.error().message.find("not a regular file"), std::string::npos);
+  // The MAC depends on the key, the label and the data.
+  EXPECT_EQ(hmac_sha256("k", "l", "d").size(), k_mac_bytes);
+  EXPECT_NE(hmac_sha256("k", "l", "d"), hmac_sha256("k2", "l", "d"));
+  EXPECT_NE(hmac_sha256("k", "l", "d"), hmac_sha256("k", "l2", "d"));
+  EXPECT_TRUE(same_mac(hmac_sha256("k", "l", "d"), hmac_sha256("k", "l", "d")));
+  EXPECT_FALSE(same_mac("", ""));
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 # The epkit JobSet's pod script: one pod per node, GPUS_PER_NODE ranks each.
 #   1. the environment from `epkit env` (NCCL/NVSHMEM/DeepEP variables for
 #      this node; EPKIT_ENV_PROFILE picks the profile, default auto)
-#   2. `epkit place`: topology-ordered node rank and rendezvous, no ssh
+#   2. `epkit place`: topology-ordered node rank and rendezvous, no ssh (the
+#      rendezvous secret: EPKIT_SECRET_FILE, mounted from the Secret
+#      epkit-rendezvous; docs/deploy.md)
 #   3. `epkit doctor`: FAIL or UNKNOWN stops the job (EPKIT_DOCTOR_GATE=fail,
 #      the default; warn also stops at WARN; off never stops)
 #   4. `epkit test`, `epkit bench nccl alltoall` across every node
@@ -46,9 +48,21 @@ if [[ -r $run_dir/placement.env ]]; then
   # shellcheck source=/dev/null
   . "$run_dir/placement.env"
 fi
-epkit place --format sh --addr "$(hostname -f)" --timeout "$timeout" >"$run_dir/place.sh"
-# shellcheck source=/dev/null
-. "$run_dir/place.sh"
+# Read as data, never run: what the placement says came partly from other
+# pods over the network (their secret-proven hello aside), so the JSON's three
+# values are taken with jq and checked before use, not sourced or eval'd.
+place_json=$(epkit place --format json --addr "$(hostname -f)" --timeout "$timeout")
+EPKIT_NODE_RANK=$(jq -r '.node_rank' <<<"$place_json")
+EPKIT_NNODES=$(jq -r '.nnodes' <<<"$place_json")
+EPKIT_MASTER=$(jq -r '.master' <<<"$place_json")
+number='^[0-9]+$'
+endpoint='^[][A-Za-z0-9._:-]+$'
+if [[ ! $EPKIT_NODE_RANK =~ $number || ! $EPKIT_NNODES =~ $number || ! $EPKIT_MASTER =~ $endpoint ]]; then
+  echo "epkit $pod: epkit place gave an unusable placement (see $results/place.json); stopping" >&2
+  printf '%s\n' "$place_json" >"$results/place.json"
+  exit 2
+fi
+export EPKIT_NODE_RANK EPKIT_NNODES EPKIT_MASTER
 launch=(--nnodes "$EPKIT_NNODES" --node-rank "$EPKIT_NODE_RANK" --master "$EPKIT_MASTER"
         --nproc-per-node "$GPUS_PER_NODE")
 

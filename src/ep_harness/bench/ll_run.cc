@@ -19,6 +19,7 @@
 #include "ep_harness/bench/verdicts.h"
 #include "ep_harness/conformance_checks.h"
 #include "ep_harness/store_bootstrap.h"
+#include "runtime/peer_json.h"
 
 namespace epkit::bench {
 
@@ -511,7 +512,7 @@ Result<EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
     for (int r = 1; r < world; ++r) {
       auto value = rank.store().get(fmt::format("epbench-ll/runs/{}", r), step());
       if (!value) return value.error();
-      auto j = nlohmann::json::parse(*value, nullptr, false);
+      auto j = runtime::peer::parse(*value);
       std::vector<EpLlRun> theirs(j.is_array() ? j.size() : 0);
       bool ok = j.is_array() && j.size() == runs.size();
       for (std::size_t i = 0; ok && i < theirs.size(); ++i) ok = from_json(j[i], theirs[i]);

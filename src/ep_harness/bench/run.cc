@@ -21,6 +21,7 @@
 #include "ep_harness/reference.h"
 #include "ep_harness/store_bootstrap.h"
 #include "ep_harness/testdata.h"
+#include "runtime/peer_json.h"
 
 namespace epkit::bench {
 namespace {
@@ -514,19 +515,32 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
     for (int r = 1; r < world; ++r) {
       auto value = rank.store().get(fmt::format("epbench/times/{}", r), step());
       if (!value) return value.error();
-      auto j = nlohmann::json::parse(*value, nullptr, false);
-      if (!j.is_object() || !j["median_us"].is_array() ||
-          j["median_us"].size() != rows.size() + non_cached.size()) {
+      // Another process's JSON: every field checked before use, no throwing
+      // accessor (runtime/peer_json.h).
+      auto malformed = [r] {
         return make_error(ErrorCode::internal,
                           fmt::format("bench ep: rank {} sent malformed times", r));
+      };
+      auto j = runtime::peer::parse(*value);
+      const auto* medians_in = runtime::peer::field(j, "median_us");
+      if (medians_in == nullptr || !medians_in->is_array() ||
+          medians_in->size() != rows.size() + non_cached.size()) {
+        return malformed();
       }
       for (const auto& p : per_rank) {
-        (*p.all)[static_cast<std::size_t>(r)] = j.value(p.key, std::int64_t{0});
+        // Absent is 0, as before; present, it must be a count.
+        auto count = runtime::peer::field(j, p.key) == nullptr
+                         ? std::optional<std::int64_t>(0)
+                         : runtime::peer::int_field(j, p.key, 0);
+        if (!count) return malformed();
+        (*p.all)[static_cast<std::size_t>(r)] = *count;
       }
       std::size_t i = 0;
       for (auto* list : {&rows, &non_cached}) {
         for (auto& row : *list) {
-          row.max_median_us = std::max(row.max_median_us, j["median_us"][i++].get<double>());
+          auto median = runtime::peer::number_value((*medians_in)[i++]);
+          if (!median) return malformed();
+          row.max_median_us = std::max(row.max_median_us, *median);
         }
       }
     }

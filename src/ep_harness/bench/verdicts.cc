@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/peer_json.h"
+
 namespace epkit::bench::detail {
 
 Result<std::vector<EpCheck>> exchange_verdicts(runtime::Store& store, const std::string& prefix,
@@ -16,7 +18,7 @@ Result<std::vector<EpCheck>> exchange_verdicts(runtime::Store& store, const std:
   for (int r = 0; r < world; ++r) {
     auto value = store.get(fmt::format("{}/{}", prefix, r), deadline);
     if (!value) return value.error();
-    auto verdicts = nlohmann::json::parse(*value, nullptr, false);
+    auto verdicts = runtime::peer::parse(*value);
     if (!verdicts.is_array() || verdicts.size() != specs.size()) {
       return make_error(ErrorCode::internal,
                         fmt::format("bench ep: rank {} sent malformed check results", r));

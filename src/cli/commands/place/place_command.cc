@@ -5,10 +5,13 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
 #include "cli/command.h"
+#include "env/shell.h"
+#include "runtime/auth.h"
 #include "runtime/launch.h"
 #include "runtime/placement.h"
 
@@ -25,6 +28,9 @@ struct PlaceOptions {
   std::string addr;
   double timeout_s = 300;
 };
+
+// A week: longer is a typo (1e10 s once overflowed the deadline to 0 s).
+constexpr double k_max_timeout_s = 7 * 24 * 3600;
 
 // A whole non-negative number from the environment, or an error naming it.
 Result<std::optional<int>> env_int(const host::Env& env, const char* name) {
@@ -60,11 +66,28 @@ int run_place(const PlaceOptions& opts, Io& io) {
   int n = opts.nnodes.value_or(nnodes->value_or(0));
   if (my_index < 0) return usage("no index: set JOB_COMPLETION_INDEX or --index");
   if (n < 1) return usage("no node count: set NNODES or --nnodes");
+  if (n > runtime::k_max_nodes) {
+    return usage(fmt::format("{} nodes: at most {}", n, runtime::k_max_nodes));
+  }
+  if (my_index >= n) {
+    return usage(fmt::format("index {} is not below the node count {}", my_index, n));
+  }
+  if (!std::isfinite(opts.timeout_s) || opts.timeout_s <= 0 || opts.timeout_s > k_max_timeout_s) {
+    return usage(fmt::format("--timeout must be a number of seconds in (0, {}]", k_max_timeout_s));
+  }
+  auto secret = runtime::load_secret(env);
+  if (!secret) return usage(secret.error().message);
   std::string master = opts.master.value_or(env.get_nonempty("MASTER_ADDR").value_or(""));
   if (master.empty()) return usage("no rendezvous host: set MASTER_ADDR or --master");
   auto endpoint = runtime::parse_endpoint(
       master, static_cast<std::uint16_t>(master_port->value_or(runtime::k_default_master_port)));
   if (!endpoint) return usage("--master " + endpoint.error().message);
+  // Named in messages and resolved: address characters only.
+  if (auto ok = runtime::check_placement_value("the rendezvous host (--master, MASTER_ADDR)",
+                                               endpoint->first);
+      !ok || endpoint->first.empty()) {
+    return usage("the rendezvous host (--master, MASTER_ADDR) must be a host name or address");
+  }
   // The job's own store later listens on the master port of the node ranked
   // 0; the placement store uses the next port so the two never collide.
   int port = opts.port.value_or(endpoint->second + 1);
@@ -75,6 +98,11 @@ int run_place(const PlaceOptions& opts, Io& io) {
   std::string addr =
       opts.addr.empty() ? env.get_nonempty("EPKIT_NODE_ADDR").value_or("") : opts.addr;
   if (addr.empty()) return usage("no address for this node: set EPKIT_NODE_ADDR or --addr");
+  if (n > 1 && secret->empty()) {
+    // Said once, on stderr: the job still runs (a lab behind a firewall).
+    io.err << "epkit place: warning: no EPKIT_SECRET_FILE or EPKIT_SECRET: any host that reaches "
+              "the rendezvous port can join or disturb the placement (docs/deploy.md)\n";
+  }
 
   auto self = runtime::placement_from_env(env, my_index, addr);
   if (!self) return usage(self.error().message);
@@ -82,6 +110,10 @@ int run_place(const PlaceOptions& opts, Io& io) {
   exchange.nnodes = n;
   exchange.master_addr = endpoint->first;
   exchange.port = static_cast<std::uint16_t>(port);
+  // Index 0 listens on its own address only (the pod IP, or the name the
+  // others reach it by), not on every interface.
+  exchange.bind_addr = addr;
+  exchange.secret = *secret;
   auto order = runtime::exchange_placements(*self, exchange,
                                             runtime::Deadline::after_seconds(opts.timeout_s));
   if (!order) {
@@ -89,6 +121,11 @@ int run_place(const PlaceOptions& opts, Io& io) {
     return k_exit_fail;
   }
   int rank = order->node_rank_of(my_index);
+  if (rank < 0 || order->nodes.empty()) {
+    // decode_outcome admits no such order; never exit 0 without a rank.
+    io.err << "epkit place: this node is not in the published order\n";
+    return k_exit_fail;
+  }
   const auto& first = order->nodes.front();
   std::string rendezvous = first.addr.find(':') != std::string::npos
                                ? fmt::format("[{}]:{}", first.addr, endpoint->second)
@@ -101,8 +138,10 @@ int run_place(const PlaceOptions& opts, Io& io) {
   table_out << fmt::format("epkit place: index {} is node rank {} of {}; rendezvous {}\n", my_index,
                            rank, n, rendezvous);
   if (opts.format == "sh") {
+    // Sourced by the pod script: every value is one shell word, whatever a
+    // node published (the placement's values are checked too).
     io.out << fmt::format("export EPKIT_NODE_RANK={}\nexport EPKIT_NNODES={}\n", rank, n)
-           << fmt::format("export EPKIT_MASTER={}\n", rendezvous);
+           << fmt::format("export EPKIT_MASTER={}\n", epkit::env::shell_word(rendezvous));
   } else if (opts.format == "json") {
     nlohmann::json nodes = nlohmann::json::array();
     for (const auto& p : order->nodes) {
@@ -146,11 +185,13 @@ Command make_place_command() {
                        "Port of the placement rendezvous (default: the master port + 1)");
         app.add_option("--addr", opts->addr,
                        "Where the others reach this node (default: EPKIT_NODE_ADDR)");
-        app.add_option("--timeout", opts->timeout_s, "Seconds to wait for every node's placement")
-            ->check(CLI::PositiveNumber);
+        app.add_option("--timeout", opts->timeout_s,
+                       "Seconds to wait for every node's placement (at most a week)");
         app.footer(
             "Placement from EPKIT_TOPOLOGY_BLOCK, EPKIT_TOPOLOGY_SUBBLOCK, EPKIT_TOPOLOGY_HOST "
             "(GKE's cloud.google.com/gce-topology-* node labels) and EPKIT_NODE_NAME.\n"
+            "The rendezvous secret from EPKIT_SECRET_FILE or EPKIT_SECRET (the same on every "
+            "node; docs/deploy.md).\n"
             "Exit codes: 0 ordered, 2 a node never reported (named) or the rendezvous "
             "failed, 64 bad usage.");
         return [opts](Io& io) { return run_place(*opts, io); };

@@ -20,6 +20,7 @@
 
 #include "cli/command.h"
 #include "cli/commands/test/ep_reproduce.h"
+#include "cli/commands/test/peer_results.h"
 #include "cli/gpu_launch.h"
 #include "host/dl/nccl.h"
 
@@ -276,7 +277,9 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
                          {"wrong_all_reduce", result->wrong_allreduce},
                          {"wrong_ring", result->wrong_ring},
                          {"transports", transports_json(log_path)}};
-  auto set = r.store().set(fmt::format("test/result/{}", launch.rank), mine.dump(), step());
+  auto set =
+      r.store().set(fmt::format("test/result/{}", launch.rank),
+                    mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), step());
   if (!set) return fail(exit_code_for(set.error()), set.error().message);
   int code = result->ok ? k_gpu_ok : result->exit_code;
   if (launch.rank == 0) {
@@ -284,7 +287,9 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
     for (int q = 0; q < launch.world_size; ++q) {
       auto text = r.store().get(fmt::format("test/result/{}", q), step());
       if (!text) return fail(exit_code_for(text.error()), text.error().message);
-      results.push_back(nlohmann::json::parse(*text, nullptr, false));
+      // Another process's JSON: only checked fields of checked types reach
+      // the summary (a malformed one is a failed rank, named).
+      results.push_back(checked_test_result(*text, q));
     }
     write_summary(r, results, mismatches, !log_path.empty(), opts.json, io.summary);
     io.summary.flush();
