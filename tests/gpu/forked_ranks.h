@@ -44,7 +44,10 @@ inline auto join_forked_store(int rank, int ranks, std::uint16_t port, const cha
   info.local_rank = rank;
   info.local_world_size = ranks;
   info.master_port = port;
-  return runtime::open_store(info, "localhost", tag, runtime::Deadline::after_seconds(20));
+  info.master_addr = "127.0.0.1";
+  // One host, loopback only: no secret (the store binds 127.0.0.1).
+  return runtime::open_store(info, "localhost", tag, "", info.master_addr,
+                             runtime::Deadline::after_seconds(20));
 }
 
 }  // namespace epkit::test
