@@ -179,9 +179,9 @@ TEST(EpkitBench, P2pMatrixHasEveryMode) {
   EXPECT_NE(j.out.find("\"matrices\""), std::string::npos);
 }
 
-// The EP conformance suite: 1 layout case, DeepEP's 24-case sweep and 8 edge
+// The EP conformance suite: 1 layout case, DeepEP's 24-case sweep and 10 edge
 // cases (see ep/conformance.cc); every one must pass on every rank.
-constexpr std::size_t k_ep_cases = 35;
+constexpr std::size_t k_ep_cases = 37;
 
 void expect_ep_passed(const Shell& r, int ranks) {
   EXPECT_EQ(r.code, 0);
