@@ -293,9 +293,43 @@ void BufferImpl::blame_peers(int global_rank) {
       (void)cudaMemcpy(&meta(r)->blame, &value, sizeof(value), cudaMemcpyHostToDevice);
 }
 
+Stream::~Stream() {
+  for (void* p : m_deferred) cudaFree(p);
+  if (stream != nullptr) cudaStreamDestroy(stream);
+}
+
+namespace {
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &status) != cudaSuccess ||
+         status != cudaStreamCaptureStatusNone;
+}
+}  // namespace
+
+void Stream::free_later(void* memory) {
+  if (!capturing(stream)) {
+    cudaFreeAsync(memory, stream);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_deferred.push_back(memory);
+}
+
+void Stream::drain() {
+  std::vector<void*> ready;
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    if (m_deferred.empty() || capturing(stream)) return;
+    ready.swap(m_deferred);
+  }
+  for (void* p : ready) cudaFreeAsync(p, stream);
+}
+
 Result<void> BufferImpl::enter(const StreamOrder& order) {
   if (m_broken)
     return make_error(ErrorCode::unavailable, "the Buffer failed before and cannot be used");
+  // Before the stream joins the caller's (possibly captured) one.
+  m_stream_owner->drain();
   cudaError_t rc;
   if (order.previous != nullptr) {
     rc = cudaStreamWaitEvent(m_stream, order.previous, 0);

@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "ep/core/device_memory.h"
 #include "ep/intranode/kernels.h"
@@ -51,9 +53,18 @@ struct Stream {
   Stream() = default;
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
-  ~Stream() {
-    if (stream != nullptr) cudaStreamDestroy(stream);
-  }
+  ~Stream();
+  /// Frees a handle's arrays on the stream, or, while the stream is being
+  /// captured into a CUDA graph, later: a free queued then would be work the
+  /// capture never joins back (cudaErrorStreamCaptureUnjoined), as when a
+  /// caller drops an older handle in the middle of a captured step.
+  void free_later(void* memory);
+  /// Queues the frees put off by free_later, once nothing captures the stream.
+  void drain();
+
+ private:
+  std::mutex m_mutex;
+  std::vector<void*> m_deferred;
 };
 
 class Handle final : public DispatchHandle {
@@ -61,7 +72,7 @@ class Handle final : public DispatchHandle {
   Handle(void* memory, std::shared_ptr<Stream> stream)
       : m_memory(memory), m_stream(std::move(stream)) {}
   ~Handle() override {
-    if (m_memory != nullptr) cudaFreeAsync(m_memory, m_stream->stream);
+    if (m_memory != nullptr) m_stream->free_later(m_memory);
   }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;

@@ -63,7 +63,7 @@ class InternodeHandle final : public DispatchHandle {
   InternodeHandle(void* memory, std::shared_ptr<Stream> stream)
       : m_memory(memory), m_stream(std::move(stream)) {}
   ~InternodeHandle() override {
-    if (m_memory != nullptr) cudaFreeAsync(m_memory, m_stream->stream);
+    if (m_memory != nullptr) m_stream->free_later(m_memory);
   }
   InternodeHandle(const InternodeHandle&) = delete;
   InternodeHandle& operator=(const InternodeHandle&) = delete;
