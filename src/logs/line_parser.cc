@@ -130,28 +130,48 @@ LineInfo parse_line(std::string_view line) {
   for (int guard = 0; guard < 4 && strip_launcher_prefix(s, info); ++guard) {
   }
   std::size_t at;
+  std::size_t word_size = 5;  // "NCCL "
   if (s.starts_with("NCCL ")) {
     at = 0;
   } else {
     at = find_bytes(s, " NCCL ");
     if (at == std::string_view::npos) {
-      info.message = s;
-      return info;
+      // NVSHMEM_DEBUG lines share NCCL's prefix; looked for only in lines
+      // that are not NCCL's (the hot path never gets here).
+      at = find_bytes(s, " NVSHMEM ");
+      if (at == std::string_view::npos) {
+        info.message = s;
+        return info;
+      }
+      info.nvshmem = true;
+      word_size = 8;
     }
-    ++at;  // at "NCCL "
+    ++at;  // at "NCCL " / "NVSHMEM "
   }
-  std::string_view rest = s.substr(at + 5);
+  std::string_view rest = s.substr(at + word_size);
   std::size_t space = rest.find(' ');
   std::string_view word = rest.substr(0, space);
   info.level = level_of(word);
   if (info.level == Level::other) {
     // "NCCL version ..." printed by frameworks, or prose mentioning NCCL.
     info.level = Level::none;
+    info.nvshmem = false;
     info.message = s;
     return info;
   }
   info.message = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
-  if (at > 0) parse_nccl_prefix(s.substr(0, at - 1), info);
+  if (at > 0) {
+    std::string_view head = s.substr(0, at - 1);
+    if (info.nvshmem && !head.empty() && head.back() != ']') {
+      // NVSHMEM WARN: "host:pid:tid [dev] FILE:LINE" before the level.
+      std::size_t space_at = head.rfind(' ');
+      if (space_at != std::string_view::npos) {
+        info.source_path = head.substr(space_at + 1);
+        head = head.substr(0, space_at);
+      }
+    }
+    parse_nccl_prefix(head, info);
+  }
   return info;
 }
 
