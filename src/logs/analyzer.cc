@@ -913,10 +913,10 @@ bool Analyzer::on_catalogue(Source source, std::string_view m, std::string_view 
   if (f.evidence.size() < k_max_evidence) f.evidence.push_back(evidence(at, rank));
   // The wording itself names what happened ("mlx5_3:1 Got async event :
   // port error"): distinct messages are the details.
-  std::string detail = printable(trim(m), 160);
-  if (f.details.size() < k_max_details &&
-      std::find(f.details.begin(), f.details.end(), detail) == f.details.end()) {
-    f.details.push_back(std::move(detail));
+  if (f.details.size() < k_max_details) {
+    std::string detail = printable(trim(m), 160);
+    if (std::find(f.details.begin(), f.details.end(), detail) == f.details.end())
+      f.details.push_back(std::move(detail));
   }
   m_family_ranks[slot].add(rank);
   return true;

@@ -111,6 +111,10 @@ struct Index {
   std::vector<bool> matchable;
   std::vector<std::uint16_t> anchor;  // which piece
   std::array<std::unordered_map<std::uint32_t, std::vector<std::uint32_t>>, 3> by_key;
+  // One bit per hashed key: most positions of a line start no anchor, and a
+  // bit test is far cheaper than a map lookup.
+  std::array<std::array<std::uint64_t, 1024>, 3> key_bits{};
+  static std::size_t bit_of(std::uint32_t key) { return (key * 2654435761u) >> 16; }
   std::vector<RuleSpec> specs;
 
   Index() {
@@ -141,8 +145,18 @@ struct Index {
       matchable[i] = letters(pieces[i]) >= 8 && pieces[i][best].size() >= 4;
       if (!matchable[i]) continue;
       anchor[i] = static_cast<std::uint16_t>(best);
-      by_key[static_cast<std::size_t>(s.source)][key4(pieces[i][best].data())].push_back(
-          static_cast<std::uint32_t>(i));
+      std::uint32_t key = key4(pieces[i][best].data());
+      by_key[static_cast<std::size_t>(s.source)][key].push_back(static_cast<std::uint32_t>(i));
+      key_bits[static_cast<std::size_t>(s.source)][bit_of(key) / 64] |= std::uint64_t{1}
+                                                                        << (bit_of(key) % 64);
+    }
+    // Heaviest first: once a site matched, lighter candidates are skipped.
+    for (auto& per_source : by_key) {
+      for (auto& [key, list] : per_source) {
+        std::stable_sort(list.begin(), list.end(), [this](std::uint32_t a, std::uint32_t b) {
+          return weight[a] > weight[b];
+        });
+      }
     }
     specs.reserve(families.size());
     for (const Family& f : families) {
@@ -222,12 +236,19 @@ CatalogueMatch match_catalogue(Source source, std::string_view message,
   // so a site is verified once per line.
   std::array<std::uint32_t, 64> tested{};
   std::size_t n_tested = 0;
+  const auto& bits = ix.key_bits[static_cast<std::size_t>(source)];
   for (std::size_t i = 0; i + 4 <= m.size(); ++i) {
-    auto it = by_key.find(key4(m.data() + i));
+    std::uint32_t key = key4(m.data() + i);
+    std::size_t bit = Index::bit_of(key);
+    if ((bits[bit / 64] & (std::uint64_t{1} << (bit % 64))) == 0) continue;
+    auto it = by_key.find(key);
     if (it == by_key.end()) continue;
     for (std::uint32_t site : it->second) {
       std::size_t site_score = score(site);
-      if (site_score <= best_weight) continue;
+      if (site_score <= best_weight) {
+        if (path_tail.empty()) break;  // sorted by weight: the rest weigh less
+        continue;
+      }
       const std::string& a = ix.pieces[site][ix.anchor[site]];
       if (m.size() - i < a.size() || std::memcmp(m.data() + i, a.data(), a.size()) != 0) continue;
       if (std::find(tested.begin(), tested.begin() + n_tested, site) != tested.begin() + n_tested)
