@@ -124,6 +124,18 @@ std::optional<std::int64_t> completion_status(std::string_view m) {
   return std::nullopt;
 }
 
+// The PE in "...:LINE: [3] message" (what follows an NVSHMEM source path), or -1.
+int nvshmem_pe(std::string_view after_path) {
+  std::size_t open = after_path.substr(0, 64).find(": [");
+  if (open == std::string_view::npos) return -1;
+  std::string_view digits = after_path.substr(open + 3);
+  std::size_t close = digits.find(']');
+  if (close == std::string_view::npos || close == 0 || close > 7) return -1;
+  auto n = parse_uint(digits.substr(0, close));
+  if (!n || std::to_string(*n).size() != close) return -1;
+  return static_cast<int>(*n);
+}
+
 // The rank a DeepEP message names, or -1.
 int deepep_rank(std::string_view m) {
   for (std::string_view key : {"Global rank: ", "rank = ", "rank: ", ", rank "}) {
@@ -345,11 +357,15 @@ void Analyzer::RankSet::add(int rank) {
 void Analyzer::feed(std::string_view line, std::uint64_t line_no) {
   ++m_report.lines;
   LineInfo info = parse_line(line);
-  if (info.level == Level::none && info.rank_key.empty() && info.launcher_rank < 0 &&
-      contains(info.message, "DeepEP")) {
+  if (info.level == Level::none && info.rank_key.empty() && info.launcher_rank < 0) {
     // DeepEP names the rank in the message ("..., rank 3, ...", "rank: 3/16",
-    // "rank = 3"); lines without a launcher prefix fold by it.
-    info.launcher_rank = deepep_rank(info.message);
+    // "rank = 3"), NVSHMEM's error macros the PE ("FILE:FUNC:LINE: [3] ...");
+    // lines without a launcher prefix fold by it.
+    if (contains(info.message, "DeepEP")) {
+      info.launcher_rank = deepep_rank(info.message);
+    } else if (std::string_view path = source_path_of(info.message); !path.empty()) {
+      info.launcher_rank = nvshmem_pe(info.message.substr(path.size()));
+    }
   }
   int rank = rank_of(info);
   if (rank >= 0) {

@@ -179,6 +179,21 @@ TEST(LogsCatalogue, NvshmemDebugLinesNameTheirRank) {
   EXPECT_EQ(f->ranks, std::vector<std::string>{"node4:5151"});
 }
 
+TEST(LogsCatalogue, NvshmemPeNumbersNameTheRank) {
+  // NVSHMEMI_ERROR_PRINT("[%d] rma not supported on transport to pe: %d", ...)
+  Report r = analyze_text(
+      "/opt/nvshmem/src/host/comm/putget.cpp:nvshmemi_proxy_rma_nbi:488: [3] rma not supported on "
+      "transport to pe: 11\n"
+      "/opt/nvshmem/src/host/comm/putget.cpp:nvshmemi_proxy_rma_nbi:488: [5] rma not supported on "
+      "transport to pe: 11\n");
+  ASSERT_EQ(r.ranks.size(), 2u);
+  EXPECT_EQ(r.ranks[0].label, "rank 3");
+  EXPECT_EQ(r.ranks[1].label, "rank 5");
+  const Finding* f = r.find("nvshmem.transport-map");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->rank_count, 2u);
+}
+
 // Cross-rank rules for NVSHMEM and DeepEP, as for NCCL.
 TEST(LogsCatalogue, TransportOneRankSkippedAndAnotherUsed) {
   auto r =

@@ -186,6 +186,50 @@ TEST(LogsHardening, CompletionErrorInEveryNcclWording) {
   }
 }
 
+// The other rules' events in each wording NCCL 2.4 to 2.30 printed them.
+TEST(LogsHardening, RuleWordingsAcrossNcclVersions) {
+  struct Case {
+    const char* text;
+    const char* id;
+  };
+  const Case cases[] = {
+      // GPU Direct RDMA without peer memory: 2.4, 2.8 - 2.12, 2.16 - 2.30.
+      {"INFO NET/IB : GPU Direct RDMA Disabled for GPU 3[3] / HCA 0 'mlx5_0' (no module or not "
+       "supported by GPU)",
+       "nccl.gdr-disabled"},
+      {"INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)",
+       "nccl.gdr-disabled"},
+      {"INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'", "nccl.gdr-disabled"},
+      // The distance policy: 2.4, 2.8 - 2.23, 2.24 - 2.28.
+      {"INFO NET/IB : GPU Direct RDMA Disabled for GPU 3[3] / HCA 0 (distance 5 >= 4)",
+       "nccl.gdr-disabled"},
+      {"INFO GPU Direct RDMA Disabled for GPU 1b000 / HCA 0 (distance 5 > 4)", "nccl.gdr-disabled"},
+      {"INFO GPU Direct RDMA Disabled for GPU 3 / HCA 1a2b (distance 5 > 4)", "nccl.gdr-disabled"},
+      // /dev/shm: 2.4 - 2.20, 2.24 - 2.30 (with errno), 2.12 - 2.30 extend.
+      {"WARN Error while creating shared memory segment /dev/shm/nccl-Ab12Cd (size 9637888)",
+       "nccl.shm"},
+      {"WARN Error while attaching to shared memory segment /dev/shm/nccl-Ab12Cd (size 9637888), "
+       "error: No such file or directory (2)",
+       "nccl.shm"},
+      {"WARN Error: failed to extend /dev/shm/nccl-Ab12Cd to 9637892 bytes", "nccl.shm"},
+      {"WARN Error: failed to extend /dev/shm/nccl-Ab12Cd to 9637892 bytes, error: No space left "
+       "on device (28)",
+       "nccl.shm"},
+      {"WARN Error: failed to create shared memory file /dev/shm/nccl-Ab12Cd, error No space left "
+       "on device (28)",
+       "nccl.shm"},
+      // Duplicate GPU (2.8 - 2.30) and version mismatch (2.24 - 2.30).
+      {"WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000",
+       "nccl.duplicate-gpu"},
+      {"WARN Mismatched NCCL version detected : rank 0 version 22703 rank 5 version 22809",
+       "nccl.version-mismatch"},
+  };
+  for (const auto& c : cases) {
+    Report r = analyze_text(std::string("node1:2201:2241 [3] NCCL ") + c.text + "\n");
+    EXPECT_EQ(ids(r), std::set<std::string>{c.id}) << c.text;
+  }
+}
+
 TEST(LogsHardening, UnopenableDeviceIsItsOwnFindingTiedToTheCountMismatch) {
   // Alone: a warning naming the device and host.
   Report alone = analyze_text(
