@@ -52,6 +52,22 @@ constexpr std::array k_families = {
         "the link flaps.",
         "rdma.port-errors",
         {}},
+    Family{"nccl.collective-mismatch",
+           E,
+           "Ranks posted mismatched sizes for one transfer",
+           Source::nccl,
+           "",
+           "collective mismatch error|posted incorrect receive info|message "
+           "truncated : receiving",
+           "The sender and receiver of one network transfer disagree on its size: the ranks called "
+           "different collectives, counts or data types (or in a different order), so their "
+           "operations no longer pair up.",
+           "Local and remote sizes and the peer in the line; the collective each rank was in "
+           "(NCCL_DEBUG_SUBSYS=COLL, or the watchdog's SeqNum/OpType per rank).",
+           "Make every rank issue the same collectives with the same counts and types in the same "
+           "order (a rank-dependent branch, uneven last batch, or mismatched tensor shapes).",
+           "",
+           {}},
     Family{"nccl.ib-completion",
            E,
            "IB work completion error (a status other than 4 or 12)",
