@@ -809,6 +809,93 @@ constexpr std::array k_families = {
            "nccl.ifname",
            {}},
 
+    Family{"nvshmem.library-missing",
+           E,
+           "A library NVSHMEM's transport needs cannot be loaded",
+           Source::nvshmem,
+           "",
+           "dlopen|dlsym|Unable to load|unable to load|could not find "
+           "library|not found in the library",
+           "The transport's library (libibverbs, libmlx5, libfabric, libucp, the bootstrap "
+           "plugin) is missing from the image or not on LD_LIBRARY_PATH, so the transport skips "
+           "itself.",
+           "The library named in the line; ldconfig -p inside the container.",
+           "Install the library in the image (rdma-core's libibverbs1 and ibverbs-providers, "
+           "libfabric) or put it on LD_LIBRARY_PATH.",
+           "rdma.verbs-lib",
+           {}},
+    Family{"nvshmem.gdrcopy",
+           E,
+           "NVSHMEM needs GDRCopy and it is missing or disabled",
+           Source::nvshmem,
+           "",
+           "GDRCopy|gdrcopy|GDR copy|gdr_",
+           "The chosen mode (IBGDA with the CPU NIC handler, the EFA provider, proxy signalling) "
+           "needs GDRCopy: libgdrapi and the gdrdrv kernel module, or NVSHMEM was built "
+           "without it.",
+           "The line; lsmod | grep gdrdrv; NVSHMEM_USE_GDRCOPY.",
+           "Load gdrdrv and install libgdrapi matching it, or pick a mode that does not need it "
+           "(NVSHMEM_IBGDA_NIC_HANDLER=gpu).",
+           "",
+           {}},
+    Family{"nvshmem.libfabric-provider",
+           E,
+           "No usable libfabric provider or fabric",
+           Source::nvshmem,
+           "",
+           "fi_getinfo|No providers matched|Unable to find the selected "
+           "fabric|Failed to allocate fabric|Failed to allocate domain|efa fabric",
+           "libfabric found no provider matching NVSHMEM's request (EFA or CXI not installed in "
+           "the image, the device not exposed to the container, an old libfabric).",
+           "The provider in the line; fi_info -p efa (or cxi) in the container; "
+           "NVSHMEM_LIBFABRIC_PROVIDER.",
+           "Install the provider's libfabric and expose its devices (EFA: the aws-efa device "
+           "plugin), set NVSHMEM_LIBFABRIC_PROVIDER to it.",
+           "",
+           {}},
+    Family{
+        "nvshmem.completion-error",
+        E,
+        "RDMA completion or progress errors at run time",
+        Source::nvshmem,
+        "",
+        "reported error|Nonzero error count|error count progressing|Error "
+        "progressing CQ|unexpected events|invalid src address|invalid header type|Error in quiet",
+        "A completion queue reported errors while NVSHMEM moved data: a peer PE died or became "
+        "unreachable, or the fabric dropped traffic.",
+        "The provider error in the line; the first PE that failed; the NIC counters.",
+        "Find the first failure across PEs; check the links (`epkit doctor --only "
+        "rdma.port-errors`).",
+        "rdma.port-errors",
+        {}},
+    Family{"nvshmem.qp-transition",
+           E,
+           "An RDMA queue pair could not move to a connected state",
+           Source::nvshmem,
+           "",
+           "syndrome|INIT2RTR|RTR2RTS|RST2INIT|modify_qp|modify qp",
+           "Moving a queue pair to RTR/RTS failed (the syndrome names why): usually the address "
+           "of the peer is wrong for this fabric (RoCE GID index/type, a different subnet) or "
+           "the port is down.",
+           "The transition and syndrome in the line; NVSHMEM_IB_GID_INDEX; the ports' GIDs.",
+           "Set NVSHMEM_IB_GID_INDEX to the RoCE v2 IPv4 GID (`epkit doctor --only "
+           "rdma.gid-index`), check the port state.",
+           "rdma.gid-index",
+           {}},
+    Family{"nvshmem.settings",
+           W,
+           "An NVSHMEM setting has a value NVSHMEM rejects",
+           Source::nvshmem,
+           "",
+           "must be a positive|must be at least|can be at most|must not be "
+           "larger|is not valid|is not supported.|Unrecognized value|Invalid libfabric transport "
+           "persona|NVSHMEM_",
+           "An NVSHMEM_* variable is out of range or names something unsupported.",
+           "The variable and value in the line; `epkit env --check`.",
+           "Fix or remove the setting.",
+           "env.unknown-vars",
+           {}},
+
     // ---- NVSHMEM: subsystem families ----
     Family{"nvshmem.ibgda",
            E,
