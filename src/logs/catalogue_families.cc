@@ -896,6 +896,38 @@ constexpr std::array k_families = {
            "env.unknown-vars",
            {}},
 
+    Family{"nvshmem.cuda-call",
+           E,
+           "A CUDA call inside NVSHMEM failed",
+           Source::nvshmem,
+           "",
+           "cudaMalloc|cudaMemcpy|cudaHostRegister|cudaStream|cudaEvent|cudaDevice|cudaGetDevice|"
+           "cudaSetDevice|cudaIpc|cudaFree|cudaLaunch|cudaPointer|CUDA error|Cuda failure|cuMem|"
+           "cuCtx|cuPointer|cuStream|cuDevice|cuLaunch|cuModule|cuInit|cuGetProcAddress|to GPU "
+           "memory failed|CUDA API",
+           "A CUDA driver or runtime call NVSHMEM made failed: the GPU is out of memory, in an "
+           "error state after an earlier fault, or the driver lacks the feature (VMM, stream "
+           "memory operations: NVreg_EnableStreamMemOPs=1).",
+           "The call in the line and the CUDA error before it; nvidia-smi; dmesg Xid lines.",
+           "Free GPU memory or lower NVSHMEM_SYMMETRIC_SIZE; load the driver with the options "
+           "NVSHMEM/DeepEP need; reset a GPU that logged an Xid.",
+           "",
+           {}},
+    Family{"nvshmem.host-alloc",
+           E,
+           "NVSHMEM could not allocate host memory for its state",
+           Source::nvshmem,
+           "",
+           "Unable to allocate|unable to allocate|allocation of|allocation "
+           "failed|cannot allocate|Cannot allocate|failed allocating|Failed to allocate|malloc|"
+           "calloc|Out of memory|out of memory",
+           "An allocation for NVSHMEM's bookkeeping failed: the process ran out of host memory "
+           "(a container memory limit) or the requested sizes are huge (many PEs x QPs).",
+           "The object in the line; the container's memory limit; the QP and PE counts.",
+           "Raise the memory limit or lower NVSHMEM_IBGDA_NUM_RC_PER_PE / QP depths.",
+           "",
+           {}},
+
     // ---- NVSHMEM: subsystem families ----
     Family{"nvshmem.ibgda",
            E,
