@@ -248,7 +248,7 @@ void Analyzer::end_file() {
     note.reason = fmt::format(
         "{}: binary data, not a log ({} NUL and {} invalid UTF-8 bytes in the first {} KiB)",
         m_file, m_file_nul_bytes, m_file_bad_bytes - m_file_nul_bytes,
-        std::min<std::uint64_t>(m_file_sampled, k_binary_sample) / 1024 + 1);
+        (std::min<std::uint64_t>(m_file_sampled, k_binary_sample) + 1023) / 1024);
   } else if (m_file_log_lines > 0) {
     return;
   } else if (m_file_text_lines == 0) {
