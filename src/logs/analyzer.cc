@@ -225,6 +225,7 @@ void Analyzer::begin_file(const std::string& name) {
   m_file_lines = m_file_text_lines = m_file_log_lines = 0;
   m_file_sampled = m_file_bad_bytes = m_file_nul_bytes = 0;
   m_file_binary = false;
+  m_file_nvshmem = false;
   m_file = name;
   m_report.files.push_back(name);
   m_slice_in_file = 0;
@@ -870,6 +871,7 @@ void Analyzer::on_other(const LineInfo& info, Location at, int rank) {
 // fallback name.
 void Analyzer::on_nvshmem(const LineInfo& info, Location at, int rank) {
   if (rank >= 0) m_report.ranks[static_cast<std::size_t>(rank)].nvshmem = true;
+  m_file_nvshmem = true;
   if (info.level != Level::warn) return;
   if (!on_catalogue(Source::nvshmem, info.message, info.source_path, at, rank))
     add(Rule::other_warn, at, rank);
@@ -894,8 +896,25 @@ void Analyzer::on_catalogue_other(std::string_view m, Location at, int rank) {
                 contains(m, "EPException") || contains(m, "NVCC") || contains(m, "cuobjdump");
   bool nvshmem =
       !path.empty() || m.starts_with("WARN: ") || contains(m, "nvshmem") || contains(m, "NVSHMEM");
-  if (nvshmem && !deepep && on_catalogue(Source::nvshmem, m, path, at, rank)) return;
-  if (deepep && !contains(path, "nvshmem")) on_catalogue(Source::deepep, m, {}, at, rank);
+  if (nvshmem && !deepep && on_catalogue(Source::nvshmem, m, path, at, rank)) {
+    m_file_nvshmem = true;
+    return;
+  }
+  if (deepep && !contains(path, "nvshmem")) {
+    on_catalogue(Source::deepep, m, {}, at, rank);
+    return;
+  }
+  // Processes that share stderr split NVSHMEM's "FILE:LINE: non-zero status:
+  // 7 " from its message ("connect EPS failed" alone on the next line). In a
+  // file that already showed NVSHMEM output, a bare line that starts with an
+  // NVSHMEM wording is taken as one.
+  if (m_file_nvshmem && !nvshmem) {
+    std::string_view bare = trim(m);
+    if (bare.size() >= 8 && bare.size() <= 240) {
+      CatalogueMatch match = match_catalogue(Source::nvshmem, bare, {}, true);
+      if (match.family >= 0) on_catalogue(Source::nvshmem, bare, {}, at, rank);
+    }
+  }
 }
 
 bool Analyzer::on_catalogue(Source source, std::string_view m, std::string_view path, Location at,

@@ -218,8 +218,9 @@ class Analyzer {
   std::uint64_t m_file_sampled = 0;     // bytes looked at for binary content
   std::uint64_t m_file_bad_bytes = 0;   // NUL bytes and invalid UTF-8 among them
   std::uint64_t m_file_nul_bytes = 0;
-  bool m_file_binary = false;  // decided binary when the sample filled up
-  std::uint64_t m_adds = 0;    // add() calls, to see a line matched a rule
+  bool m_file_binary = false;   // decided binary when the sample filled up
+  bool m_file_nvshmem = false;  // the current input printed NVSHMEM lines
+  std::uint64_t m_adds = 0;     // add() calls, to see a line matched a rule
   std::array<Finding, k_rule_count> m_findings{};
   // Ranks named by one finding: O(1) membership, first ones kept in order.
   struct RankSet {

@@ -204,7 +204,7 @@ const RuleSpec& family_spec(std::size_t family) {
 }
 
 CatalogueMatch match_catalogue(Source source, std::string_view message,
-                               std::string_view nvshmem_path) {
+                               std::string_view nvshmem_path, bool anchored) {
   if (source == Source::deepep) {
     // DeepEP's exceptions wrap a reason that is code, not a wording:
     // "Failed: Assertion error FILE:LINE 'cond'" (V1), "Assertion exception
@@ -255,6 +255,7 @@ CatalogueMatch match_catalogue(Source source, std::string_view message,
         continue;
       if (n_tested < tested.size()) tested[n_tested++] = site;
       if (!pieces_match(ix.pieces[site], m)) continue;
+      if (anchored && !m.starts_with(ix.pieces[site].front())) continue;
       best_weight = site_score;
       best.site = static_cast<int>(site);
       best.family = ix.family[site];

@@ -83,8 +83,10 @@ struct CatalogueMatch {
   int family = -1;
   int site = -1;
 };
+/// `anchored`: the wording must start the message (a bare line, with no
+/// prefix to tell it is NVSHMEM's, matched only that strictly).
 CatalogueMatch match_catalogue(Source source, std::string_view message,
-                               std::string_view nvshmem_path = {});
+                               std::string_view nvshmem_path = {}, bool anchored = false);
 
 /// The format filled with plausible values, and the whole line as its macro
 /// prints it: fixtures and tests are made from the sources' wording.

@@ -870,13 +870,14 @@ constexpr std::array k_families = {
         {}},
     Family{"nvshmem.qp-transition",
            E,
-           "An RDMA queue pair could not move to a connected state",
+           "An RDMA queue pair could not be connected to its peer",
            Source::nvshmem,
            "",
-           "syndrome|INIT2RTR|RTR2RTS|RST2INIT|modify_qp|modify qp",
-           "Moving a queue pair to RTR/RTS failed (the syndrome names why): usually the address "
-           "of the peer is wrong for this fabric (RoCE GID index/type, a different subnet) or "
-           "the port is down.",
+           "syndrome|INIT2RTR|RTR2RTS|RST2INIT|modify_qp|modify qp|init2rtr|rtr2rts|create ah|"
+           "create_ah|address handle",
+           "Moving a queue pair to RTR/RTS or creating the address handle of its peer failed "
+           "(the syndrome or errno names why): usually the address of the peer is wrong for this "
+           "fabric (RoCE GID index/type, a different subnet) or the port is down.",
            "The transition and syndrome in the line; NVSHMEM_IB_GID_INDEX; the ports' GIDs.",
            "Set NVSHMEM_IB_GID_INDEX to the RoCE v2 IPv4 GID (`epkit doctor --only "
            "rdma.gid-index`), check the port state.",
@@ -1073,15 +1074,20 @@ constexpr std::array k_families = {
            "Fix the first error before it.",
            "",
            {}},
-    Family{"nvshmem.p2p",
+    Family{"nvshmem.transport",
            E,
-           "NVSHMEM P2P transport error",
+           "NVSHMEM transport layer error (P2P, connection setup)",
            Source::nvshmem,
            "src/host/transport",
            "",
-           "The P2P transport or transport setup failed.",
-           "The line.",
-           "Check GPU visibility and P2P.",
+           "Setting up or connecting NVSHMEM's transports failed (\"transport create connect "
+           "failed\", \"connect EPS failed\"): a remote transport could not connect its queue "
+           "pairs (a broken RDMA path, RoCE GID settings) or the P2P transport could not map a "
+           "peer GPU.",
+           "The transport module's lines around it (ibrc/ibgda: ibv_modify_qp, init2rtr, "
+           "syndrome) and which PEs print them.",
+           "Fix the transport error printed nearby (see nvshmem.qp-transition, "
+           "nvshmem.peer-memory, nvshmem.p2p-access); check GPU visibility for P2P.",
            "gpu.p2p",
            {}},
     Family{"nvshmem.runtime",

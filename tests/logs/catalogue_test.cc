@@ -83,7 +83,7 @@ TEST(LogsCatalogue, CoverageOfTheMinedSites) {
   EXPECT_EQ(c[Source::deepep].sites, 40u);
   // docs/logs.md's split between curated and subsystem families.
   EXPECT_EQ(c[Source::nccl].curated, 326u);
-  EXPECT_EQ(c[Source::nvshmem].curated, 347u);
+  EXPECT_EQ(c[Source::nvshmem].curated, 352u);
   EXPECT_EQ(c[Source::deepep].curated, 40u);
   for (auto [source, cov] : c) {
     std::printf("source %d: %zu sites, %zu recognisable, %zu in a named family\n",
@@ -200,6 +200,26 @@ TEST(LogsCatalogue, NvshmemPeNumbersNameTheRank) {
   const Finding* f = r.find("nvshmem.transport-map");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->rank_count, 2u);
+}
+
+// Ranks sharing stderr split NVSHMEM's "FILE:LINE: non-zero status: N " from
+// its message; once a file shows NVSHMEM output, bare lines that start with
+// an NVSHMEM wording count, and other bare text does not.
+TEST(LogsCatalogue, NvshmemMessagesSplitFromTheirPrefix) {
+  auto r = analyze_inputs({test::source_path("fixtures/logs/cases/nvshmem-split-stderr")}, {});
+  ASSERT_TRUE(r.ok());
+  const Finding* t = r->find("nvshmem.transport");
+  ASSERT_NE(t, nullptr);
+  bool bare = false;
+  for (const auto& d : t->details) bare = bare || d == "connect EPS failed";
+  EXPECT_TRUE(bare);
+  const Finding* qp = r->find("nvshmem.qp-transition");
+  ASSERT_NE(qp, nullptr);
+  EXPECT_EQ(qp->count, 3u);  // ibv_modify_qp with its prefix and alone, "Unable to create ah."
+  EXPECT_NE(r->find("nvshmem.init"), nullptr);
+  // Without NVSHMEM output before it, the same bare line is the application's.
+  Report plain = analyze_text("connect EPS failed\nUnable to create ah.\n");
+  EXPECT_TRUE(plain.findings.empty());
 }
 
 // Cross-rank rules for NVSHMEM and DeepEP, as for NCCL.
