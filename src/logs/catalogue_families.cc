@@ -693,23 +693,24 @@ constexpr std::array k_families = {
            "(NVSHMEM_IB_ENABLE_DMABUF... with a kernel and driver that support it).",
            "rdma.gpudirect",
            {}},
-    Family{"nvshmem.transport-map",
-           E,
-           "NVSHMEM could not build its transport map (a PE is "
-           "unreachable)",
-           Source::nvshmem,
-           "",
-           "transport map|init failed for transport|Unable to open the %s "
-           "transport|Unable to get info from %s transport|not reachable|unreachable|"
-           "no transport|rma not supported on transport",
-           "No enabled transport reaches some PE: the RDMA transport skipped itself (no peer "
-           "memory, no usable HCA, IBGDA mapping refused) or P2P is off, so init stops.",
-           "The transport lines before it: which transport each PE skipped and why (peer memory, "
-           "HCA, IBGDA).",
-           "Fix the skipped transport on the affected nodes (see the findings beside this one); "
-           "NVSHMEM_REMOTE_TRANSPORT picks another.",
-           "",
-           {}},
+    Family{
+        "nvshmem.transport-map",
+        E,
+        "NVSHMEM could not build its transport map (a PE is "
+        "unreachable)",
+        Source::nvshmem,
+        "",
+        "transport map|init failed for transport|initialize any transports|Unable to open the %s "
+        "transport|Unable to get info from %s transport|not reachable|unreachable|"
+        "no transport|rma not supported on transport",
+        "No enabled transport reaches some PE: the RDMA transport skipped itself (no peer "
+        "memory, no usable HCA, IBGDA mapping refused) or P2P is off, so init stops.",
+        "The transport lines before it: which transport each PE skipped and why (peer memory, "
+        "HCA, IBGDA).",
+        "Fix the skipped transport on the affected nodes (see the findings beside this one); "
+        "NVSHMEM_REMOTE_TRANSPORT picks another.",
+        "",
+        {}},
     Family{"nvshmem.qp-create",
            E,
            "NVSHMEM could not create RDMA queue pairs",
