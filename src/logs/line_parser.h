@@ -30,7 +30,7 @@ struct LineInfo {
   int cuda_dev = -1;             // the [N] after host:pid:tid
   Level level = Level::none;     // none: not an NCCL (or NVSHMEM debug) line
   bool nvshmem = false;          // "host:pid:tid [dev] ... NVSHMEM INFO|WARN ..." (NVSHMEM_DEBUG)
-  std::string_view source_path;  // "FILE:LINE" an NVSHMEM WARN line names
+  std::string_view source_path;  // "FILE:LINE" a WARN line names before its level
   std::string_view message;      // after "NCCL <LEVEL> ", or the rest of the line
 };
 
