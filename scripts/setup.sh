@@ -17,7 +17,7 @@ build=${EPKIT_BUILD_DIR:-$here/build}
 
 # What the tool needs to build, and what its tests add.
 packages=(cmake ninja-build g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev
-          libibverbs-dev zlib1g-dev libssl-dev)
+          libibverbs-dev zlib1g-dev libssl-dev libre2-dev)
 if [[ $job == test ]]; then
   # The linters check `epkit env`'s sh and k8s outputs and the deploy
   # manifests (shellcheck, yamllint); jq serves the deploy pod scripts.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <exception>
 
+#include "checks/log_counterparts.h"
+
 namespace epkit::checks {
 
 const char* to_string(Status status) {
@@ -76,7 +78,7 @@ const std::vector<Check>& registry() {
   static const std::vector<Check> all = [] {
     std::vector<Check> out;
     for (auto group : {rdma_checks(), gpu_checks(), nccl_checks(), env_checks(), nvshmem_checks(),
-                       system_checks()}) {
+                       system_checks(), log_counterpart_checks()}) {
       out.insert(out.end(), group.begin(), group.end());
     }
     return out;

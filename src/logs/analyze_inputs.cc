@@ -13,8 +13,10 @@ Result<Report> analyze_inputs(const std::vector<std::string>& inputs, const Opti
     if (!reader) return reader.error();
     analyzer->begin_file(reader->name());
     Analyzer& a = *analyzer;
-    auto done =
-        reader->for_each_line([&a](std::string_view line, std::uint64_t n) { a.feed(line, n); });
+    auto done = reader->for_each_line([&a](std::string_view line, std::uint64_t n) {
+      a.feed(line, n);
+      return a.wants_more();
+    });
     analyzer->add_bytes(reader->bytes_read());
     if (!done) return done.error();
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "logs/catalogue.h"
 #include "logs/text.h"
 
 namespace epkit::logs {
@@ -103,6 +104,62 @@ bool is_shm_failure(std::string_view m) {
          (contains(m, "/dev/shm") && contains(m, "No space left on device"));
 }
 
+// The IB work completion status of a "Got completion" line, in any of the
+// wordings NCCL has used (see on_problem).
+std::optional<std::int64_t> completion_status(std::string_view m) {
+  if (auto n = number_after(m, "with error ")) return n;
+  std::size_t at = find_bytes(m, "status=");
+  if (at == std::string_view::npos) return std::nullopt;
+  std::string_view rest = m.substr(at + 7);
+  rest = rest.substr(0, rest.find(' '));
+  if (auto n = parse_uint(rest)) return static_cast<std::int64_t>(*n);
+  std::size_t close = rest.find(')');
+  if (rest.starts_with('(') && close != std::string_view::npos) {
+    if (auto n = parse_uint(rest.substr(close + 1))) return static_cast<std::int64_t>(*n);
+  }
+  std::size_t open = rest.find('(');
+  if (open != std::string_view::npos) {
+    if (auto n = parse_uint(rest.substr(open + 1))) return static_cast<std::int64_t>(*n);
+  }
+  return std::nullopt;
+}
+
+// The PE in "...:LINE: [3] message" (what follows an NVSHMEM source path), or -1.
+int nvshmem_pe(std::string_view after_path) {
+  std::size_t open = after_path.substr(0, 64).find(": [");
+  if (open == std::string_view::npos) return -1;
+  std::string_view digits = after_path.substr(open + 3);
+  std::size_t close = digits.find(']');
+  if (close == std::string_view::npos || close == 0 || close > 7) return -1;
+  auto n = parse_uint(digits.substr(0, close));
+  if (!n || std::to_string(*n).size() != close) return -1;
+  return static_cast<int>(*n);
+}
+
+// The rank a DeepEP message names, or -1.
+int deepep_rank(std::string_view m) {
+  for (std::string_view key : {"Global rank: ", "rank = ", "rank: ", ", rank "}) {
+    auto n = number_after(m, key);
+    if (n && *n >= 0 && *n < (1 << 20)) return static_cast<int>(*n);
+  }
+  return -1;
+}
+
+// "/build/nvshmem/src/host/init/init.cu:1020: non-zero status: 7 ..." or
+// ".../init.cu:nvshmemi_common_init:1020: ...": the path before the line
+// number, or "" when the line does not start that way.
+std::string_view source_path_of(std::string_view m) {
+  std::string_view head = m.substr(0, 256);
+  for (std::string_view ext : {".cpp:", ".cu:", ".h:", ".cuh:", ".c:", ".hpp:"}) {
+    std::size_t at = find_bytes(head, ext);
+    if (at == std::string_view::npos) continue;
+    std::string_view path = head.substr(0, at + ext.size() - 1);
+    if (path.find(' ') != std::string_view::npos) continue;
+    return path;
+  }
+  return {};
+}
+
 std::string join(const std::vector<std::string>& v, std::string_view sep) {
   std::string out;
   for (const auto& s : v) {
@@ -143,13 +200,18 @@ const Finding* Report::find(std::string_view id) const {
 Result<Analyzer> Analyzer::create(const Options& options) {
   Analyzer a;
   if (!options.slice_regex.empty()) {
-    try {
-      a.m_slice = std::make_unique<std::regex>(options.slice_regex, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
+    re2::RE2::Options re_options;
+    re_options.set_log_errors(false);
+    // Bounded memory for the compiled program and its DFA cache; a pattern
+    // that needs more is refused at compile time or runs on the slower NFA.
+    re_options.set_max_mem(std::int64_t{64} << 20);
+    auto re = std::make_unique<re2::RE2>(options.slice_regex, re_options);
+    if (!re->ok()) {
       return make_error(ErrorCode::invalid,
                         fmt::format("--slice '{}': not a regular expression ({})",
-                                    options.slice_regex, e.what()));
+                                    printable(options.slice_regex, 200), re->error()));
     }
+    a.m_slice = std::move(re);
     a.m_report.sliced = true;
     a.m_report.slices.push_back({});
   }
@@ -162,6 +224,8 @@ void Analyzer::begin_file(const std::string& name) {
   m_in_file = true;
   m_file_lines = m_file_text_lines = m_file_log_lines = 0;
   m_file_sampled = m_file_bad_bytes = m_file_nul_bytes = 0;
+  m_file_binary = false;
+  m_file_nvshmem = false;
   m_file = name;
   m_report.files.push_back(name);
   m_slice_in_file = 0;
@@ -179,16 +243,13 @@ void Analyzer::end_file() {
   m_in_file = false;
   // Mostly non-text is binary even with a chance "NCCL WARN" in it; a log
   // with a NUL-padded tail (a node that died mid-write) is still a log.
-  bool binary = m_file_sampled > 0 &&
-                (m_file_bad_bytes * 2 > m_file_sampled ||
-                 (m_file_log_lines == 0 &&
-                  (m_file_nul_bytes > 0 || m_file_bad_bytes * 10 > m_file_sampled)));
+  bool binary = m_file_binary || looks_binary();
   NotLogFile note{m_file, NotLog::binary, {}};
   if (binary) {
     note.reason = fmt::format(
         "{}: binary data, not a log ({} NUL and {} invalid UTF-8 bytes in the first {} KiB)",
         m_file, m_file_nul_bytes, m_file_bad_bytes - m_file_nul_bytes,
-        std::min<std::uint64_t>(m_file_sampled, k_binary_sample) / 1024 + 1);
+        (std::min<std::uint64_t>(m_file_sampled, k_binary_sample) + 1023) / 1024);
   } else if (m_file_log_lines > 0) {
     return;
   } else if (m_file_text_lines == 0) {
@@ -201,6 +262,12 @@ void Analyzer::end_file() {
                               m_file, m_file_text_lines, m_file_text_lines == 1 ? "" : "s");
   }
   m_report.not_logs.push_back(std::move(note));
+}
+
+bool Analyzer::looks_binary() const {
+  return m_file_sampled > 0 && (m_file_bad_bytes * 2 > m_file_sampled ||
+                                (m_file_log_lines == 0 &&
+                                 (m_file_nul_bytes > 0 || m_file_bad_bytes * 10 > m_file_sampled)));
 }
 
 int Analyzer::new_rank(std::string label) {
@@ -291,6 +358,16 @@ void Analyzer::RankSet::add(int rank) {
 void Analyzer::feed(std::string_view line, std::uint64_t line_no) {
   ++m_report.lines;
   LineInfo info = parse_line(line);
+  if (info.level == Level::none && info.rank_key.empty() && info.launcher_rank < 0) {
+    // DeepEP names the rank in the message ("..., rank 3, ...", "rank: 3/16",
+    // "rank = 3"), NVSHMEM's error macros the PE ("FILE:FUNC:LINE: [3] ...");
+    // lines without a launcher prefix fold by it.
+    if (contains(info.message, "DeepEP")) {
+      info.launcher_rank = deepep_rank(info.message);
+    } else if (std::string_view path = source_path_of(info.message); !path.empty()) {
+      info.launcher_rank = nvshmem_pe(info.message.substr(path.size()));
+    }
+  }
   int rank = rank_of(info);
   if (rank >= 0) {
     ++m_report.ranks[static_cast<std::size_t>(rank)].lines;
@@ -306,6 +383,9 @@ void Analyzer::feed(std::string_view line, std::uint64_t line_no) {
     m_file_sampled += line.size() + 1;
     m_file_nul_bytes += bad.nul;
     m_file_bad_bytes += bad.nul + bad.invalid;
+    // The verdict is taken on the sample: a binary input is not read on
+    // (nor inflated) past it.
+    if (m_file_sampled >= k_binary_sample && looks_binary()) m_file_binary = true;
   }
   if (info.level == Level::none) {
     std::uint64_t adds = m_adds;
@@ -356,6 +436,10 @@ void Analyzer::count_collective(RankFacts* facts, std::string_view name) {
 }
 
 void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
+  if (info.nvshmem) {
+    on_nvshmem(info, at, rank);
+    return;
+  }
   std::string_view m = info.message;
   if (info.level == Level::warn) {
     if (contains(m, "Failed to initialize any NET plugin")) {
@@ -364,7 +448,8 @@ void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
         host->plugin_at = evidence(at, rank);
       }
     }
-    if (!on_problem(m, at, rank) && !is_benign(m)) add(Rule::other_warn, at, rank);
+    if (!on_problem(m, at, rank) && !is_benign(m) && !on_catalogue(Source::nccl, m, {}, at, rank))
+      add(Rule::other_warn, at, rank);
     return;
   }
   RankFacts* facts = facts_of(info, rank);
@@ -685,27 +770,34 @@ bool Analyzer::on_problem(std::string_view m, Location at, int rank) {
     add(Rule::version_mismatch, at, rank);
   } else if (contains(m, "mixed local Net device counts")) {
     add(contains(m, "Ignoring") ? Rule::net_mismatch_ignored : Rule::net_mismatch, at, rank);
-  } else if (contains(m, "Got completion from peer")) {
-    // Two formats: "with error 12, opcode 0, len 0, vendor err 129" and
-    // "with status=IBV_WC_RETRY_EXC_ERR(12) ... vendor_err=129".
-    std::optional<std::int64_t> status = number_after(m, "with error ");
-    if (!status) status = number_after(m, "status=");
-    if (!status) {
-      std::size_t at_status = find_bytes(m, "status=");
-      if (at_status != std::string_view::npos) {
-        std::string_view rest = m.substr(at_status);
-        status = number_after(rest.substr(0, rest.find(' ')), "(");
-      }
-    }
+  } else if (contains(m, "Got completion") && !contains(m, "Got completion for")) {
+    // Every wording of NCCL 2.4 to 2.30 (NET/IB, NET/IB/GIN, resiliency):
+    // "with error 12, opcode 0, ..., vendor err 129" (<= 2.9 without "from
+    // peer"), "with status=12 ...", "status=IBV_WC_RETRY_EXC_ERR(12) ...
+    // vendor_err=129" and "wc->status=(IBV_WC_RETRY_EXC_ERR)12".
+    std::optional<std::int64_t> status = completion_status(m);
     std::optional<std::int64_t> vendor = number_after(m, "vendor err ");
     if (!vendor) vendor = number_after(m, "vendor_err=");
     if (status == 4 || vendor == 81) {
       add(Rule::acs, at, rank);
     } else if (status == 12 || vendor == 129) {
       add(Rule::roce_unreachable, at, rank);
+    } else if (status == 5) {
+      // Flushed: follows an earlier error on the queue pair, the one to read.
+      add(Rule::other_warn, at, rank);
     } else {
-      return false;
+      return false;  // the catalogue's nccl.ib-completion names the others
     }
+  } else if (contains(m, "Unable to open device") ||
+             contains(m, "Call to ibv_open_device failed")) {
+    // "NET/IB : Unable to open device erdma_1" (NCCL 2.4 to 2.30), after
+    // the wrapper's "Call to ibv_open_device failed".
+    std::string detail = printable(word_after(m, "Unable to open device "), 64);
+    if (!detail.empty() && rank >= 0) {
+      const std::string& host = m_report.ranks[static_cast<std::size_t>(rank)].host;
+      if (!host.empty()) detail += " on " + host;
+    }
+    add(Rule::ib_open_failed, at, rank, std::move(detail));
   } else if (contains(m, "Duplicate GPU detected")) {
     std::string detail;
     if (auto dev = word_after(m, "CUDA device "); !dev.empty())
@@ -725,8 +817,7 @@ bool Analyzer::on_problem(std::string_view m, Location at, int rank) {
 
 void Analyzer::on_other(const LineInfo& info, Location at, int rank) {
   std::string_view m = info.message;
-  if (m_slice && m_report.slices.size() < k_max_slices &&
-      std::regex_search(m.begin(), m.end(), *m_slice)) {
+  if (m_slice && m_report.slices.size() < k_max_slices && re2::RE2::PartialMatch(m, *m_slice)) {
     ++m_slice_in_file;
     if (m_slice_in_file >= m_report.slices.size())
       m_report.slices.push_back({printable(m, 120), {}});
@@ -761,6 +852,7 @@ void Analyzer::on_other(const LineInfo& info, Location at, int rank) {
              contains(m, "GPU cannot map UAR")) {
     add(Rule::ibgda_mapping, at, rank);
   } else if (contains(m, "DeepEP timeout") || contains(m, "DeepEP error: timeout")) {
+    note_deepep_peers(m, info.launcher_rank);
     add(Rule::deepep_timeout, at, rank);
   } else if (contains(m, "Watchdog caught collective operation timeout")) {
     std::string detail;
@@ -768,10 +860,101 @@ void Analyzer::on_other(const LineInfo& info, Location at, int rank) {
       detail = fmt::format("SeqNum={} OpType={}", *seq, printable(word_after(m, "OpType="), 32));
     }
     add(Rule::watchdog_timeout, at, rank, std::move(detail));
-  } else if (!is_benign(m)) {
-    // NCCL text re-printed by frameworks ("Last error: ...") without its prefix.
-    on_problem(m, at, rank);
+  } else if (!is_benign(m) && !on_problem(m, at, rank)) {
+    // (on_problem: NCCL text re-printed by frameworks, "Last error: ...".)
+    on_catalogue_other(m, at, rank);
   }
+}
+
+// NVSHMEM_DEBUG lines ("host:pid:tid [dev] NVSHMEM INFO|WARN ..."): WARN
+// lines are matched against NVSHMEM's wordings, with the source path as the
+// fallback name.
+void Analyzer::on_nvshmem(const LineInfo& info, Location at, int rank) {
+  if (rank >= 0) m_report.ranks[static_cast<std::size_t>(rank)].nvshmem = true;
+  m_file_nvshmem = true;
+  if (info.level != Level::warn) return;
+  if (!on_catalogue(Source::nvshmem, info.message, info.source_path, at, rank))
+    add(Rule::other_warn, at, rank);
+}
+
+// Lines without an NCCL prefix that NVSHMEM's error macros ("FILE:LINE:
+// non-zero status: N ...", "WARN: ...") or DeepEP (timeouts, assertions,
+// exceptions) print. A cheap test first: most such lines are the
+// application's own output.
+void Analyzer::note_deepep_peers(std::string_view m, int reporter) {
+  if (reporter >= 0) m_deepep_reporters.insert(reporter);
+  for (std::string_view key : {"dst_rank ", "src_rank ", "dst_rank: ", "src_rank: "}) {
+    auto peer = number_after(m, key);
+    if (peer && *peer >= 0 && *peer < (1 << 20) && m_deepep_waited.size() < 4096)
+      ++m_deepep_waited[static_cast<int>(*peer)];
+  }
+}
+
+void Analyzer::on_catalogue_other(std::string_view m, Location at, int rank) {
+  std::string_view path = source_path_of(m);
+  bool deepep = contains(m, "DeepEP") || contains(m, "Assertion") || contains(m, "deep_ep") ||
+                contains(m, "EPException") || contains(m, "NVCC") || contains(m, "cuobjdump");
+  bool nvshmem =
+      !path.empty() || m.starts_with("WARN: ") || contains(m, "nvshmem") || contains(m, "NVSHMEM");
+  if (nvshmem && !deepep && on_catalogue(Source::nvshmem, m, path, at, rank)) {
+    m_file_nvshmem = true;
+    return;
+  }
+  if (deepep && !contains(path, "nvshmem")) {
+    on_catalogue(Source::deepep, m, {}, at, rank);
+    return;
+  }
+  // Processes that share stderr split NVSHMEM's "FILE:LINE: non-zero status:
+  // 7 " from its message ("connect EPS failed" alone on the next line). In a
+  // file that already showed NVSHMEM output, a bare line that starts with an
+  // NVSHMEM wording is taken as one.
+  if (m_file_nvshmem && !nvshmem) {
+    std::string_view bare = trim(m);
+    if (bare.size() >= 8 && bare.size() <= 240) {
+      CatalogueMatch match = match_catalogue(Source::nvshmem, bare, {}, true);
+      if (match.family >= 0) on_catalogue(Source::nvshmem, bare, {}, at, rank);
+    }
+  }
+}
+
+bool Analyzer::on_catalogue(Source source, std::string_view m, std::string_view path, Location at,
+                            int rank) {
+  CatalogueMatch match = match_catalogue(source, m, path);
+  if (match.family < 0) return false;
+  const Family& family = catalogue_families()[static_cast<std::size_t>(match.family)];
+  if (source == Source::nvshmem && rank >= 0)
+    m_report.ranks[static_cast<std::size_t>(rank)].nvshmem = true;
+  if (family.rule == Rule::deepep_timeout) {
+    int reporter = rank >= 0 ? m_report.ranks[static_cast<std::size_t>(rank)].launcher_rank : -1;
+    note_deepep_peers(m, reporter);
+  }
+  if (family.rule) {
+    add(*family.rule, at, rank);
+    return true;
+  }
+  auto slot = static_cast<std::size_t>(match.family);
+  if (m_family_findings.empty()) {
+    m_family_findings.resize(catalogue_families().size());
+    m_family_ranks.resize(catalogue_families().size());
+  }
+  Finding& f = m_family_findings[slot];
+  if (f.spec == nullptr) {
+    f.spec = &family_spec(slot);
+    f.look_for = family.evidence;
+  }
+  ++f.count;
+  ++m_adds;
+  if (rank < 0) ++f.unranked;
+  if (f.evidence.size() < k_max_evidence) f.evidence.push_back(evidence(at, rank));
+  // The wording itself names what happened ("mlx5_3:1 Got async event :
+  // port error"): distinct messages are the details.
+  if (f.details.size() < k_max_details) {
+    std::string detail = printable(trim(m), 160);
+    if (std::find(f.details.begin(), f.details.end(), detail) == f.details.end())
+      f.details.push_back(std::move(detail));
+  }
+  m_family_ranks[slot].add(rank);
+  return true;
 }
 
 std::array<bool, 3> Analyzer::cross_rank_rules() {
@@ -947,10 +1130,106 @@ void Analyzer::cross_host_rules(const std::array<bool, 3>& rank_split) {
   }
 }
 
+// An RDMA device NCCL could not open is the usual cause of a NET device count
+// that differs between ranks or hosts: where both are seen, the device
+// finding says so (as an error) and the mismatch names the devices.
+void Analyzer::tie_unopenable_devices() {
+  auto open_slot = static_cast<std::size_t>(Rule::ib_open_failed);
+  Finding& open_failed = m_findings[open_slot];
+  if (open_failed.spec == nullptr) return;
+  Finding* mismatch = nullptr;
+  auto net_slot = static_cast<std::size_t>(Rule::net_mismatch);
+  if (m_findings[net_slot].spec != nullptr) mismatch = &m_findings[net_slot];
+  for (auto& f : m_report.findings) {
+    if (mismatch == nullptr && f.spec->rule == Rule::host_net) mismatch = &f;
+  }
+  if (mismatch == nullptr) return;
+  if (mismatch->details.size() < k_max_details) {
+    std::string devices = join(open_failed.details, ", ");
+    mismatch->details.push_back(fmt::format(
+        "RDMA device{} that could not be opened: {} (nccl.ib-device-unopenable)",
+        open_failed.details.size() == 1 ? "" : "s", devices.empty() ? "see below" : devices));
+  }
+  auto tied = static_cast<std::size_t>(Rule::ib_open_failed_mismatch);
+  m_findings[tied] = std::move(open_failed);
+  m_findings[tied].spec = &spec_of(Rule::ib_open_failed_mismatch);
+  m_finding_ranks[tied] = std::move(m_finding_ranks[open_slot]);
+  m_findings[open_slot] = Finding{};
+}
+
+// A transport one PE skipped and another uses: ranks whose NVSHMEM skipped a
+// device or the RDMA transport, beside ranks whose NVSHMEM ran without that.
+// The skip findings then become this one, which names both sides.
+void Analyzer::nvshmem_transport_split() {
+  if (m_family_findings.empty()) return;
+  std::vector<std::size_t> slots;
+  for (std::string_view id : {"nvshmem.hca-skipped", "nvshmem.peer-memory"}) {
+    int f = family_index(id);
+    if (f >= 0 && m_family_findings[static_cast<std::size_t>(f)].spec != nullptr)
+      slots.push_back(static_cast<std::size_t>(f));
+  }
+  if (slots.empty()) return;
+  std::vector<bool> skipped(m_report.ranks.size(), false);
+  for (std::size_t slot : slots) {
+    const auto& seen = m_family_ranks[slot].seen;
+    for (std::size_t r = 0; r < seen.size() && r < skipped.size(); ++r)
+      skipped[r] = skipped[r] || seen[r];
+  }
+  std::vector<std::string> skipping, using_it;
+  for (std::size_t r = 0; r < m_report.ranks.size(); ++r) {
+    if (!m_report.ranks[r].nvshmem) continue;
+    (skipped[r] ? skipping : using_it).push_back(m_report.ranks[r].label);
+  }
+  if (skipping.empty() || using_it.empty()) return;
+  auto slot = static_cast<std::size_t>(Rule::nvshmem_transport_split);
+  Finding& split = m_findings[slot];
+  split.spec = &spec_of(Rule::nvshmem_transport_split);
+  auto side = [](const std::vector<std::string>& v) {
+    std::vector<std::string> head(
+        v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(v.size(), 6)));
+    return join(head, ", ") +
+           (v.size() > head.size() ? fmt::format(", +{} more", v.size() - head.size()) : "");
+  };
+  split.details.push_back(fmt::format("skipped by {} rank{}: {}", skipping.size(),
+                                      skipping.size() == 1 ? "" : "s", side(skipping)));
+  split.details.push_back(fmt::format("not skipped by {} rank{}: {}", using_it.size(),
+                                      using_it.size() == 1 ? "" : "s", side(using_it)));
+  for (std::size_t fam : slots) {
+    Finding& f = m_family_findings[fam];
+    split.count += f.count;
+    split.unranked += f.unranked;
+    for (auto& e : f.evidence)
+      if (split.evidence.size() < k_max_evidence) split.evidence.push_back(std::move(e));
+    for (auto& d : f.details)
+      if (split.details.size() < k_max_details) split.details.push_back(std::move(d));
+    for (std::size_t r = 0; r < m_family_ranks[fam].seen.size(); ++r)
+      if (m_family_ranks[fam].seen[r]) m_finding_ranks[slot].add(static_cast<int>(r));
+    f = Finding{};
+  }
+}
+
 Report Analyzer::finish() {
   if (m_in_file) end_file();
   std::array<bool, 3> rank_split = cross_rank_rules();
   cross_host_rules(rank_split);
+  tie_unopenable_devices();
+  nvshmem_transport_split();
+  if (!m_deepep_waited.empty() && m_findings[static_cast<std::size_t>(Rule::deepep_timeout)].spec) {
+    // The peers others waited on that reported no timeout themselves are
+    // the ones that stopped: name them first.
+    Finding& f = m_findings[static_cast<std::size_t>(Rule::deepep_timeout)];
+    std::vector<std::string> silent, also;
+    for (auto [peer, times] : m_deepep_waited) {
+      std::string text = fmt::format("rank {} ({} wait{})", peer, times, times == 1 ? "" : "s");
+      (m_deepep_reporters.count(peer) ? also : silent).push_back(std::move(text));
+    }
+    if (!silent.empty() && f.details.size() < k_max_details) {
+      f.details.push_back(fmt::format(
+          "waited on, with no timeout of their own (look there first): {}", join(silent, ", ")));
+    }
+    if (!also.empty() && f.details.size() < k_max_details)
+      f.details.push_back(fmt::format("waited on, timed out too: {}", join(also, ", ")));
+  }
   // Socket between ranks of one host carries nothing (P2P/SHM do): info only.
   auto socket = static_cast<std::size_t>(Rule::socket_fallback);
   if (m_findings[socket].spec != nullptr) {
@@ -969,16 +1248,19 @@ Report Analyzer::finish() {
       m_findings[socket] = Finding{};
     }
   }
-  for (std::size_t i = 0; i < m_findings.size(); ++i) {
-    Finding& f = m_findings[i];
-    if (f.spec == nullptr) continue;
-    f.rank_count = m_finding_ranks[i].count;
-    for (int r : m_finding_ranks[i].first) {
+  // Findings with their ranks' labels: the rules' table, then the catalogue's.
+  auto emit = [this](Finding& f, const RankSet& ranks) {
+    if (f.spec == nullptr) return;
+    f.rank_count = ranks.count;
+    for (int r : ranks.first) {
       if (f.ranks.size() >= 16) break;
       f.ranks.push_back(m_report.ranks[static_cast<std::size_t>(r)].label);
     }
     m_report.findings.push_back(std::move(f));
-  }
+  };
+  for (std::size_t i = 0; i < m_findings.size(); ++i) emit(m_findings[i], m_finding_ranks[i]);
+  for (std::size_t i = 0; i < m_family_findings.size(); ++i)
+    emit(m_family_findings[i], m_family_ranks[i]);
   std::stable_sort(
       m_report.findings.begin(), m_report.findings.end(),
       [](const Finding& a, const Finding& b) { return a.spec->severity > b.spec->severity; });

@@ -5,16 +5,20 @@
 // first k_max_evidence lines. Lines themselves are never kept.
 #pragma once
 
+#include <re2/re2.h>
+
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
-#include <regex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "epkit/result.h"
+#include "logs/catalogue.h"
 #include "logs/findings.h"
 #include "logs/line_parser.h"
 
@@ -57,6 +61,7 @@ struct RankFacts {
   Evidence version_at;  // where nccl_version / network / devices were read
   Evidence network_at;
   Evidence devices_at;
+  bool nvshmem = false;  // printed NVSHMEM lines
 };
 
 // Facts per host, from every line that names a host (an NCCL prefix or a
@@ -146,6 +151,9 @@ class Analyzer {
   void begin_file(const std::string& name);
   void add_bytes(std::uint64_t n) { m_report.bytes += n; }
   void feed(std::string_view line, std::uint64_t line_no);
+  /// False once the current input showed itself binary in its first 64 KiB:
+  /// the rest need not be read (a gzip bomb of zeros, /dev/zero on stdin).
+  bool wants_more() const { return !m_file_binary; }
   /// Cross-rank rules; the analyser is spent afterwards.
   Report finish();
 
@@ -168,12 +176,20 @@ class Analyzer {
   HostFacts* host_of(const LineInfo& info);
   HostFacts* host_named(std::string_view name);
   void end_file();
+  bool looks_binary() const;
   void on_plugin(std::string_view message, Location at, HostFacts* host);
   bool on_launch(std::string_view message, Location at);
   void cross_host_rules(const std::array<bool, 3>& rank_split);
+  void tie_unopenable_devices();
+  void nvshmem_transport_split();
+  void note_deepep_peers(std::string_view message, int reporter);
   void on_nccl(const LineInfo& info, Location at, int rank);
   void on_other(const LineInfo& info, Location at, int rank);
   bool on_problem(std::string_view message, Location at, int rank);
+  void on_nvshmem(const LineInfo& info, Location at, int rank);
+  void on_catalogue_other(std::string_view message, Location at, int rank);
+  bool on_catalogue(Source source, std::string_view message, std::string_view path, Location at,
+                    int rank);
   void on_net_using(std::string_view message, Location at, int rank);
   void on_gdr(std::string_view message, Location at, int rank);
   void on_init(std::string_view message, Location at, int rank);
@@ -183,7 +199,8 @@ class Analyzer {
   std::array<bool, 3> cross_rank_rules();  // which of version / network / devices split
 
   Report m_report;
-  std::unique_ptr<std::regex> m_slice;
+  // RE2: linear time, no recursion, so a hostile line cannot blow the stack.
+  std::unique_ptr<re2::RE2> m_slice;
   std::unordered_map<std::string, int, KeyHash, std::equal_to<>> m_rank_index;
   std::unordered_map<int, int> m_launcher_index;
   std::unordered_map<std::string, std::size_t, KeyHash, std::equal_to<>> m_comm_index;
@@ -201,7 +218,9 @@ class Analyzer {
   std::uint64_t m_file_sampled = 0;     // bytes looked at for binary content
   std::uint64_t m_file_bad_bytes = 0;   // NUL bytes and invalid UTF-8 among them
   std::uint64_t m_file_nul_bytes = 0;
-  std::uint64_t m_adds = 0;  // add() calls, to see a line matched a rule
+  bool m_file_binary = false;   // decided binary when the sample filled up
+  bool m_file_nvshmem = false;  // the current input printed NVSHMEM lines
+  std::uint64_t m_adds = 0;     // add() calls, to see a line matched a rule
   std::array<Finding, k_rule_count> m_findings{};
   // Ranks named by one finding: O(1) membership, first ones kept in order.
   struct RankSet {
@@ -211,6 +230,13 @@ class Analyzer {
     void add(int rank);
   };
   std::array<RankSet, k_rule_count> m_finding_ranks{};
+  // Catalogue families (catalogue.h), one slot per family, made on first use.
+  std::vector<Finding> m_family_findings;
+  std::vector<RankSet> m_family_ranks;
+  // DeepEP timeouts: which ranks reported one, and which peers they waited on
+  // (dst_rank / src_rank), to name the peers that never answered.
+  std::map<int, std::uint64_t> m_deepep_waited;
+  std::set<int> m_deepep_reporters;
 };
 
 }  // namespace epkit::logs

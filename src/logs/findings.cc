@@ -201,6 +201,35 @@ constexpr std::array k_rules = {
              "OMPI_COMM_WORLD_LOCAL_RANK (mpirun) before creating the communicator. Ranks that "
              "share a GPU on purpose (tests) need a distinct NCCL_HOSTID each.",
              ""},
+    RuleSpec{Rule::ib_open_failed, "nccl.ib-device-unopenable", Severity::warn,
+             "An RDMA device is listed but cannot be opened",
+             "libibverbs lists the device (its sysfs entry is visible) but ibv_open_device fails: "
+             "the container exposes only some /dev/infiniband/uverbsN files (an RDMA device plugin "
+             "that mounts a subset, a hand-written device list), or the device's provider does "
+             "not load. NCCL skips the device and runs with fewer NICs.",
+             "Expose every RDMA device the node lists (all uverbs files, or the device plugin's "
+             "full resource count), or restrict NCCL_IB_HCA to the devices the container really "
+             "has, the same on every node.",
+             "rdma.devices"},
+    RuleSpec{Rule::ib_open_failed_mismatch, "nccl.ib-device-unopenable", Severity::error,
+             "An unopenable RDMA device makes ranks disagree on their NET device count",
+             "libibverbs lists the device but ibv_open_device fails (a container that exposes only "
+             "some /dev/infiniband/uverbsN files): the ranks that could not open it count fewer "
+             "NET devices than the others, which is the NET device mismatch reported beside it.",
+             "Expose every RDMA device in every container (all uverbs files, or the device "
+             "plugin's full resource count), or set NCCL_IB_HCA to the same openable devices on "
+             "every node.",
+             "rdma.devices"},
+    RuleSpec{Rule::nvshmem_transport_split, "nvshmem.transport-split", Severity::error,
+             "Some PEs skipped an RDMA device or transport that other PEs use",
+             "NVSHMEM on some ranks skipped a device or its RDMA transport (no peer memory, a "
+             "device it cannot use, a port down) while the other ranks' NVSHMEM runs: the PEs "
+             "then disagree on how to reach each other, and init fails (\"building transport "
+             "map failed\") or traffic to those PEs hangs.",
+             "Make the skipping nodes like the others: load nvidia_peermem, enable PCI atomics, "
+             "bring the ports up, use the same NVSHMEM_HCA_* settings; `epkit doctor` on a "
+             "skipping node names the cause.",
+             "rdma.gpudirect"},
     RuleSpec{Rule::other_warn, "nccl.warn", Severity::info, "Other NCCL warnings",
              "NCCL printed WARN lines that no other rule explains.", "Read the evidence lines.",
              ""},

@@ -37,11 +37,17 @@ enum class Rule {
   deepep_timeout,
   watchdog_timeout,
   duplicate_gpu,
+  ib_open_failed,           // an RDMA device NCCL could not open
+  ib_open_failed_mismatch,  // ... and the NET device counts of ranks or hosts differ
+  nvshmem_transport_split,  // some PEs skipped an RDMA device/transport that others use
   other_warn,
   // Cross-host comparisons: one finding per fact that differs between hosts.
   host_version,
   host_plugin,
   host_net,
+  // Not a table row: the rule of findings of the catalogue's own families
+  // (catalogue.h), whose specs live with the catalogue.
+  catalogue,
 };
 
 inline constexpr std::size_t k_rule_count = static_cast<std::size_t>(Rule::host_net) + 1;
@@ -79,6 +85,8 @@ struct Finding {
   std::uint64_t rank_count = 0;
   std::uint64_t unranked = 0;      // matching lines that name no rank
   std::vector<std::string> hosts;  // host comparisons: the hosts on every side (capped)
+  std::string_view look_for;       // catalogue families: the evidence to look for
+  std::uint64_t sites = 0;         // catalogue families: mined wordings in the family
 };
 
 }  // namespace epkit::logs

@@ -114,8 +114,18 @@ void parse_nccl_prefix(std::string_view head, LineInfo& info) {
   std::size_t pid_colon = token.rfind(':', tid_colon - 1);
   if (pid_colon == std::string_view::npos || pid_colon == 0) return;
   std::string_view pid = token.substr(pid_colon + 1, tid_colon - pid_colon - 1);
+  std::string_view tid = token.substr(tid_colon + 1);
+  // Whole numbers only: "[2025-02-11 14:03:51] [3]" is a timestamp, not
+  // host 14, pid 03, tid "51]".
+  auto digits = [](std::string_view v) {
+    if (v.empty() || v.size() > 10) return false;
+    for (char c : v) {
+      if (!is_digit(c)) return false;
+    }
+    return true;
+  };
   auto pid_value = parse_uint(pid);
-  if (!pid_value || pid.size() > 10 || !parse_uint(token.substr(tid_colon + 1))) return;
+  if (!pid_value || !digits(pid) || !digits(tid)) return;
   info.host = token.substr(0, pid_colon);
   info.pid = static_cast<std::int64_t>(*pid_value);
   info.rank_key = token.substr(0, tid_colon);
@@ -130,28 +140,48 @@ LineInfo parse_line(std::string_view line) {
   for (int guard = 0; guard < 4 && strip_launcher_prefix(s, info); ++guard) {
   }
   std::size_t at;
+  std::size_t word_size = 5;  // "NCCL "
   if (s.starts_with("NCCL ")) {
     at = 0;
   } else {
     at = find_bytes(s, " NCCL ");
     if (at == std::string_view::npos) {
-      info.message = s;
-      return info;
+      // NVSHMEM_DEBUG lines share NCCL's prefix; looked for only in lines
+      // that are not NCCL's (the hot path never gets here).
+      at = find_bytes(s, " NVSHMEM ");
+      if (at == std::string_view::npos) {
+        info.message = s;
+        return info;
+      }
+      info.nvshmem = true;
+      word_size = 8;
     }
-    ++at;  // at "NCCL "
+    ++at;  // at "NCCL " / "NVSHMEM "
   }
-  std::string_view rest = s.substr(at + 5);
+  std::string_view rest = s.substr(at + word_size);
   std::size_t space = rest.find(' ');
   std::string_view word = rest.substr(0, space);
   info.level = level_of(word);
   if (info.level == Level::other) {
     // "NCCL version ..." printed by frameworks, or prose mentioning NCCL.
     info.level = Level::none;
+    info.nvshmem = false;
     info.message = s;
     return info;
   }
   info.message = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
-  if (at > 0) parse_nccl_prefix(s.substr(0, at - 1), info);
+  if (at > 0) {
+    std::string_view head = s.substr(0, at - 1);
+    // WARN lines carry "FILE:LINE" between "[dev]" and the level (NCCL and
+    // NVSHMEM alike), TRACE lines a timestamp too: at most two such words.
+    for (int words = 0; words < 2 && !head.empty() && head.back() != ']'; ++words) {
+      std::size_t space_at = head.rfind(' ');
+      if (space_at == std::string_view::npos) break;
+      if (words == 0) info.source_path = head.substr(space_at + 1);
+      head = head.substr(0, space_at);
+    }
+    parse_nccl_prefix(head, info);
+  }
   return info;
 }
 

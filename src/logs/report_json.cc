@@ -124,6 +124,8 @@ nlohmann::json to_json(const Report& report) {
         {"evidence", std::move(ev)},
         {"cause", std::string(f.spec->cause)},
         {"fix", std::string(f.spec->fix)},
+        {"look_for",
+         f.look_for.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(f.look_for))},
         {"doctor_check", f.spec->doctor_check.empty()
                              ? nlohmann::json(nullptr)
                              : nlohmann::json(std::string(f.spec->doctor_check))},

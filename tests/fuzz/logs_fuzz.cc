@@ -1,8 +1,12 @@
 // libFuzzer target for the log line parser and analyser: any bytes, as one
-// log file, must neither crash, hang nor break the invariants below.
+// log file, must neither crash, hang nor break the invariants below. An input
+// whose first line is "#slice:REGEX" is sliced by that pattern (the corpus in
+// fixtures/logs/fuzz holds `.*` slices), so hostile patterns meet hostile lines.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "logs/analyzer.h"
@@ -27,8 +31,16 @@ void check_printable(std::string_view s) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto analyzer = epkit::logs::Analyzer::create({"iteration: "});
-  check(analyzer.ok());
+  std::string slice = "iteration: ";
+  if (text.starts_with("#slice:")) {
+    std::size_t nl = text.find('\n');
+    slice = std::string(text.substr(7, std::min<std::size_t>(nl, 263) - 7));
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+  }
+  epkit::logs::Options options;
+  options.slice_regex = slice;
+  auto analyzer = epkit::logs::Analyzer::create(options);
+  if (!analyzer.ok()) return 0;  // an invalid pattern is refused, never a crash
   analyzer->begin_file("fuzz.log");
   epkit::logs::Analyzer& a = *analyzer;
   auto reader = epkit::logs::LineReader::from_memory(text);

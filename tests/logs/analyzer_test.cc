@@ -6,22 +6,14 @@
 #include <set>
 #include <string>
 
+#include "analyze_text.h"
 #include "logs/reader.h"
 #include "support/temp_tree.h"
 
 namespace epkit::logs {
 namespace {
 
-Report analyze_text(std::string_view text, Options options = {}) {
-  auto analyzer = Analyzer::create(options);
-  EXPECT_TRUE(analyzer.ok());
-  analyzer->begin_file("test.log");
-  auto reader = LineReader::from_memory(text);
-  Analyzer& a = *analyzer;
-  EXPECT_TRUE(
-      reader.for_each_line([&a](std::string_view line, std::uint64_t n) { a.feed(line, n); }).ok());
-  return analyzer->finish();
-}
+using test_util::analyze_text;
 
 Report analyze_path(const std::string& relative) {
   auto report = analyze_inputs({test::source_path(relative)}, {});

@@ -69,5 +69,32 @@ TEST(LogsLineParser, MalformedPrefixesGiveNoRank) {
   EXPECT_EQ(parse_line("NCCL INFO bare").message, "bare");
 }
 
+// NCCL's WARN lines name the source line before the level ("%s:%d:%d [%d]
+// %s:%d NCCL WARN "), TRACE lines a timestamp too; NVSHMEM_DEBUG's WARN the
+// same. They name their rank like INFO lines.
+TEST(LogsLineParser, WarnAndTraceLinesWithSourceLocationNameTheirRank) {
+  auto warn = parse_line(
+      "node48:34050:34121 [0] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port "
+      "error");
+  EXPECT_EQ(warn.rank_key, "node48:34050");
+  EXPECT_EQ(warn.cuda_dev, 0);
+  EXPECT_EQ(warn.level, Level::warn);
+  EXPECT_EQ(warn.source_path, "transport/net_ib.cc:93");
+  EXPECT_EQ(warn.message, "NET/IB : Got async event : port error");
+  auto trace = parse_line("node1:7:9 [2] 1234.567891 transport/net.cc:1302 NCCL TRACE x");
+  EXPECT_EQ(trace.rank_key, "node1:7");
+  EXPECT_EQ(trace.level, Level::trace);
+  auto nvshmem =
+      parse_line("node4:5151:5190 [2] /opt/nvshmem/src/host/init/init.cu:321 NVSHMEM WARN y");
+  EXPECT_TRUE(nvshmem.nvshmem);
+  EXPECT_EQ(nvshmem.rank_key, "node4:5151");
+  EXPECT_EQ(nvshmem.source_path, "/opt/nvshmem/src/host/init/init.cu:321");
+  // A pasted line whose host:pid:tid was cut: the timestamp is not one.
+  auto pasted = parse_line(
+      "[2025-02-11 14:03:51] [3] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed");
+  EXPECT_EQ(pasted.rank_key, "");
+  EXPECT_EQ(pasted.level, Level::warn);
+}
+
 }  // namespace
 }  // namespace epkit::logs

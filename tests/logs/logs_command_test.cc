@@ -134,3 +134,51 @@ TEST(LogsCommand, ReadsStandardInput) {
 
 }  // namespace
 }  // namespace epkit::cli
+
+namespace epkit::cli {
+namespace {
+
+TEST(LogsCommandHardening, DevZeroIsRefusedAtOnce) {
+  CliRun r = test::run_epkit({"logs", "/dev/zero"});
+  EXPECT_EQ(r.code, 64);
+  EXPECT_NE(r.err.find("/dev/zero: is a character device, not a log file"), std::string::npos)
+      << r.err;
+}
+
+TEST(LogsCommandHardening, SliceDotStarOnALongLine) {
+  test::TempTree tree;
+  tree.write("train.log", "step " + std::string(35000, 'x') + " iteration 1 loss 2.5\n" +
+                              "h:1:1 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x1\n");
+  CliRun r = test::run_epkit({"logs", "--slice", "iteration.*loss", tree.path("train.log")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Slices (2)"), std::string::npos) << r.out;
+}
+
+TEST(LogsCommandCatalogue, RulesListTheFamiliesAndTheCoverage) {
+  CliRun r = test::run_epkit({"logs", "--rules"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("nccl.ib-async-event"), std::string::npos);
+  EXPECT_NE(r.out.find("nvshmem.transport-map"), std::string::npos);
+  EXPECT_NE(r.out.find("deepep.timeout"), std::string::npos);
+  EXPECT_NE(r.out.find("[doctor: rdma.port-errors]"), std::string::npos);
+  EXPECT_NE(r.out.find("1464 of 1464 recognisable"), std::string::npos) << r.out;
+}
+
+TEST(LogsCommandCatalogue, FamilyFindingShowsWhatToLookFor) {
+  test::TempTree tree;
+  tree.write("a.log", "node7:1:2 [3] NCCL WARN NET/IB : mlx5_3:1 Got async event : port error\n");
+  CliRun r = test::run_epkit({"logs", tree.path("a.log")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("ERROR nccl.ib-async-event"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("detail NET/IB : mlx5_3:1 Got async event : port error"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("look for"), std::string::npos);
+  EXPECT_NE(r.out.find("epkit doctor --only rdma.port-errors"), std::string::npos);
+  CliRun j = test::run_epkit({"logs", "--json", tree.path("a.log")});
+  auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["findings"][0]["id"], "nccl.ib-async-event");
+  EXPECT_TRUE(doc["findings"][0]["look_for"].is_string());
+}
+
+}  // namespace
+}  // namespace epkit::cli

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "analyze_text.h"
 #include "logs/analyzer.h"
 #include "logs/line_parser.h"
 #include "logs/reader.h"
@@ -23,14 +24,7 @@ Report analyze_fixture(const std::string& name) {
 }
 
 Report analyze_lines(std::string_view text) {
-  auto analyzer = Analyzer::create({});
-  EXPECT_TRUE(analyzer.ok());
-  analyzer->begin_file("paste.log");
-  auto reader = LineReader::from_memory(text);
-  Analyzer& a = *analyzer;
-  EXPECT_TRUE(
-      reader.for_each_line([&a](std::string_view line, std::uint64_t n) { a.feed(line, n); }).ok());
-  return analyzer->finish();
+  return test_util::analyze_text(text, {}, "paste.log");
 }
 
 std::set<std::string> ids_of(const Report& r) {

@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "cli/text_style.h"
 #include "logs/analyzer.h"
+#include "logs/catalogue.h"
 #include "logs/report_json.h"
 
 namespace epkit::cli {
@@ -21,6 +22,7 @@ struct LogsOptions {
   std::vector<std::string> inputs;
   std::string slice;
   bool list = false;
+  bool rules = false;
 };
 
 std::string join_names(const std::vector<std::string>& v, std::size_t max) {
@@ -320,6 +322,7 @@ void print_findings(const logs::Report& report, Io& io) {
     if (!ranks.empty()) io.out << fmt::format("{:>16} {}\n", "ranks", ranks);
     if (!f.hosts.empty()) io.out << fmt::format("{:>16} {}\n", "hosts", join_names(f.hosts, 8));
     io.out << fmt::format("{:>16} {}\n", "cause", f.spec->cause);
+    if (!f.look_for.empty()) io.out << fmt::format("{:>16} {}\n", "look for", f.look_for);
     io.out << fmt::format("{:>16} {}\n", "fix", f.spec->fix);
     if (!f.spec->doctor_check.empty()) {
       io.out << fmt::format("{:>16} epkit doctor --only {}\n", "doctor check",
@@ -358,6 +361,38 @@ void print_rules(Io& io) {
   }
 }
 
+// The catalogue's families: what `epkit logs` recognises by wording, with
+// how many mined wordings (sites) each holds and from which versions.
+void print_families(Io& io) {
+  auto families = logs::catalogue_families();
+  auto sites = logs::catalogue_sites();
+  std::vector<std::size_t> count(families.size(), 0);
+  std::vector<std::string> versions(families.size());
+  std::size_t named = 0, matchable = 0;
+  for (std::size_t i = 0; i < sites.size(); ++i) {
+    if (!logs::site_is_matchable(i)) continue;
+    ++matchable;
+    int f = logs::family_of_site(i);
+    if (f < 0) continue;
+    ++named;
+    ++count[static_cast<std::size_t>(f)];
+  }
+  constexpr std::string_view k_source[] = {"NCCL", "NVSHMEM", "DeepEP"};
+  for (std::size_t f = 0; f < families.size(); ++f) {
+    const auto& fam = families[f];
+    const logs::RuleSpec& spec = logs::family_spec(f);
+    io.out << fmt::format(
+        "{:<30} {:<5} {:<7} {:>4} wording{}  {}{}\n", fam.id, to_string(spec.severity),
+        k_source[static_cast<int>(fam.source)], count[f], count[f] == 1 ? " " : "s", spec.title,
+        spec.doctor_check.empty() ? "" : fmt::format(" [doctor: {}]", spec.doctor_check));
+  }
+  io.out << fmt::format(
+      "\n{} families; {} of {} recognisable WARN/ERROR wordings mined from NCCL 2.18-2.28, "
+      "NVSHMEM 3.3-3.5 and DeepEP V1/V2 belong to a named family ({} too generic to recognise, "
+      "e.g. \"%s\").\n",
+      families.size(), named, matchable, sites.size() - matchable);
+}
+
 }  // namespace
 
 Command make_logs_command() {
@@ -375,6 +410,8 @@ Command make_logs_command() {
                "Count collectives per slice between lines matching REGEX (e.g. 'iteration: ')")
             ->type_name("REGEX");
         app.add_flag("--list", opts->list, "List the finding ids and exit");
+        app.add_flag("--rules", opts->rules,
+                     "List the catalogue's failure families (NCCL, NVSHMEM, DeepEP) and exit");
         app.footer(
             "Exit codes: 0 no finding or info only, 1 warn, 2 error; 64 bad flags, unreadable "
             "input, or no input holding a log (empty, binary, no NCCL/NVSHMEM/DeepEP line).\n"
@@ -382,6 +419,10 @@ Command make_logs_command() {
         return [opts](Io& io) -> int {
           if (opts->list) {
             print_rules(io);
+            return k_exit_ok;
+          }
+          if (opts->rules) {
+            print_families(io);
             return k_exit_ok;
           }
           if (opts->inputs.empty()) {
