@@ -8,9 +8,12 @@ the stream is synchronised every 50 calls outside the timed part; median of
 --iters. 2 ranks, 8 tokens, hidden 7168, top-8, 256 experts by default.
 --low-latency adds low_latency_dispatch / low_latency_combine, without and
 with the receive hook (the hook call counted with its operation).
+--elastic (epkit.deep_ep only) times DeepEP V2's ElasticBuffer against the V1
+calls doing the same work in the same process: a V2 dispatch against V1's
+get_dispatch_layout + dispatch, a V2 cached dispatch and combine against V1's.
 
 Usage: python host_cost.py --module epkit.deep_ep --num-processes 2
-       [--tokens 8] [--iters 400] [--low-latency] [--port P]
+       [--tokens 8] [--iters 400] [--low-latency] [--elastic] [--port P]
 Rank 0 prints one line: `host_cost <module> <json>` (microseconds).
 """
 
@@ -104,6 +107,34 @@ def low_latency(deep_ep, group, tokens, iters, rank, num_ranks):
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def elastic(deep_ep, group, tokens, iters, rank, num_ranks):
+    x, topk_idx, topk_weights = inputs(tokens, rank)
+    v1 = deep_ep.Buffer(group, int(256e6), 0, explicitly_destroy=True)
+
+    def v1_dispatch():
+        per_rank, _, per_expert, in_rank, _ = v1.get_dispatch_layout(topk_idx, EXPERTS)
+        return v1.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                           num_tokens_per_expert=per_expert, topk_idx=topk_idx, topk_weights=topk_weights)
+    recv_x, _, _, _, handle, _ = v1_dispatch()
+    out = {"v1_dispatch": median_us(v1_dispatch, iters),
+           "v1_cached_dispatch": median_us(lambda: v1.dispatch(x, handle=handle), iters),
+           "v1_combine": median_us(lambda: v1.combine(recv_x, handle), iters)}
+    dist.barrier()
+    v1.destroy()
+    v2 = deep_ep.ElasticBuffer(group, num_max_tokens_per_rank=max(tokens, 128), hidden=HIDDEN, num_topk=TOPK,
+                               explicitly_destroy=True)
+    recv = v2.dispatch(x, topk_idx=topk_idx, topk_weights=topk_weights, num_experts=EXPERTS)
+    v2_handle = recv[3]
+    out.update({
+        "v2_dispatch": median_us(lambda: v2.dispatch(x, topk_idx=topk_idx, topk_weights=topk_weights,
+                                                     num_experts=EXPERTS), iters),
+        "v2_cached_dispatch": median_us(lambda: v2.dispatch(x, handle=v2_handle), iters),
+        "v2_combine": median_us(lambda: v2.combine(recv[0], v2_handle), iters)})
+    dist.barrier()
+    v2.destroy()
+    return out
+
+
 def main(local_rank, num_ranks, args):
     deep_ep = importlib.import_module(args.module)
     group = common.init(local_rank, num_ranks, args.port)
@@ -111,6 +142,8 @@ def main(local_rank, num_ranks, args):
     result = normal(deep_ep, group, args.tokens, args.iters, rank)
     if args.low_latency:
         result.update(low_latency(deep_ep, group, args.tokens, args.iters, rank, num_ranks))
+    if args.elastic:
+        result.update(elastic(deep_ep, group, args.tokens, args.iters, rank, num_ranks))
     if rank == 0:
         result.update(ranks=num_ranks, tokens=args.tokens, iters=args.iters, device=torch.cuda.get_device_name())
         print(f"host_cost {args.module} {json.dumps(result)}", flush=True)
@@ -126,5 +159,6 @@ if __name__ == "__main__":
     parser.add_argument("--tokens", type=int, default=8)
     parser.add_argument("--iters", type=int, default=400)
     parser.add_argument("--low-latency", action="store_true")
+    parser.add_argument("--elastic", action="store_true")
     args = parser.parse_args()
     torch.multiprocessing.spawn(main, args=(args.num_processes, args), nprocs=args.num_processes)
