@@ -94,7 +94,7 @@ void add_gpu_launch_options(CLI::App& app, GpuLaunchOptions& opts) {
   app.add_option("--master", opts.master, "Rank 0's host[:port] (bare nodes)");
   app.add_option("--timeout", opts.timeout_s,
                  "Seconds every step may take before the job is aborted (default 60)")
-      ->check(CLI::Range(0.1, 86400.0));
+      ->check(finite_range(0.1, 86400.0));
   app.add_flag("--json", opts.json, "Write the summary as JSON");
   app.add_flag("--oversubscribe", opts.oversubscribe,
                "Let ranks share GPUs round-robin when there are more ranks than GPUs (checks "

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cctype>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -56,6 +55,7 @@ bool looks_like_k8s_env(std::string_view text) {
 
 Result<host::Env> parse_k8s_env(std::string_view text, std::string origin) {
   std::map<std::string, std::string> vars;
+  std::map<std::string, std::size_t> first_line;
   std::istringstream lines{std::string(text)};
   std::string line;
   std::string name;
@@ -73,6 +73,11 @@ Result<host::Env> parse_k8s_env(std::string_view text, std::string origin) {
       name = scalar(t.substr(7));
       if (name.empty()) {
         return make_error(ErrorCode::invalid, fmt::format("{}:{}: empty name", origin, line_no));
+      }
+      if (auto [it, fresh] = first_line.emplace(name, line_no); !fresh) {
+        return make_error(ErrorCode::invalid,
+                          fmt::format("{}:{}: {} is listed twice (first on line {})", origin,
+                                      line_no, name, it->second));
       }
       vars[name] = "";
       skipping = false;
@@ -97,11 +102,9 @@ Result<host::Env> parse_k8s_env(std::string_view text, std::string origin) {
 }
 
 Result<host::Env> read_job_env(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::not_found, fmt::format("cannot open env file {}", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string text = buffer.str();
+  auto read = host::read_env_file(path);
+  if (!read) return read.error();
+  const std::string& text = *read;
   if (looks_like_k8s_env(text)) return parse_k8s_env(text, path);
   return host::Env::parse(text, path);
 }

@@ -60,9 +60,9 @@ void lint_setting(const Setting& s, const host::Env& job, const topo::Snapshot& 
   if (!have || have->empty()) {
     out.push_back({Problem::missing, s.strength == Strength::enforced, s.name, "", want,
                    fmt::format("{} is not set: {} ({})", s.name, s.why, s.fact),
-                   s.path_list
-                       ? fmt::format("export {}={}${{{}:+:${}}}", s.name, s.value, s.name, s.name)
-                       : fix});
+                   s.path_list ? fmt::format("export {}={}${{{}:+:${}}}", s.name,
+                                             shell_word(s.value), s.name, s.name)
+                               : fix});
     return;
   }
   if (s.path_list) {
@@ -74,7 +74,8 @@ void lint_setting(const Setting& s, const host::Env& job, const topo::Snapshot& 
     if (!absent.empty()) {
       out.push_back({Problem::different, false, s.name, *have, s.value,
                      fmt::format("{} lacks {} ({})", s.name, fmt::join(absent, ":"), s.fact),
-                     fmt::format("export {}={}:${}", s.name, fmt::join(absent, ":"), s.name)});
+                     fmt::format("export {}={}:${}", s.name,
+                                 shell_word(fmt::format("{}", fmt::join(absent, ":"))), s.name)});
     }
     return;
   }

@@ -21,12 +21,19 @@ class Env {
   explicit Env(std::map<std::string, std::string> vars, std::string origin = "test");
 
   static Env from_process();
-  /// KEY=VALUE lines; a leading "export " is accepted, '#' lines and blank
-  /// lines are skipped, a line with no '=' continues the previous value (env
-  /// prints multi-line values that way). A line that cannot be read is an
-  /// invalid error naming file:line.
+  /// KEY=VALUE lines as `env` prints them or a .env / shell file holds them
+  /// (docs/env.md, "The env file"): a leading `export` is accepted; '#' lines,
+  /// blank lines and a trailing " # comment" are skipped; a value that starts
+  /// with a quote is read as a shell reads it ('...' literal, "..." with backslash
+  /// escapes, either may span lines); an unquoted value is taken as it
+  /// stands. A line that is no assignment, a name set twice, an unclosed
+  /// quote or a NUL byte is an invalid error naming file:line.
+  /// Only a regular file of at most k_max_file_bytes is read.
   static Result<Env> from_file(const std::string& path);
   static Result<Env> parse(std::string_view text, std::string origin);
+
+  /// The largest --env-file read (a job's whole `env` is a few tens of KiB).
+  static constexpr std::size_t k_max_file_bytes = 4 << 20;
 
   std::optional<std::string> get(std::string_view name) const;
   /// get() treating an empty value as unset, as NCCL and NVSHMEM do.
@@ -46,6 +53,10 @@ class Env {
   std::map<std::string, std::string, std::less<>> m_vars;
   std::string m_origin = "process environment";
 };
+
+/// The text of an env file: a regular file of at most Env::k_max_file_bytes
+/// (a folder, fifo or device is an invalid error naming it).
+Result<std::string> read_env_file(const std::string& path);
 
 /// Splits a PATH-like list on ':' dropping empty entries.
 std::vector<std::string> split_path_list(std::string_view value);

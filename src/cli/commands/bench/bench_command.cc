@@ -18,6 +18,7 @@
 #include "cli/command.h"
 #include "cli/gpu_launch.h"
 #include "host/dl/nccl.h"
+#include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
 #include "bench/nccl_runner.h"
@@ -129,7 +130,7 @@ int bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo
       nlohmann::json rj = nlohmann::json::array();
       for (const auto& row : *rows) rj.push_back(bench::to_json(row));
       j["rows"] = rj;
-      io.summary << j.dump(2) << "\n";
+      io.summary << util::dump_json(j, 2) << "\n";
     } else {
       io.summary << fmt::format(
           "# epkit bench nccl {}: {} ranks on {} node{}, NCCL {}, {}, -n {} -w {} -c {}\n",
@@ -237,7 +238,7 @@ int end_ep_bench_rank(runtime::GpuRank& r, const runtime::LaunchInfo& launch, Ra
   if (after_free) after_free();
   if (launch.rank == 0) {
     if (lo.json) {
-      io.summary << json(report, code).dump(2) << "\n";
+      io.summary << util::dump_json(json(report, code), 2) << "\n";
     } else {
       io.summary << render(report);
     }
@@ -402,7 +403,7 @@ int run_p2p_command(Io& io, const std::string& size, int iters, bool json) {
     for (const auto& m : *matrices)
       ms.push_back({{"mode", bench::to_string(m.mode)}, {"gbps", m.gbps}});
     j["matrices"] = ms;
-    io.out << j.dump(2) << "\n";
+    io.out << util::dump_json(j, 2) << "\n";
   } else {
     io.out << fmt::format("epkit bench p2p: {} bytes per copy, {} iterations\n\n", po.bytes,
                           po.iters);
@@ -442,7 +443,8 @@ Command make_bench_command() {
         nccl->add_option("-r,--root", o->root, "Broadcast root (default 0)")
             ->check(CLI::Range(0, 1 << 20));
         nccl->add_option("--min-busbw", o->min_busbw,
-                         "Exit 13 when the average bus bandwidth (GB/s) is below this");
+                         "Exit 13 when the average bus bandwidth (GB/s) is below this")
+            ->check(finite_range(0.0, 1e9));
         add_gpu_launch_options(*nccl, *lo);
         CLI::App* p2p = app.add_subcommand(
             "p2p", "GPU x GPU copy bandwidth matrix: copy engine and SM kernel, uni/bidirectional");

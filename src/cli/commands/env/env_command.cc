@@ -18,15 +18,16 @@
 #include "env/lint.h"
 #include "env/plan.h"
 #include "topo/probe.h"
+#include "util/json.h"
 
 namespace epkit::cli {
 namespace {
 
 struct EnvOptions {
   CommonOptions common;
-  std::string format = "sh";
+  std::string format;  // "" when not given: sh
   std::string profile = "auto";
-  int local_rank = -1;
+  std::optional<int> local_rank;
   bool check = false;
 };
 
@@ -118,7 +119,7 @@ int run_check(const EnvOptions& opts, const host::Host& host, const topo::Snapsh
     j["checks"] = checks::to_json(report, ctx)["checks"];
     j["status"] = checks::to_string(worst);
     j["exit_code"] = code;
-    io.out << j.dump(2) << "\n";
+    io.out << util::dump_json(j, 2) << "\n";
     return code;
   }
   io.out << fmt::format("epkit env --check: {} against this node", host.env().origin());
@@ -173,7 +174,13 @@ Command make_env_command() {
                 "Exit codes (--check): 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN; 64 bad usage or input.\n"
                 "Rules and an example: docs/env.md.");
             return [opts](Io& io) -> int {
-              auto format = env::parse_format(opts->format);
+              auto chosen = choose_format(opts->common.json, opts->format, "sh");
+              if (!chosen) {
+                io.err << "epkit env: " << chosen.error().message << "\n";
+                return k_exit_usage;
+              }
+              opts->common.json = *chosen == "json";  // --check's report too
+              auto format = env::parse_format(*chosen);
               auto profile = env::parse_profile(opts->profile);
               for (const Error* e :
                    {format ? nullptr : &format.error(), profile ? nullptr : &profile.error()}) {
@@ -190,14 +197,14 @@ Command make_env_command() {
               topo::Snapshot snap = topo::probe(*host);
               env::NodeFacts facts = env::read_facts(*host, snap);
               env::PlanOptions plan_options{*profile, std::nullopt};
-              if (opts->local_rank >= 0) plan_options.local_rank = opts->local_rank;
+              plan_options.local_rank = opts->local_rank;  // make_plan refuses one out of range
               auto plan = env::make_plan(facts, snap, plan_options);
               if (!plan) {
                 io.err << "epkit env: " << plan.error().message << "\n";
                 return k_exit_usage;
               }
               if (opts->check) return run_check(*opts, *host, snap, *plan, io);
-              io.out << env::render(*plan, opts->common.json ? env::Format::json : *format);
+              io.out << env::render(*plan, *format);
               return k_exit_ok;
             };
           }};

@@ -22,6 +22,7 @@
 #include "cli/commands/test/ep_reproduce.h"
 #include "cli/gpu_launch.h"
 #include "host/dl/nccl.h"
+#include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -201,7 +202,7 @@ void write_summary(runtime::GpuRank& r, const std::vector<nlohmann::json>& resul
   }
   j["mismatches"] = mm;
   if (json) {
-    out << j.dump(2) << "\n";
+    out << util::dump_json(j, 2) << "\n";
     return;
   }
   out << fmt::format("epkit test: {} of {} ranks OK on {} node{} ({})\n",
@@ -276,7 +277,8 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
                          {"wrong_all_reduce", result->wrong_allreduce},
                          {"wrong_ring", result->wrong_ring},
                          {"transports", transports_json(log_path)}};
-  auto set = r.store().set(fmt::format("test/result/{}", launch.rank), mine.dump(), step());
+  auto set =
+      r.store().set(fmt::format("test/result/{}", launch.rank), util::dump_json(mine), step());
   if (!set) return fail(exit_code_for(set.error()), set.error().message);
   int code = result->ok ? k_gpu_ok : result->exit_code;
   if (launch.rank == 0) {
@@ -313,7 +315,7 @@ void write_ep_summary(const ep::ConformanceReport& report, const EpTestOptions& 
         {"seed", report.seed},      {"num_tokens", e.tokens},   {"hidden", e.hidden},
         {"num_topk", e.topk},       {"num_experts", e.experts}, {"num_sms", e.sms},
         {"failures", failures}};
-    out << j.dump(2) << "\n";
+    out << util::dump_json(j, 2) << "\n";
     return;
   }
   out << fmt::format("epkit test ep: {} cases on {} ranks: {} passed, {} failed (seed {})\n",
