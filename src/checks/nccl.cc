@@ -336,8 +336,8 @@ void check_ib_hca(const Context& ctx, const std::string& value, Findings& f) {
                       "and falls back to sockets",
                       value, join_names(all)),
           "NCCL_IB_HCA selecting this node's RDMA devices",
-          fmt::format("unset NCCL_IB_HCA, or list the devices: export NCCL_IB_HCA=={}",
-                      fmt::join(rails, ",")));
+          "unset NCCL_IB_HCA, or list the devices: export NCCL_IB_HCA=" +
+              env::shell_word(fmt::format("={}", fmt::join(rails, ","))));
     return;
   }
   for (const auto& bond : bonds) {

@@ -52,6 +52,8 @@ struct RankIo {
   std::ostream& out;
   std::ostream& summary;
   std::string prefix;
+  /// The last line written (a failure's reason for --json).
+  mutable std::string last_line{};
   void line(const std::string& text) const;
 };
 
@@ -61,7 +63,9 @@ using RankMain =
 /// Discovers the launch; a node agent spawns `child_args` (epkit's own
 /// arguments for one rank, without the launch flags) once per local GPU and
 /// returns their combined exit code; a rank runs `rank_main` under a
-/// watchdog that ends the process if it outlives --timeout by 10 s.
+/// watchdog that ends the process if it outlives --timeout by 10 s. With
+/// --json, a failure that leaves no summary prints a JSON object of its own
+/// ({"ok": false, "command", "exit_code", "error"}).
 int run_gpu_command(Io& io, const std::string& name, const CommonOptions& common,
                     const GpuLaunchOptions& opts, const std::vector<std::string>& child_args,
                     const RankMain& rank_main);

@@ -93,9 +93,10 @@ std::string render_dotenv(const Plan& plan) {
           << c(fmt::format("{}", fmt::join(s.per_rank, " | ")))
           << " (epkit env --local-rank N picks one)\n";
     } else {
-      // Plain values stay bare (docker --env-file keeps quotes); any other is
-      // quoted, so that a shell sourcing the file runs nothing.
-      out << s.name << "=" << shell_word(s.value) << "\n";
+      // Plain values stay bare, '=' first included (docker --env-file keeps
+      // quotes); any other is quoted, so that a shell sourcing the file runs
+      // nothing.
+      out << s.name << "=" << (shell_plain(s.value) ? s.value : shell_word(s.value)) << "\n";
     }
   }
   for (const auto& u : plan.unsets) {
@@ -105,10 +106,24 @@ std::string render_dotenv(const Plan& plan) {
   return out.str();
 }
 
-// YAML double-quoted scalar: a JSON string is one (YAML 1.2), with control
-// characters escaped and invalid UTF-8 replaced.
+// YAML double-quoted scalar, also inert when a shell sources the file (the
+// line then reads as a command `value:` with a double-quoted argument): '$'
+// and '`' are written \x24 and \x60, control characters \xNN, invalid UTF-8
+// as U+FFFD.
 std::string yaml_quote(const std::string& value) {
-  return util::dump_json(nlohmann::json(value));
+  std::string out = "\"";
+  for (char c : util::valid_utf8(value)) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '$' || c == '`' || u < 0x20 || u == 0x7F) {
+      out += fmt::format("\\x{:02x}", u);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
 }
 
 // `sh -c 'case "$VAR" in 0) export NAME=value;; ... esac; exec "$@"' sh`,

@@ -12,4 +12,8 @@ namespace epkit::env {
 /// and `epkit topo` print). A quoted value runs nothing when sourced.
 std::string shell_word(const std::string& value);
 
+/// Whether the value is one sh reads as itself unquoted (letters, digits and
+/// _./:,=+-@%^ only, not empty).
+bool shell_plain(const std::string& value);
+
 }  // namespace epkit::env

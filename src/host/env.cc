@@ -1,9 +1,14 @@
 #include "host/env.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include "host/sysroot.h"
@@ -273,6 +278,24 @@ std::vector<std::string> Env::names_with_prefix(std::string_view prefix) const {
 void Env::unset(std::string_view name) {
   auto it = m_vars.find(name);
   if (it != m_vars.end()) m_vars.erase(it);
+}
+
+Result<std::string> make_temp_file(const Env& env, std::string_view stem) {
+  std::string dir = "/tmp";
+  if (auto tmp = env.get_nonempty("TMPDIR");
+      tmp && tmp->front() == '/' && tmp->find('%') == std::string::npos) {
+    struct stat st {};
+    if (::stat(tmp->c_str(), &st) == 0 && S_ISDIR(st.st_mode)) dir = *tmp;
+  }
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  std::string name = fmt::format("{}/{}XXXXXX", dir == "/" ? "" : dir, stem);
+  int fd = ::mkstemp(name.data());
+  if (fd < 0) {
+    return make_error(ErrorCode::permission, fmt::format("cannot create a temporary file in {}: {}",
+                                                         dir, std::strerror(errno)));
+  }
+  ::close(fd);
+  return name;
 }
 
 std::vector<std::string> split_path_list(std::string_view value) {

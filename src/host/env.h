@@ -58,6 +58,12 @@ class Env {
 /// (a folder, fifo or device is an invalid error naming it).
 Result<std::string> read_env_file(const std::string& path);
 
+/// A new empty file for this process's own use: mkstemp (a unique name, mode
+/// 0600) in $TMPDIR when it names a folder by an absolute path, else /tmp.
+/// `stem` starts the name ("epkit-nccl-3-" -> "/tmp/epkit-nccl-3-Ab12Cd").
+/// The name never holds '%' (NCCL_DEBUG_FILE expands %h and %p).
+Result<std::string> make_temp_file(const Env& env, std::string_view stem);
+
 /// Splits a PATH-like list on ':' dropping empty entries.
 std::vector<std::string> split_path_list(std::string_view value);
 

@@ -14,20 +14,8 @@ using Millis = std::chrono::milliseconds;
 class Deadline {
  public:
   explicit Deadline(Clock::time_point at) : m_at(at) {}
-  /// Saturating: a duration past the clock's range is the clock's end, a
-  /// negative one is now.
-  static Deadline after(Millis duration) {
-    Clock::time_point now = Clock::now();
-    if (duration.count() <= 0) return Deadline(now);
-    auto room = std::chrono::duration_cast<Millis>(Clock::time_point::max() - now);
-    return Deadline(duration >= room ? Clock::time_point::max() : now + duration);
-  }
-  /// NaN and negative seconds are now; more than a billion seconds (about 32
-  /// years) is capped there, where the conversion to milliseconds still fits.
+  static Deadline after(Millis duration) { return Deadline(Clock::now() + duration); }
   static Deadline after_seconds(double seconds) {
-    constexpr double k_max_seconds = 1e9;
-    if (!(seconds > 0)) return after(Millis(0));
-    if (seconds > k_max_seconds) seconds = k_max_seconds;
     return after(Millis(static_cast<std::int64_t>(seconds * 1000.0)));
   }
 

@@ -26,9 +26,9 @@ std::string valid_utf8(std::string_view text);
 /// CLI's own styling, harmless when a value carries one.
 std::string terminal_safe(std::string_view text, bool keep_sgr = false);
 
-/// `text` as one line of a comment (sh, YAML): every control character,
-/// newlines included, and invalid UTF-8 written as \xNN, so that a value
-/// read from the node cannot end the comment and start a command.
+/// `text` as one line of a comment (sh, YAML): every control character but
+/// '\t', newlines included, and invalid UTF-8 written as \xNN, so that a
+/// value read from the node cannot end the comment and start a command.
 std::string one_line(std::string_view text);
 
 }  // namespace epkit::util

@@ -4,6 +4,7 @@
 // (test_internode.py's RDMA and NVL figures when the launch spans nodes).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -332,6 +333,34 @@ int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, 
 
 #endif
 
+// --dump DIR made absolute, if it can be made: every part that exists is a
+// folder, and the deepest one is writable. Creates nothing.
+Result<std::string> dump_folder(const std::string& given) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::absolute(given, ec);
+  if (ec) return make_error(ErrorCode::invalid, fmt::format("{}: {}", given, ec.message()));
+  dir = dir.lexically_normal();
+  fs::path existing = dir;
+  while (true) {
+    auto status = fs::status(existing, ec);
+    if (status.type() != fs::file_type::not_found) {
+      if (status.type() != fs::file_type::directory) {
+        return make_error(ErrorCode::invalid, fmt::format("{}: {} exists and is not a folder",
+                                                          given, existing.string()));
+      }
+      break;
+    }
+    if (!existing.has_relative_path()) break;
+    existing = existing.parent_path();
+  }
+  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+    return make_error(ErrorCode::permission,
+                      fmt::format("{}: cannot write in {}", given, existing.string()));
+  }
+  return dir.string();
+}
+
 int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& lo,
                    const std::shared_ptr<EpBenchCliOptions>& o) {
   if (std::string why = validate(*o); !why.empty()) {
@@ -339,16 +368,16 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
     return k_exit_usage;
   }
   if (!o->dump.empty()) {
-    // Made here, once, so that a bad path is a usage error before any GPU
-    // starts; ranks get it absolute whatever their working directory.
-    std::error_code ec;
-    std::filesystem::path dir = std::filesystem::absolute(o->dump, ec);
-    if (!ec) std::filesystem::create_directories(dir, ec);
-    if (ec) {
-      io.err << "epkit bench ep: --dump " << o->dump << ": " << ec.message() << "\n";
+    // Checked here, so that a bad path is a usage error before any GPU
+    // starts, but not made: the ranks make it once the run is under way (a
+    // run that cannot start leaves no folders behind). Ranks get it absolute
+    // whatever their working directory.
+    auto dir = dump_folder(o->dump);
+    if (!dir) {
+      io.err << "epkit bench ep: --dump " << dir.error().message << "\n";
       return k_exit_usage;
     }
-    o->dump = dir.string();
+    o->dump = *dir;
   }
   std::vector<std::string> child = {"ep", "--mode", o->mode};
   auto pass = [&child](const char* flag, std::string value) {

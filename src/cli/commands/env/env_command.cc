@@ -62,8 +62,14 @@ Result<host::Host> env_host(const EnvOptions& opts) {
   return host::Host(host::Sysroot(opts.common.sysroot), std::move(job));
 }
 
+// INFO items (NCCL copes with the deviation) count as PASS for the exit code.
 checks::Status item_status(const env::LintItem& item) {
+  if (!item.handled.empty()) return checks::Status::pass;
   return item.enforced ? checks::Status::fail : checks::Status::warn;
+}
+
+std::string item_word(const env::LintItem& item) {
+  return item.handled.empty() ? checks::to_string(item_status(item)) : "INFO";
 }
 
 // The doctor's env, nccl and nvshmem checks, less the two whose findings the
@@ -110,7 +116,7 @@ int run_check(const EnvOptions& opts, const host::Host& host, const topo::Snapsh
     for (const auto& item : items) {
       j["diff"].push_back({{"name", item.name},
                            {"problem", env::to_string(item.problem)},
-                           {"status", checks::to_string(item_status(item))},
+                           {"status", item_word(item)},
                            {"have", item.have},
                            {"want", item.want},
                            {"message", item.message},
@@ -129,12 +135,14 @@ int run_check(const EnvOptions& opts, const host::Host& host, const topo::Snapsh
                         items.size() == 1 ? "" : "s");
   for (const auto& item : items) {
     auto status = item_status(item);
-    io.out << fmt::format(
-        "  {} {:<11} {}\n",
-        styled(io.color, status == checks::Status::fail ? Style::red : Style::yellow,
-               fmt::format("{:<4}", checks::to_string(status))),
-        env::to_string(item.problem), item.message);
-    io.out << fmt::format("  {:<16} fix: {}\n", "", item.fix);
+    io.out << fmt::format("  {} {:<11} {}\n",
+                          styled(io.color,
+                                 status == checks::Status::fail   ? Style::red
+                                 : status == checks::Status::warn ? Style::yellow
+                                                                  : Style::dim,
+                                 fmt::format("{:<4}", item_word(item))),
+                          env::to_string(item.problem), item.message);
+    if (item.handled.empty()) io.out << fmt::format("  {:<16} fix: {}\n", "", item.fix);
   }
   io.out << "\ndoctor checks (env, nccl, nvshmem):\n";
   for (const auto& run : report.runs) {

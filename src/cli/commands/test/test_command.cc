@@ -152,9 +152,13 @@ Result<RankResult> run_collectives(runtime::GpuRank& r, double timeout_s) {
 
 // Points NCCL's INFO log at a private file so the transports can be read
 // back; left alone when the user set NCCL_DEBUG (their log, their choice).
+// The file is made by mkstemp under $TMPDIR: a name another user could guess
+// would let them plant a link there for NCCL to write through.
 std::string capture_nccl_log(const host::Host& host, int rank) {
   if (host.env().has("NCCL_DEBUG")) return {};
-  std::string path = fmt::format("/tmp/epkit-nccl-{}-{}.log", ::getpid(), rank);
+  auto made = host::make_temp_file(host.env(), fmt::format("epkit-nccl-{}-{}-", ::getpid(), rank));
+  if (!made) return {};  // transports then show as unknown
+  const std::string& path = *made;
   ::setenv("NCCL_DEBUG", "INFO", 1);
   ::setenv("NCCL_DEBUG_SUBSYS", "INIT,P2P,NET", 1);
   ::setenv("NCCL_DEBUG_FILE", path.c_str(), 1);
@@ -235,7 +239,8 @@ void write_summary(runtime::GpuRank& r, const std::vector<nlohmann::json>& resul
       }
     }
   } else {
-    out << "  transports: unknown (NCCL_DEBUG is set, so epkit did not capture NCCL's log)\n";
+    out << "  transports: unknown (NCCL_DEBUG is set or no temporary file could be made, so "
+           "epkit did not capture NCCL's log)\n";
   }
   for (const auto& m : mismatches) {
     out << fmt::format("  mismatch ({}): {}\n", runtime::to_string(m.kind), m.summary);
@@ -277,8 +282,7 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
                          {"wrong_all_reduce", result->wrong_allreduce},
                          {"wrong_ring", result->wrong_ring},
                          {"transports", transports_json(log_path)}};
-  auto set =
-      r.store().set(fmt::format("test/result/{}", launch.rank), util::dump_json(mine), step());
+  auto set = r.store().set(fmt::format("test/result/{}", launch.rank), mine.dump(), step());
   if (!set) return fail(exit_code_for(set.error()), set.error().message);
   int code = result->ok ? k_gpu_ok : result->exit_code;
   if (launch.rank == 0) {
