@@ -41,7 +41,8 @@ void check_home(const host::Sysroot& fs, const std::string& name, const std::str
     case PathState::missing:
       f.add(Status::fail, fmt::format("{}={} does not exist", name, value),
             fmt::format("{} naming an existing folder", name),
-            fmt::format("export {}=<install folder>, or unset {}", name, name));
+            fmt::format("export {}=<install folder>, or unset {}", env::shell_word(name),
+                        env::shell_word(name)));
   }
 }
 
@@ -179,7 +180,7 @@ Outcome check_unknown_vars(const Context& ctx) {
                         "known name: {} (edit distance {})",
                         name, near.name, near.distance),
             fmt::format("{} spelled as the library reads it", name),
-            fmt::format("export {}={}; unset {}", near.name, shell_word(value), name));
+            fmt::format("export {}={}; unset {}", near.name, shell_word(value), shell_word(name)));
     }
   }
   if (seen == 0) return f.finish("no NCCL_* or NVSHMEM_* variables set");

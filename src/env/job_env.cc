@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <sstream>
@@ -129,6 +130,12 @@ Result<host::Env> parse_k8s_env(std::string_view text, std::string origin) {
       name = scalar(t.substr(7));
       if (name.empty()) {
         return make_error(ErrorCode::invalid, fmt::format("{}:{}: empty name", origin, line_no));
+      }
+      // Kubernetes takes printable ASCII without '=' only.
+      if (std::any_of(name.begin(), name.end(),
+                      [](char c) { return c < 0x21 || c > 0x7E || c == '='; })) {
+        return make_error(ErrorCode::invalid,
+                          fmt::format("{}:{}: '{}' is not a variable name", origin, line_no, name));
       }
       if (auto [it, fresh] = first_line.emplace(name, line_no); !fresh) {
         return make_error(ErrorCode::invalid,

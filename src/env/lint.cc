@@ -177,10 +177,11 @@ void lint_name(const std::string& name, const std::string& value, const Plan& pl
   auto reader = checks::who_reads(name);
   if (!reader) {
     auto near = checks::nearest_known(name);
-    out.push_back({Problem::misspelt, false, name, value, "",
-                   fmt::format("no library reads {}; nearest known name: {} (edit distance {})",
-                               name, near.name, near.distance),
-                   fmt::format("export {}={}; unset {}", near.name, shell_word(value), name)});
+    out.push_back(
+        {Problem::misspelt, false, name, value, "",
+         fmt::format("no library reads {}; nearest known name: {} (edit distance {})", name,
+                     near.name, near.distance),
+         fmt::format("export {}={}; unset {}", near.name, shell_word(value), shell_word(name))});
     return;
   }
   if (std::string_view(*reader).find("build") != std::string_view::npos &&

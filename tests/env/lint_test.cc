@@ -160,5 +160,27 @@ TEST(JobEnv, ReadsAKubernetesEnvList) {
   EXPECT_NE(bad.error().message.find("bad.yaml:3"), std::string::npos) << bad.error().message;
 }
 
+// `epkit env --format k8s` writes '$', '`' and control characters as \xNN so
+// that sourcing the YAML runs nothing; the reader turns them back. Names are
+// printable ASCII without '=', and a name listed twice is reported.
+TEST(JobEnv, KubernetesEscapesNamesAndDuplicates) {
+  auto env = parse_k8s_env(
+      "env:\n"
+      "  - name: A\n"
+      "    value: \"x\\x24(id)\\x60\\x0ay\\u00e9\\\"\\\\\"\n",
+      "k.yaml");
+  ASSERT_TRUE(env.ok()) << env.error().message;
+  EXPECT_EQ(env->get("A"), "x$(id)`\ny\xC3\xA9\"\\");
+  auto weird = parse_k8s_env("env:\n  - name: NCCL_$(id) x\n    value: \"1\"\n", "w.yaml");
+  ASSERT_FALSE(weird.ok());
+  EXPECT_NE(weird.error().message.find("w.yaml:2"), std::string::npos);
+  auto twice = parse_k8s_env(
+      "env:\n  - name: A\n    value: \"1\"\n  - name: A\n    value: \"2\"\n", "t.yaml");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.error().message.find("t.yaml:4: A is listed twice (first on line 2)"),
+            std::string::npos)
+      << twice.error().message;
+}
+
 }  // namespace
 }  // namespace epkit::env
