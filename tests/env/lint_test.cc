@@ -174,8 +174,8 @@ TEST(JobEnv, KubernetesEscapesNamesAndDuplicates) {
   auto weird = parse_k8s_env("env:\n  - name: NCCL_$(id) x\n    value: \"1\"\n", "w.yaml");
   ASSERT_FALSE(weird.ok());
   EXPECT_NE(weird.error().message.find("w.yaml:2"), std::string::npos);
-  auto twice = parse_k8s_env(
-      "env:\n  - name: A\n    value: \"1\"\n  - name: A\n    value: \"2\"\n", "t.yaml");
+  auto twice = parse_k8s_env("env:\n  - name: A\n    value: \"1\"\n  - name: A\n    value: \"2\"\n",
+                             "t.yaml");
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.error().message.find("t.yaml:4: A is listed twice (first on line 2)"),
             std::string::npos)
