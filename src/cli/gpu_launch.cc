@@ -280,18 +280,24 @@ int run_gpu_command_impl(Io& io, const std::string& name, const CommonOptions& c
   return code;
 }
 
+}  // namespace
+
 // With --json, standard output holds one JSON document whatever happens:
 // the summary, or this object saying why there is none.
-void write_failure_json(Io& io, const std::string& name, int code, const std::string& error) {
+void write_failure_json(Io& io, const std::string& command, int code, const std::string& error) {
   nlohmann::ordered_json j;
   j["ok"] = false;
-  j["command"] = name;
+  j["command"] = command;
   j["exit_code"] = code;
   j["error"] = error;
   io.out << util::dump_json(j, 2) << "\n";
 }
 
-}  // namespace
+int refuse_run(Io& io, const std::string& command, bool json, int code, const std::string& why) {
+  io.err << "epkit " << command << ": " << why << "\n";
+  if (json) write_failure_json(io, command, code, why);
+  return code;
+}
 
 int run_gpu_command(Io& io, const std::string& name, const CommonOptions& common,
                     const GpuLaunchOptions& opts, const std::vector<std::string>& child_args,

@@ -70,6 +70,13 @@ int run_gpu_command(Io& io, const std::string& name, const CommonOptions& common
                     const GpuLaunchOptions& opts, const std::vector<std::string>& child_args,
                     const RankMain& rank_main);
 
+/// The JSON a GPU command prints with --json when it ends without a summary:
+/// {"ok": false, "command", "exit_code", "error"}.
+void write_failure_json(Io& io, const std::string& command, int code, const std::string& error);
+/// A refusal before any rank starts: "epkit <command>: <why>" on standard
+/// error, and with --json the failure object on standard output. Returns code.
+int refuse_run(Io& io, const std::string& command, bool json, int code, const std::string& why);
+
 #ifdef EPKIT_WITH_CUDA
 /// The start every GPU rank shares: device and libnccl present, store joined,
 /// facts exchanged (rank 0 prints the mismatches), NCCL started. Returns 0

@@ -47,6 +47,7 @@ void TerminalSafeBuf::emit() {
 
 TerminalSafeBuf::int_type TerminalSafeBuf::overflow(int_type c) {
   if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+  std::lock_guard lock(m_mutex);
   char ch = traits_type::to_char_type(c);
   m_pending += ch;
   if (ch == '\n' || m_pending.size() >= k_max_pending) emit();
@@ -54,6 +55,7 @@ TerminalSafeBuf::int_type TerminalSafeBuf::overflow(int_type c) {
 }
 
 std::streamsize TerminalSafeBuf::xsputn(const char* s, std::streamsize n) {
+  std::lock_guard lock(m_mutex);
   std::string_view text(s, static_cast<std::size_t>(n));
   while (!text.empty()) {
     std::size_t nl = text.find('\n');
@@ -66,6 +68,7 @@ std::streamsize TerminalSafeBuf::xsputn(const char* s, std::streamsize n) {
 }
 
 int TerminalSafeBuf::sync() {
+  std::lock_guard lock(m_mutex);
   emit();
   m_target.flush();
   return m_target ? 0 : -1;

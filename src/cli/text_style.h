@@ -1,6 +1,7 @@
 // ANSI styling for terminal output; plain text when colour is off.
 #pragma once
 
+#include <mutex>
 #include <ostream>
 #include <streambuf>
 #include <string>
@@ -19,7 +20,10 @@ std::string styled(bool color, Style style, const std::string& text);
 class TerminalSafeBuf : public std::streambuf {
  public:
   TerminalSafeBuf(std::ostream& target, bool color) : m_target(target), m_color(color) {}
-  ~TerminalSafeBuf() override { emit(); }
+  ~TerminalSafeBuf() override {
+    std::lock_guard lock(m_mutex);
+    emit();
+  }
   TerminalSafeBuf(const TerminalSafeBuf&) = delete;
   TerminalSafeBuf& operator=(const TerminalSafeBuf&) = delete;
 
@@ -33,6 +37,7 @@ class TerminalSafeBuf : public std::streambuf {
 
   std::ostream& m_target;
   bool m_color;
+  std::mutex m_mutex;  // a stray thread's line must not tear the buffer
   std::string m_pending;
 };
 

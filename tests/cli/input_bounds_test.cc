@@ -78,7 +78,9 @@ TEST(InputBounds, JsonAndFormatFollowOneRuleInEveryCommand) {
 TEST(InputBounds, GpuCommandsPrintJsonAlsoOnFailure) {
   for (const char* command :
        {"test --json --timeout 5", "test ep --json --timeout 5",
-        "bench nccl all_reduce --json --timeout 5", "bench ep --json --timeout 5"}) {
+        "bench nccl all_reduce --json --timeout 5", "bench ep --json --timeout 5",
+        "bench p2p --json", "bench nccl all_reduce -b 1G -e 16M --json",
+        "bench ep --hidden 200 --json", "test ep --hidden 200 --json"}) {
     // Standard output alone (run_shell joins standard error to it).
     auto r = run_shell(std::string("(env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY + " " + command +
                        " 2>/dev/null)");

@@ -120,17 +120,24 @@ TEST(OutputSafety, InvalidUtf8NeverAbortsAJsonOutput) {
 
 // NUL and escape bytes from sysfs reached the terminal raw.
 TEST(OutputSafety, TextOutputShowsControlBytesEscaped) {
-  HostileNode node;
+  HostileNode node(1);
+  node.tree.write("/sys/class/infiniband/mlx5_1/ports/1/rate",
+                  std::string("400 Gb/sec\x1b[2J\x1b]0;owned\x07") + '\0' + " (4X NDR)\n");
+  node.tree.write("/job.env", "NCCL_DEBUG=\"INFO\x1b[31m\rX\"\n");
   for (std::vector<std::string> args :
        {std::vector<std::string>{"topo", "--sysroot", node.root()},
         std::vector<std::string>{"doctor", "-v", "--sysroot", node.root(), "--env-file",
-                                 node.tree.path("/empty.env")},
+                                 node.tree.path("/job.env")},
         std::vector<std::string>{"env", "--check", "--sysroot", node.root(), "--env-file",
-                                 node.tree.path("/empty.env")}}) {
+                                 node.tree.path("/job.env")}}) {
     auto run = test::run_epkit(args);
     for (char c : run.out + run.err) {
       auto u = static_cast<unsigned char>(c);
       EXPECT_FALSE(u < 0x20 && c != '\n' && c != '\t') << args[0] << ": byte " << int(u);
+    }
+    if (args[0] == "topo") {
+      EXPECT_NE(run.out.find("400 Gb/sec\\x1b[2J\\x1b]0;owned\\x07\\x00"), std::string::npos)
+          << run.out;
     }
   }
 }

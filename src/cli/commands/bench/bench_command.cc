@@ -364,8 +364,7 @@ Result<std::string> dump_folder(const std::string& given) {
 int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& lo,
                    const std::shared_ptr<EpBenchCliOptions>& o) {
   if (std::string why = validate(*o); !why.empty()) {
-    io.err << "epkit bench ep: " << why << "\n";
-    return k_exit_usage;
+    return refuse_run(io, "bench ep", lo.json, k_exit_usage, why);
   }
   if (!o->dump.empty()) {
     // Checked here, so that a bad path is a usage error before any GPU
@@ -374,8 +373,7 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
     // whatever their working directory.
     auto dir = dump_folder(o->dump);
     if (!dir) {
-      io.err << "epkit bench ep: --dump " << dir.error().message << "\n";
-      return k_exit_usage;
+      return refuse_run(io, "bench ep", lo.json, k_exit_usage, "--dump " + dir.error().message);
     }
     o->dump = *dir;
   }
@@ -409,13 +407,9 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
 
 int run_p2p_command(Io& io, const std::string& size, int iters, bool json) {
   auto bytes = bench::parse_size(size);
-  if (!bytes) {
-    io.err << "epkit bench p2p: " << bytes.error().message << "\n";
-    return k_exit_usage;
-  }
+  if (!bytes) return refuse_run(io, "bench p2p", json, k_exit_usage, bytes.error().message);
   if (*bytes < 16) {
-    io.err << "epkit bench p2p: -b must be at least 16 bytes\n";
-    return k_exit_usage;
+    return refuse_run(io, "bench p2p", json, k_exit_usage, "-b must be at least 16 bytes");
   }
 #ifdef EPKIT_WITH_CUDA
   bench::P2pOptions po;
@@ -423,8 +417,10 @@ int run_p2p_command(Io& io, const std::string& size, int iters, bool json) {
   po.iters = iters;
   auto matrices = bench::run_p2p(po);
   if (!matrices) {
-    io.err << "epkit bench p2p: " << matrices.error().message << "\n";
-    return matrices.error().code == ErrorCode::unavailable ? k_gpu_unavailable : k_gpu_nccl_error;
+    return refuse_run(
+        io, "bench p2p", json,
+        matrices.error().code == ErrorCode::unavailable ? k_gpu_unavailable : k_gpu_nccl_error,
+        matrices.error().message);
   }
   if (json) {
     nlohmann::json j = {{"bytes", po.bytes}, {"iters", po.iters}};
@@ -441,9 +437,7 @@ int run_p2p_command(Io& io, const std::string& size, int iters, bool json) {
   return k_gpu_ok;
 #else
   (void)iters;
-  (void)json;
-  io.err << "epkit bench p2p: " << host::dl::nccl_not_built().message << "\n";
-  return k_gpu_unavailable;
+  return refuse_run(io, "bench p2p", json, k_gpu_unavailable, host::dl::nccl_not_built().message);
 #endif
 }
 
@@ -536,10 +530,7 @@ Command make_bench_command() {
             return run_ep_command(io, *common, *ep_lo, eo);
           }
           auto p = parse(*o);
-          if (!p) {
-            io.err << "epkit bench nccl: " << p.error().message << "\n";
-            return k_exit_usage;
-          }
+          if (!p) return refuse_run(io, "bench nccl", lo->json, k_exit_usage, p.error().message);
           std::vector<std::string> child = {"nccl",      o->collective,
                                             "-b",        o->min_bytes,
                                             "-e",        o->max_bytes,

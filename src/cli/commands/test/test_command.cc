@@ -434,9 +434,10 @@ Command make_test_command() {
                   if (ep->count("--experts") == 0) e->experts = k_ll_default_experts;
                 }
                 if (e->hidden % 128 != 0) {
-                  io.err << "epkit test ep: --hidden " << e->hidden
-                         << " is not a multiple of 128 (FP8 scales cover 128 channels)\n";
-                  return k_exit_usage;
+                  return refuse_run(io, "test ep", ep_opts->json, k_exit_usage,
+                                    fmt::format("--hidden {} is not a multiple of 128 (FP8 "
+                                                "scales cover 128 channels)",
+                                                e->hidden));
                 }
                 // Fresh inputs every run unless --seed asks for a repeat;
                 // the agent picks it once so every rank it starts agrees.
