@@ -94,15 +94,19 @@ std::string escape_text(std::string_view text, bool keep_newlines, bool keep_sgr
       }
     }
     std::size_t n = utf8_sequence(text);
-    bool control = c < 0x20 || c == 0x7F;
+    bool control = c < 0x20;
     bool kept = c == '\t' || (keep_newlines && c == '\n');
     // U+0080..U+009F (C2 80..C2 9F): C1 controls, which some terminals obey.
     bool c1 = n == 2 && c == 0xC2 && static_cast<unsigned char>(text[1]) < 0xA0;
     if (n == 0 || (control && !kept)) {
+      // Bytes JSON never holds raw (dump_json escapes C0 and replaces
+      // invalid UTF-8), so \xNN cannot break a JSON document.
       out += fmt::format("\\x{:02x}", c);
       n = 1;
-    } else if (c1) {
-      out += fmt::format("\\x{:02x}\\x{:02x}", c, static_cast<unsigned char>(text[1]));
+    } else if (c == 0x7F || c1) {
+      // Valid in a JSON string, raw: written as the JSON escape of the same
+      // character, so a JSON document stays valid and means the same.
+      out += fmt::format("\\u{:04x}", c == 0x7F ? 0x7Fu : static_cast<unsigned char>(text[1]));
     } else {
       out += text.substr(0, n);
     }

@@ -21,9 +21,11 @@ std::size_t utf8_sequence(std::string_view text);
 std::string valid_utf8(std::string_view text);
 
 /// `text` safe to show on a terminal: control bytes other than '\n' and
-/// '\t' (ESC, NUL, '\r', DEL, the C1 range) and invalid UTF-8 bytes written
-/// as \xNN. With keep_sgr, colour sequences (ESC [ digits;... m) stay: the
-/// CLI's own styling, harmless when a value carries one.
+/// '\t' (ESC, NUL, '\r') and invalid UTF-8 bytes written as \xNN; DEL and
+/// the C1 controls (U+0080..U+009F) as \u007f, \u0080.. (their JSON escapes:
+/// a JSON document through this stays valid and equal). With keep_sgr, colour
+/// sequences (ESC [ digits;... m) stay: the CLI's own styling, harmless when a
+/// value carries one.
 std::string terminal_safe(std::string_view text, bool keep_sgr = false);
 
 /// `text` as one line of a comment (sh, YAML): every control character but

@@ -100,7 +100,11 @@ TEST(OutputSafety, K8sOutputStaysOneYamlValuePerEntry) {
 // aborted with nlohmann's type_error 316 (exit 134).
 TEST(OutputSafety, InvalidUtf8NeverAbortsAJsonOutput) {
   HostileNode node;
-  node.tree.write("/job.env", "NCCL_SOCKET_IFNAME=eth\xff\xfe\nNCCL_DEBUG=\xc3\n");
+  // DEL and a C1 control are valid raw in JSON: the terminal filter must
+  // keep them valid (it wrote \x7f, an invalid JSON escape).
+  node.tree.write("/job.env",
+                  "NCCL_SOCKET_IFNAME=eth\xff\xfe\nNCCL_DEBUG=\xc3\nNCCL_ALGO=a\x7f\xc2\x9b\n");
+  node.tree.write("/sys/class/infiniband/mlx5_1/ports/1/rate", "400\x7f\xc2\x9b Gb/sec\n");
   std::string env = node.tree.path("/job.env");
   std::vector<std::vector<std::string>> commands = {
       {"doctor", "--json", "--sysroot", node.root(), "--env-file", env},

@@ -36,10 +36,14 @@ TEST(Json, DumpReplacesInvalidUtf8) {
 TEST(TerminalSafe, ControlBytesAreShownEscaped) {
   EXPECT_EQ(terminal_safe("ok\tline\n"), "ok\tline\n");
   EXPECT_EQ(terminal_safe(std::string("a\0b", 3)), "a\\x00b");
-  EXPECT_EQ(terminal_safe("\x1b]0;title\x07\x1b[2J\r\x7f"), "\\x1b]0;title\\x07\\x1b[2J\\x0d\\x7f");
+  EXPECT_EQ(terminal_safe("\x1b]0;title\x07\x1b[2J\r\x7f"),
+            "\\x1b]0;title\\x07\\x1b[2J\\x0d\\u007f");
   EXPECT_EQ(terminal_safe("\xC2\x9B"
                           "31m"),
-            "\\xc2\\x9b31m");  // C1 CSI
+            "\\u009b31m");  // C1 CSI
+  // A JSON document stays valid and equal: DEL and C1 are valid raw in JSON.
+  nlohmann::json j = std::string("a\x7f\xC2\x9B\x1b");
+  EXPECT_EQ(nlohmann::json::parse(terminal_safe(dump_json(j))), j);
   EXPECT_EQ(terminal_safe("bad\xFF"), "bad\\xff");
   EXPECT_EQ(terminal_safe("caf\xC3\xA9"), "caf\xC3\xA9");
   // Colour stays only where the CLI allows it.
