@@ -24,8 +24,15 @@ PathState path_state(const host::Sysroot& fs, std::string_view path, std::string
   return info.error().code == ErrorCode::not_found ? PathState::missing : PathState::unreadable;
 }
 
+// The first host::k_max_path_entries entries of a list split on `separators`.
+std::vector<std::string> split_list(std::string_view value, std::string_view separators) {
+  std::vector<std::string> out = host::split_any(value, separators);
+  if (out.size() > host::k_max_path_entries) out.resize(host::k_max_path_entries);
+  return out;
+}
+
 std::vector<std::string> split_preload(std::string_view value) {
-  return host::split_any(value, " :\t\n");  // ld.so splits LD_PRELOAD on blanks and colons
+  return split_list(value, " :\t\n");  // ld.so splits LD_PRELOAD on blanks and colons
 }
 
 void check_home(const host::Sysroot& fs, const std::string& name, const std::string& value,
@@ -108,7 +115,7 @@ void check_path_list(const host::Sysroot& fs, const std::string& name, const std
 void check_driver_paths(const host::Sysroot& fs, const std::string& name, const std::string& value,
                         const std::string& src, Findings& f) {
   f.evidence(name, value, src);
-  for (const auto& entry : host::split_any(value, ":; \t\n")) {
+  for (const auto& entry : split_list(value, ":; \t\n")) {
     if (entry.find('/') == std::string::npos) continue;  // a provider name, not a path
     if (entry.front() != '/') continue;  // relative to a working directory we do not know
     std::string why;

@@ -196,7 +196,9 @@ std::vector<std::string> driver_env_entries(const Context& ctx, std::string& var
   for (const char* name : {"RDMAV_DRIVERS", "IBV_DRIVERS"}) {
     if (auto value = ctx.host.env().get(name)) {
       var = name;
-      return host::split_any(*value, ":;");
+      auto entries = host::split_any(*value, ":;");
+      if (entries.size() > host::k_max_path_entries) entries.resize(host::k_max_path_entries);
+      return entries;
     }
   }
   return {};

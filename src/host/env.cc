@@ -301,7 +301,7 @@ Result<std::string> make_temp_file(const Env& env, std::string_view stem) {
 std::vector<std::string> split_path_list(std::string_view value) {
   std::vector<std::string> out;
   std::size_t pos = 0;
-  while (pos <= value.size()) {
+  while (pos <= value.size() && out.size() < k_max_path_entries) {
     std::size_t next = value.find(':', pos);
     if (next == std::string_view::npos) next = value.size();
     if (next > pos) out.emplace_back(value.substr(pos, next - pos));

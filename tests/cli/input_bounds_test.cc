@@ -2,6 +2,7 @@
 // that disagree, and failures that must still answer in the format asked.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -107,6 +108,28 @@ TEST(InputBounds, EnvFileMustBeARegularFile) {
       EXPECT_EQ(r.code, k_exit_usage) << args[0] << " " << file;
       EXPECT_NE(r.err.find(file), std::string::npos) << r.err;
     }
+  }
+}
+
+// A 1 MiB variable name took seconds per candidate in the did-you-mean
+// search; an LD_LIBRARY_PATH of 200,000 entries was stat()ed entry by entry
+// for minutes. Passive commands must stay well under 10 s.
+TEST(InputBounds, HugeEnvValuesKeepPassiveCommandsFast) {
+  test::TempTree tree;
+  std::string text = "NCCL_" + std::string(1 << 20, 'A') + "=1\nLD_LIBRARY_PATH=";
+  for (int i = 0; i < 200000; ++i) text += "/x" + std::to_string(i) + ":";
+  text += "\nLD_PRELOAD=" + std::string(1 << 19, ' ') + "\n";
+  tree.write("/huge.env", text);
+  std::string node = test::source_path("examples/gke-a4");
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"doctor", "--sysroot", node, "--env-file", tree.path("/huge.env")},
+        std::vector<std::string>{"env", "--check", "--sysroot", node, "--env-file",
+                                 tree.path("/huge.env")}}) {
+    auto begin = std::chrono::steady_clock::now();
+    auto r = run_epkit(args);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    EXPECT_LT(r.code, k_exit_usage) << args[0] << ": " << r.err;
+    EXPECT_LT(s, 5.0) << args[0];
   }
 }
 
