@@ -24,8 +24,15 @@ PathState path_state(const host::Sysroot& fs, std::string_view path, std::string
   return info.error().code == ErrorCode::not_found ? PathState::missing : PathState::unreadable;
 }
 
+// The first host::k_max_path_entries entries of a list split on `separators`.
+std::vector<std::string> split_list(std::string_view value, std::string_view separators) {
+  std::vector<std::string> out = host::split_any(value, separators);
+  if (out.size() > host::k_max_path_entries) out.resize(host::k_max_path_entries);
+  return out;
+}
+
 std::vector<std::string> split_preload(std::string_view value) {
-  return host::split_any(value, " :\t\n");  // ld.so splits LD_PRELOAD on blanks and colons
+  return split_list(value, " :\t\n");  // ld.so splits LD_PRELOAD on blanks and colons
 }
 
 void check_home(const host::Sysroot& fs, const std::string& name, const std::string& value,
@@ -41,7 +48,8 @@ void check_home(const host::Sysroot& fs, const std::string& name, const std::str
     case PathState::missing:
       f.add(Status::fail, fmt::format("{}={} does not exist", name, value),
             fmt::format("{} naming an existing folder", name),
-            fmt::format("export {}=<install folder>, or unset {}", name, name));
+            fmt::format("export {}=<install folder>, or unset {}", env::shell_word(name),
+                        env::shell_word(name)));
   }
 }
 
@@ -101,6 +109,30 @@ void check_path_list(const host::Sysroot& fs, const std::string& name, const std
   }
 }
 
+// RDMAV_DRIVERS / IBV_DRIVERS: provider names, or paths where an entry has a
+// '/'. A path that is not there is libibverbs' "couldn't load driver": the
+// providers then come from its own folder alone (seed 000's variable).
+void check_driver_paths(const host::Sysroot& fs, const std::string& name, const std::string& value,
+                        const std::string& src, Findings& f) {
+  f.evidence(name, value, src);
+  for (const auto& entry : split_list(value, ":; \t\n")) {
+    if (entry.find('/') == std::string::npos) continue;  // a provider name, not a path
+    if (entry.front() != '/') continue;  // relative to a working directory we do not know
+    std::string why;
+    PathState state = path_state(fs, entry, &why);
+    if (state == PathState::missing) {
+      f.add(Status::warn,
+            fmt::format("{} entry {} does not exist: libibverbs cannot load a provider from it "
+                        "(\"couldn't load driver\") and falls back to its own provider folder",
+                        name, entry),
+            fmt::format("every {} path existing", name),
+            fmt::format("drop {} from {} (or unset {})", env::shell_word(entry), name, name));
+    } else if (state == PathState::unreadable) {
+      f.add(Status::unknown, fmt::format("{} entry {}: {}", name, entry, why));
+    }
+  }
+}
+
 Outcome check_paths(const Context& ctx) {
   const auto& env = ctx.host.env();
   const std::string src = env_source(env);
@@ -123,7 +155,16 @@ Outcome check_paths(const Context& ctx) {
       check_path_list(ctx.host.fs(), name, *value, src, f);
     }
   }
-  if (!any) return f.finish("no *_HOME, LD_PRELOAD, LD_LIBRARY_PATH or PYTHONPATH set");
+  for (const char* name : {"RDMAV_DRIVERS", "IBV_DRIVERS"}) {
+    if (auto value = env.get_nonempty(name)) {
+      any = true;
+      check_driver_paths(ctx.host.fs(), name, *value, src, f);
+    }
+  }
+  if (!any) {
+    return f.finish(
+        "no *_HOME, LD_PRELOAD, LD_LIBRARY_PATH, PYTHONPATH or RDMAV_DRIVERS/IBV_DRIVERS set");
+  }
   return f.finish("every path the environment names exists");
 }
 
@@ -146,7 +187,7 @@ Outcome check_unknown_vars(const Context& ctx) {
                         "known name: {} (edit distance {})",
                         name, near.name, near.distance),
             fmt::format("{} spelled as the library reads it", name),
-            fmt::format("export {}={}; unset {}", near.name, shell_word(value), name));
+            fmt::format("export {}={}; unset {}", near.name, shell_word(value), shell_word(name)));
     }
   }
   if (seen == 0) return f.finish("no NCCL_* or NVSHMEM_* variables set");
@@ -171,6 +212,10 @@ Outcome check_plan(const Context& ctx) {
   for (const auto& item : env::lint(*plan, job, ctx.topo)) {
     if (item.problem == env::Problem::misspelt) continue;
     if (!item.have.empty()) f.evidence(item.name, item.have, env_source(job));
+    if (!item.handled.empty()) {
+      f.add(Status::pass, "INFO: " + item.handled);  // NCCL copes: said, not raised
+      continue;
+    }
     f.add(item.enforced ? Status::fail : Status::warn, item.message,
           item.want.empty() ? fmt::format("{} unset", item.name)
                             : fmt::format("{}={}", item.name, item.want),
@@ -181,7 +226,8 @@ Outcome check_plan(const Context& ctx) {
 }
 
 constexpr Check k_checks[] = {
-    {"env.paths", "paths named by *_HOME, LD_PRELOAD, LD_LIBRARY_PATH, PYTHONPATH exist",
+    {"env.paths",
+     "paths named by *_HOME, LD_PRELOAD, LD_LIBRARY_PATH, PYTHONPATH, RDMAV_DRIVERS exist",
      &check_paths},
     {"env.unknown-vars", "NCCL_* and NVSHMEM_* names are ones the libraries read",
      &check_unknown_vars},

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "checks/check.h"
+#include "env/shell.h"
 #include "host/dl/cuda.h"
 #include "host/dl/nvml.h"
 #include "topo/hca_list.h"
@@ -254,7 +255,7 @@ Outcome check_nic_affinity(const Context& ctx) {
   const auto& env = ctx.host.env();
   auto best = topo::assign_nics(snap);
   std::string computed = topo::deep_ep_mapping(best);
-  std::string fix_line = "export DEEP_EP_DEVICE_TO_HCA_MAPPING=" + computed;
+  std::string fix_line = "export DEEP_EP_DEVICE_TO_HCA_MAPPING=" + env::shell_word(computed);
   const std::string src = "env (" + env.origin() + ")";
 
   if (auto value = env.get_nonempty("DEEP_EP_DEVICE_TO_HCA_MAPPING")) {

@@ -8,6 +8,7 @@
 #include "checks/check.h"
 #include "checks/check_util.h"
 #include "env/interfaces.h"
+#include "env/shell.h"
 #include "topo/device_filter.h"
 
 namespace epkit::checks {
@@ -262,7 +263,8 @@ void check_socket_ifname(const Context& ctx, const std::string& value, Findings&
   std::string fix = good.empty()
                         ? "give the container the node's data interface (host network or a "
                           "secondary network) and name it in NCCL_SOCKET_IFNAME"
-                        : fmt::format("export NCCL_SOCKET_IFNAME=={}", fmt::join(good, ","));
+                        : "export NCCL_SOCKET_IFNAME=" +
+                              env::shell_word(fmt::format("={}", fmt::join(good, ",")));
   for (const auto& n : selected) {
     std::string why = poor_interface(n, book, v6_only);
     if (why.empty()) continue;
@@ -334,8 +336,8 @@ void check_ib_hca(const Context& ctx, const std::string& value, Findings& f) {
                       "and falls back to sockets",
                       value, join_names(all)),
           "NCCL_IB_HCA selecting this node's RDMA devices",
-          fmt::format("unset NCCL_IB_HCA, or list the devices: export NCCL_IB_HCA=={}",
-                      fmt::join(rails, ",")));
+          "unset NCCL_IB_HCA, or list the devices: export NCCL_IB_HCA=" +
+              env::shell_word(fmt::format("={}", fmt::join(rails, ","))));
     return;
   }
   for (const auto& bond : bonds) {
@@ -345,8 +347,9 @@ void check_ib_hca(const Context& ctx, const std::string& value, Findings& f) {
                       bond),
           "only the rail NICs selected",
           selected_devices.empty()
-              ? fmt::format("export NCCL_IB_HCA=^={}", bond)
-              : fmt::format("export NCCL_IB_HCA=={}", fmt::join(selected_devices, ",")));
+              ? "export NCCL_IB_HCA=" + env::shell_word("^=" + bond)
+              : "export NCCL_IB_HCA=" +
+                    env::shell_word(fmt::format("={}", fmt::join(selected_devices, ","))));
   }
 }
 

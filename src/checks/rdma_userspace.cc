@@ -16,6 +16,7 @@
 #include <set>
 
 #include "checks/rdma_common.h"
+#include "env/shell.h"
 #include "host/dl/ibverbs.h"
 #include "host/elf.h"
 #include "host/libsearch.h"
@@ -195,7 +196,9 @@ std::vector<std::string> driver_env_entries(const Context& ctx, std::string& var
   for (const char* name : {"RDMAV_DRIVERS", "IBV_DRIVERS"}) {
     if (auto value = ctx.host.env().get(name)) {
       var = name;
-      return host::split_any(*value, ":;");
+      auto entries = host::split_any(*value, ":;");
+      if (entries.size() > host::k_max_path_entries) entries.resize(host::k_max_path_entries);
+      return entries;
     }
   }
   return {};
@@ -331,7 +334,7 @@ const VerbsCopy* copy_with_abi(const VerbsView& view, int abi) {
 std::string put_first_fix(const VerbsCopy& copy) {
   return fmt::format(
       "or put the matching libibverbs first: export LD_LIBRARY_PATH={}:$LD_LIBRARY_PATH",
-      copy.match.dir);
+      env::shell_word(copy.match.dir));
 }
 
 // Shared start of the userspace checks: the winning libibverbs and its ABI.
@@ -449,7 +452,7 @@ Outcome check_verbs_lib(const Context& ctx) {
         "one rdma-core userspace: a single libibverbs.so.1 on the search path",
         fmt::format("remove the extra copies (keep the one whose providers are installed), or put "
                     "the system one first: export LD_LIBRARY_PATH={}:$LD_LIBRARY_PATH",
-                    system_copy(view).match.dir));
+                    env::shell_word(system_copy(view).match.dir)));
   }
   std::string pass_summary =
       view.copies.empty()

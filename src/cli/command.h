@@ -19,7 +19,8 @@ enum ExitCode : int {
   k_exit_warn = 1,
   k_exit_fail = 2,
   k_exit_unknown = 3,
-  k_exit_usage = 64,  // EX_USAGE: bad flags or input files
+  k_exit_usage = 64,     // EX_USAGE: bad flags or input files
+  k_exit_internal = 70,  // EX_SOFTWARE: a bug in epkit ("internal error: ...")
   k_exit_interrupted = 130,
 };
 
@@ -36,7 +37,15 @@ struct CommonOptions {
   std::string env_file;
 };
 
+/// CLI::Range for a double that also refuses NaN and infinities (CLI::Range
+/// compares with < and >, which NaN passes).
+CLI::Validator finite_range(double min, double max);
+
 void add_json_flag(CLI::App& app, CommonOptions& opts);
+/// The one rule for commands with both --json and --format: --json is
+/// --format json; --json with another --format is a usage error; neither
+/// gives `fallback`. `format` is "" when --format was not given.
+Result<std::string> choose_format(bool json, const std::string& format, std::string_view fallback);
 void add_sysroot_option(CLI::App& app, CommonOptions& opts);
 void add_env_file_option(CLI::App& app, CommonOptions& opts);
 /// The Host the options describe; an unreadable --env-file or a --sysroot that
@@ -58,6 +67,9 @@ struct Command {
 #undef EPKIT_COMMAND
 
 /// The CLI as a function: argv in, exit code out (tests call it directly).
+/// Everything written to io.out and io.err passes util::terminal_safe; an
+/// exception that escapes a command is "internal error: ..." and
+/// k_exit_internal, never an abort.
 int run_cli(int argc, const char* const* argv, Io& io);
 
 }  // namespace epkit::cli

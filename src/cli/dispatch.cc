@@ -1,11 +1,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/text_style.h"
 #include "util/text.h"
 
 namespace epkit::cli {
@@ -20,6 +22,30 @@ std::vector<Command> all_commands() {
 }
 
 }  // namespace
+
+CLI::Validator finite_range(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value)) {
+          return fmt::format("'{}' is not a finite number", text);
+        }
+        if (value < min || value > max) {
+          return fmt::format("{} is not in the range [{} - {}]", text, min, max);
+        }
+        return {};
+      },
+      fmt::format("FLOAT in [{} - {}]", min, max));
+}
+
+Result<std::string> choose_format(bool json, const std::string& format, std::string_view fallback) {
+  if (json && !format.empty() && format != "json") {
+    return make_error(ErrorCode::invalid,
+                      fmt::format("--json and --format {} ask for two formats; give one", format));
+  }
+  if (json) return std::string("json");
+  return format.empty() ? std::string(fallback) : format;
+}
 
 void add_json_flag(CLI::App& app, CommonOptions& opts) {
   app.add_flag("--json", opts.json, "Print JSON instead of text");
@@ -51,7 +77,9 @@ Result<host::Host> make_host(const CommonOptions& opts) {
   return host::Host(host::Sysroot(opts.sysroot), std::move(env));
 }
 
-int run_cli(int argc, const char* const* argv, Io& io) {
+namespace {
+
+int run_parsed(int argc, const char* const* argv, Io& io) {
   auto commands = all_commands();
   CLI::App app{
       "epkit: expert-parallel communication for GPU clusters, and the tools to make it work",
@@ -111,6 +139,29 @@ int run_cli(int argc, const char* const* argv, Io& io) {
     return k_exit_usage;
   }
   return runner(io);
+}
+
+}  // namespace
+
+int run_cli(int argc, const char* const* argv, Io& raw) {
+  TerminalSafeBuf out_buf(raw.out, raw.color);
+  TerminalSafeBuf err_buf(raw.err, raw.color);
+  std::ostream out(&out_buf);
+  std::ostream err(&err_buf);
+  Io io{out, err, raw.color};
+  int code = k_exit_internal;
+  try {
+    code = run_parsed(argc, argv, io);
+  } catch (const std::exception& e) {
+    out.flush();
+    err << "epkit: internal error: " << e.what() << "\n";
+  } catch (...) {
+    out.flush();
+    err << "epkit: internal error: unknown exception\n";
+  }
+  out.flush();
+  err.flush();
+  return code;
 }
 
 }  // namespace epkit::cli

@@ -52,6 +52,8 @@ struct RankIo {
   std::ostream& out;
   std::ostream& summary;
   std::string prefix;
+  /// The last line written (a failure's reason for --json).
+  mutable std::string last_line{};
   void line(const std::string& text) const;
 };
 
@@ -61,10 +63,19 @@ using RankMain =
 /// Discovers the launch; a node agent spawns `child_args` (epkit's own
 /// arguments for one rank, without the launch flags) once per local GPU and
 /// returns their combined exit code; a rank runs `rank_main` under a
-/// watchdog that ends the process if it outlives --timeout by 10 s.
+/// watchdog that ends the process if it outlives --timeout by 10 s. With
+/// --json, a failure that leaves no summary prints a JSON object of its own
+/// ({"ok": false, "command", "exit_code", "error"}).
 int run_gpu_command(Io& io, const std::string& name, const CommonOptions& common,
                     const GpuLaunchOptions& opts, const std::vector<std::string>& child_args,
                     const RankMain& rank_main);
+
+/// The JSON a GPU command prints with --json when it ends without a summary:
+/// {"ok": false, "command", "exit_code", "error"}.
+void write_failure_json(Io& io, const std::string& command, int code, const std::string& error);
+/// A refusal before any rank starts: "epkit <command>: <why>" on standard
+/// error, and with --json the failure object on standard output. Returns code.
+int refuse_run(Io& io, const std::string& command, bool json, int code, const std::string& why);
 
 #ifdef EPKIT_WITH_CUDA
 /// The start every GPU rank shares: device and libnccl present, store joined,

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -16,7 +16,29 @@ std::string_view strip(std::string_view s) {
   return s;
 }
 
-// A YAML scalar: double-quoted (\" and \\ escapes), single-quoted ('' for
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A code point as UTF-8 (the \x and \u escapes of a YAML double-quoted
+// scalar).
+void append_code_point(std::string& out, unsigned code) {
+  if (code < 0x80) {
+    out += static_cast<char>(code);
+  } else if (code < 0x800) {
+    out += static_cast<char>(0xC0 | (code >> 6));
+    out += static_cast<char>(0x80 | (code & 0x3F));
+  } else {
+    out += static_cast<char>(0xE0 | (code >> 12));
+    out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (code & 0x3F));
+  }
+}
+
+// A YAML scalar: double-quoted (\" \\ \n \t \r \0 \xNN \uNNNN escapes), single-quoted ('' for
 // '), or plain (a trailing " # comment" dropped).
 std::string scalar(std::string_view s) {
   s = strip(s);
@@ -24,8 +46,42 @@ std::string scalar(std::string_view s) {
   if (s.size() >= 2 && s.front() == '"' && s.back() == '"') {
     s = s.substr(1, s.size() - 2);
     for (std::size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == '\\' && i + 1 < s.size()) ++i;
-      out += s[i];
+      if (s[i] != '\\' || i + 1 >= s.size()) {
+        out += s[i];
+        continue;
+      }
+      char e = s[++i];
+      std::size_t hex = e == 'x' ? 2 : e == 'u' ? 4 : 0;
+      if (hex != 0 && i + hex < s.size()) {  // the digits are s[i+1 .. i+hex]
+        unsigned code = 0;
+        bool ok = true;
+        for (std::size_t k = 1; ok && k <= hex; ++k) {
+          int d = hex_digit(s[i + k]);
+          ok = d >= 0;
+          code = code * 16 + static_cast<unsigned>(ok ? d : 0);
+        }
+        if (ok) {
+          i += hex;
+          append_code_point(out, code);
+          continue;
+        }
+      }
+      switch (e) {
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case '0':
+          out += '\0';
+          break;
+        default:
+          out += e;  // \" \\ \/ and the rest: the character itself
+      }
     }
     return out;
   }
@@ -56,6 +112,7 @@ bool looks_like_k8s_env(std::string_view text) {
 
 Result<host::Env> parse_k8s_env(std::string_view text, std::string origin) {
   std::map<std::string, std::string> vars;
+  std::map<std::string, std::size_t> first_line;
   std::istringstream lines{std::string(text)};
   std::string line;
   std::string name;
@@ -73,6 +130,17 @@ Result<host::Env> parse_k8s_env(std::string_view text, std::string origin) {
       name = scalar(t.substr(7));
       if (name.empty()) {
         return make_error(ErrorCode::invalid, fmt::format("{}:{}: empty name", origin, line_no));
+      }
+      // Kubernetes takes printable ASCII without '=' only.
+      if (std::any_of(name.begin(), name.end(),
+                      [](char c) { return c < 0x21 || c > 0x7E || c == '='; })) {
+        return make_error(ErrorCode::invalid,
+                          fmt::format("{}:{}: '{}' is not a variable name", origin, line_no, name));
+      }
+      if (auto [it, fresh] = first_line.emplace(name, line_no); !fresh) {
+        return make_error(ErrorCode::invalid,
+                          fmt::format("{}:{}: {} is listed twice (first on line {})", origin,
+                                      line_no, name, it->second));
       }
       vars[name] = "";
       skipping = false;
@@ -97,11 +165,9 @@ Result<host::Env> parse_k8s_env(std::string_view text, std::string origin) {
 }
 
 Result<host::Env> read_job_env(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorCode::not_found, fmt::format("cannot open env file {}", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string text = buffer.str();
+  auto read = host::read_env_file(path);
+  if (!read) return read.error();
+  const std::string& text = *read;
   if (looks_like_k8s_env(text)) return parse_k8s_env(text, path);
   return host::Env::parse(text, path);
 }

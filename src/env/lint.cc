@@ -38,6 +38,45 @@ std::vector<std::string> selection(const std::string& name, const std::string& v
   return out;
 }
 
+std::string list_text(const std::vector<std::string>& items) {
+  return fmt::format("{}", fmt::join(items, " "));
+}
+
+// NCCL_IB_HCA unset: NCCL opens every RDMA device's ACTIVE ports. When those
+// are exactly the plan's rails, its default is the plan; "" otherwise.
+std::string default_hca_is_plan(const Setting& s, const topo::Snapshot& snap) {
+  std::vector<std::string> all;
+  for (const auto& nic : snap.nics) {
+    for (const auto& port : nic.ports) {
+      if (port.state_code == 4 || port.state == "ACTIVE") {
+        all.push_back(fmt::format("{}:{}", nic.name, port.port));
+      }
+    }
+  }
+  std::sort(all.begin(), all.end());
+  if (all.empty() || all != selection(s.name, s.value, snap)) return {};
+  return fmt::format(
+      "NCCL_IB_HCA is not set: NCCL's default, every RDMA device with an active port, is "
+      "exactly the {} rail NICs here ({}), so it picks the same NICs as the plan",
+      all.size(), list_text(all));
+}
+
+// NCCL_SOCKET_IFNAME selecting some of the plan's interfaces: NCCL's
+// bootstrap and socket traffic need one routable interface, so fewer is
+// fine; "" otherwise (none selected, or one the plan leaves out).
+std::string socket_subset(const Setting& s, const std::string& have, const topo::Snapshot& snap) {
+  std::vector<std::string> chosen = selection(s.name, have, snap);
+  std::vector<std::string> planned = selection(s.name, s.value, snap);
+  if (chosen.empty()) return {};
+  for (const auto& name : chosen) {
+    if (!contains(planned, name)) return {};
+  }
+  return fmt::format(
+      "NCCL_SOCKET_IFNAME={} selects {} of the {} usable interfaces ({}): NCCL's bootstrap and "
+      "socket traffic need only one routable interface",
+      have, list_text(chosen), planned.size(), list_text(planned));
+}
+
 bool same_value(const Setting& s, const std::string& have, const topo::Snapshot& snap) {
   if (have == s.value) return true;
   if (s.name == "NCCL_SOCKET_IFNAME" || s.name == "NCCL_IB_HCA") {
@@ -57,12 +96,18 @@ void lint_setting(const Setting& s, const host::Env& job, const topo::Snapshot& 
                                    "eval \"$(epkit env --local-rank \"$LOCAL_RANK\")\" "
                                    "(or the LOCAL_RANK case block of `epkit env`)")
                              : export_line(s.name, s.value);
+  if ((!have || have->empty()) && s.name == "NCCL_IB_HCA") {
+    if (std::string why = default_hca_is_plan(s, snap); !why.empty()) {
+      out.push_back({Problem::missing, false, s.name, "", want, why, fix, why});
+      return;
+    }
+  }
   if (!have || have->empty()) {
     out.push_back({Problem::missing, s.strength == Strength::enforced, s.name, "", want,
                    fmt::format("{} is not set: {} ({})", s.name, s.why, s.fact),
-                   s.path_list
-                       ? fmt::format("export {}={}${{{}:+:${}}}", s.name, s.value, s.name, s.name)
-                       : fix});
+                   s.path_list ? fmt::format("export {}={}${{{}:+:${}}}", s.name,
+                                             shell_word(s.value), s.name, s.name)
+                               : fix});
     return;
   }
   if (s.path_list) {
@@ -74,12 +119,19 @@ void lint_setting(const Setting& s, const host::Env& job, const topo::Snapshot& 
     if (!absent.empty()) {
       out.push_back({Problem::different, false, s.name, *have, s.value,
                      fmt::format("{} lacks {} ({})", s.name, fmt::join(absent, ":"), s.fact),
-                     fmt::format("export {}={}:${}", s.name, fmt::join(absent, ":"), s.name)});
+                     fmt::format("export {}={}:${}", s.name,
+                                 shell_word(fmt::format("{}", fmt::join(absent, ":"))), s.name)});
     }
     return;
   }
   bool same = per_rank ? contains(s.per_rank, *have) : same_value(s, *have, snap);
   if (same) return;
+  if (s.name == "NCCL_SOCKET_IFNAME") {
+    if (std::string why = socket_subset(s, *have, snap); !why.empty()) {
+      out.push_back({Problem::different, false, s.name, *have, want, why, fix, why});
+      return;
+    }
+  }
   out.push_back(
       {Problem::different, s.strength == Strength::enforced, s.name, *have, want,
        fmt::format("{}={} but this node needs {}: {} ({})", s.name, *have, want, s.why, s.fact),
@@ -125,10 +177,11 @@ void lint_name(const std::string& name, const std::string& value, const Plan& pl
   auto reader = checks::who_reads(name);
   if (!reader) {
     auto near = checks::nearest_known(name);
-    out.push_back({Problem::misspelt, false, name, value, "",
-                   fmt::format("no library reads {}; nearest known name: {} (edit distance {})",
-                               name, near.name, near.distance),
-                   fmt::format("export {}={}; unset {}", near.name, shell_word(value), name)});
+    out.push_back(
+        {Problem::misspelt, false, name, value, "",
+         fmt::format("no library reads {}; nearest known name: {} (edit distance {})", name,
+                     near.name, near.distance),
+         fmt::format("export {}={}; unset {}", near.name, shell_word(value), shell_word(name))});
     return;
   }
   if (std::string_view(*reader).find("build") != std::string_view::npos &&

@@ -27,18 +27,25 @@ const char* to_string(Problem problem);
 
 struct LintItem {
   Problem problem;
-  bool enforced = false;  // FAIL when true, else WARN
+  bool enforced = false;  // FAIL when true, else WARN (unless `handled`)
   std::string name;
   std::string have;  // the job's value ("" when unset)
   std::string want;  // the plan's value ("" for must-unset)
   std::string message;
   std::string fix;  // a shell line
+  /// Why NCCL copes with this deviation from the plan (its default or the
+  /// subset chosen works on this node): an INFO item, never WARN or FAIL.
+  std::string handled{};
 };
 
 /// Every difference, in plan order, then the job's other names by name.
 /// Device lists (NCCL_SOCKET_IFNAME, NCCL_IB_HCA) are compared by what they
 /// select on the node `snap` describes, not as text. A per-rank setting is
 /// judged only when the plan has a local rank, or when the job sets it.
+/// FAIL (enforced) only where the setting has a known failure; a deviation
+/// NCCL handles is INFO (`handled` says why): NCCL_IB_HCA unset where every
+/// RDMA device with an active port is a rail, NCCL_SOCKET_IFNAME naming some
+/// of the usable interfaces.
 std::vector<LintItem> lint(const Plan& plan, const host::Env& job, const topo::Snapshot& snap);
 
 }  // namespace epkit::env

@@ -1,5 +1,6 @@
 #include "host/sysroot.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <optional>
 
 namespace epkit::host {
 namespace {
@@ -40,6 +41,10 @@ FileInfo to_info(const struct stat& st) {
     info.type = FileType::char_device;
   } else if (S_ISBLK(st.st_mode)) {
     info.type = FileType::block_device;
+  } else if (S_ISFIFO(st.st_mode)) {
+    info.type = FileType::fifo;
+  } else if (S_ISSOCK(st.st_mode)) {
+    info.type = FileType::socket;
   }
   return info;
 }
@@ -70,22 +75,15 @@ std::string Sysroot::host_path(std::string_view path) const {
 }
 
 Result<std::string> Sysroot::read(std::string_view path, std::size_t max_bytes) const {
+  // Under a tree, an absolute link must land inside it (chroot semantics), not
+  // on this machine's /dev or /proc.
   std::string real = host_path(path);
-  std::FILE* file = std::fopen(real.c_str(), "rb");
-  if (file == nullptr) return errno_error(errno, "cannot open", path);
-  std::string data;
-  char buffer[4096];
-  while (data.size() < max_bytes) {
-    std::size_t want = std::min(sizeof buffer, max_bytes - data.size());
-    std::size_t got = std::fread(buffer, 1, want, file);
-    data.append(buffer, got);
-    if (got < want) break;
+  if (!is_live()) {
+    auto resolved = resolve(path);
+    if (!resolved) return resolved.error();
+    real = host_path(*resolved);
   }
-  bool failed = std::ferror(file) != 0;
-  int err = errno;
-  std::fclose(file);
-  if (failed) return errno_error(err, "cannot read", path);
-  return data;
+  return read_regular_file(real, path, max_bytes, OverLimit::truncate);
 }
 
 Result<std::string> Sysroot::read_trimmed(std::string_view path) const {
@@ -172,6 +170,70 @@ Result<FileInfo> Sysroot::lstat(std::string_view path) const {
 bool Sysroot::is_dir(std::string_view path) const {
   auto info = stat(path);
   return info && info->type == FileType::directory;
+}
+
+const char* file_kind(FileType type) {
+  switch (type) {
+    case FileType::regular:
+      return "a regular file";
+    case FileType::directory:
+      return "a folder";
+    case FileType::symlink:
+      return "a symbolic link";
+    case FileType::char_device:
+      return "a character device";
+    case FileType::block_device:
+      return "a block device";
+    case FileType::fifo:
+      return "a fifo";
+    case FileType::socket:
+      return "a socket";
+    case FileType::other:
+      break;
+  }
+  return "not a regular file";
+}
+
+Result<std::string> read_regular_file(const std::string& real_path, std::string_view shown,
+                                      std::size_t max_bytes, OverLimit over) {
+  // stat() first: opening a device or a fifo can itself block or act (a tape
+  // rewinds, a tty becomes ours); fstat() after, in case the path changed.
+  struct stat st {};
+  if (::stat(real_path.c_str(), &st) != 0) return errno_error(errno, "cannot open", shown);
+  auto refuse = [&](const struct stat& s) -> std::optional<Error> {
+    if (S_ISREG(s.st_mode)) return std::nullopt;
+    return make_error(ErrorCode::invalid,
+                      fmt::format("{}: {}, not a regular file", shown, file_kind(to_info(s).type)));
+  };
+  if (auto e = refuse(st)) return *e;
+  int fd = ::open(real_path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return errno_error(errno, "cannot open", shown);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0) return errno_error(errno, "cannot stat", shown);
+  if (auto e = refuse(st)) return *e;
+  std::string data;
+  char buffer[8192];
+  while (true) {
+    // One byte past the limit tells "exactly max_bytes" from "longer".
+    std::size_t want = std::min(sizeof buffer, max_bytes + 1 - data.size());
+    ssize_t got = ::read(fd, buffer, want);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return errno_error(errno, "cannot read", shown);
+    if (got == 0) break;
+    data.append(buffer, static_cast<std::size_t>(got));
+    if (data.size() > max_bytes) {
+      if (over == OverLimit::fail) {
+        return make_error(ErrorCode::invalid,
+                          fmt::format("{}: larger than {} bytes", shown, max_bytes));
+      }
+      data.resize(max_bytes);
+      break;
+    }
+  }
+  return data;
 }
 
 std::string join_path(std::string_view a, std::string_view b) {

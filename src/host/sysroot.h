@@ -15,7 +15,7 @@
 
 namespace epkit::host {
 
-enum class FileType { regular, directory, symlink, char_device, block_device, other };
+enum class FileType { regular, directory, symlink, char_device, block_device, fifo, socket, other };
 
 struct FileInfo {
   FileType type = FileType::other;
@@ -34,7 +34,11 @@ class Sysroot {
   /// The path on this machine where node path `path` lives (no link following).
   std::string host_path(std::string_view path) const;
 
-  /// Whole file (sysfs and procfs attributes are small; max_bytes bounds the rest).
+  /// Whole file (sysfs and procfs attributes are small; max_bytes bounds the
+  /// rest: a longer file is cut there). Links are followed inside the root.
+  /// Only a regular file is read: a folder, fifo, socket or device is an
+  /// invalid error naming it (a fifo in a node tree must not hang a passive
+  /// command, /dev/zero must not fill memory).
   Result<std::string> read(std::string_view path, std::size_t max_bytes = 1 << 20) const;
   /// read() with surrounding whitespace removed (sysfs values end with '\n').
   Result<std::string> read_trimmed(std::string_view path) const;
@@ -56,6 +60,20 @@ class Sysroot {
  private:
   std::string m_root;  // without trailing '/', empty for the live node
 };
+
+/// What a file over the limit of read_regular_file() gives.
+enum class OverLimit { truncate, fail };
+
+/// Reads a regular file of this machine at `real_path` (`shown` names it in
+/// errors): opened non-blocking and without becoming a controlling terminal,
+/// refused unless it is a regular file (checked before and after opening),
+/// at most max_bytes. The one bounded reader under Sysroot::read and the
+/// --env-file readers.
+Result<std::string> read_regular_file(const std::string& real_path, std::string_view shown,
+                                      std::size_t max_bytes, OverLimit over);
+
+/// "a folder", "a fifo", "a character device", ... for error messages.
+const char* file_kind(FileType type);
 
 /// Join two node paths with exactly one '/'.
 std::string join_path(std::string_view a, std::string_view b);

@@ -4,6 +4,7 @@
 
 #include "checks/check_fixture.h"
 #include "checks/known_vars.h"
+#include "topo/probe.h"
 #include "util/text.h"
 
 namespace epkit::checks {
@@ -155,6 +156,76 @@ TEST(EnvUnknownVars, NcclTypo) {
   EXPECT_TRUE(mentions(out, "NCCL_SOCKET_IFNAME")) << describe(out);
   auto quoted = run_check("env.unknown-vars", tree, {{"NCCL_DEBUGG", "it's on"}});
   EXPECT_EQ(quoted.fix, "export NCCL_DEBUG='it'\\''s on'; unset NCCL_DEBUGG") << describe(quoted);
+}
+
+// Seed 000's RDMAV_DRIVERS named a folder that was not there; env.paths never
+// looked at it.
+TEST(EnvPaths, RdmavDriversIsCheckedAsAPath) {
+  TempTree tree;
+  tree.mkdir("/usr/lib/x86_64-linux-gnu/libibverbs");
+  auto out =
+      run_check("env.paths", tree, {{"RDMAV_DRIVERS", "/usr/local/nvidia/lib64/libibverbs"}});
+  EXPECT_EQ(out.status, Status::warn) << describe(out);
+  EXPECT_TRUE(mentions(out,
+                       "RDMAV_DRIVERS entry /usr/local/nvidia/lib64/libibverbs does not "
+                       "exist"))
+      << describe(out);
+  auto ibv = run_check("env.paths", tree, {{"IBV_DRIVERS", "mlx5:/opt/none/libmlx5.so"}});
+  EXPECT_EQ(ibv.status, Status::warn) << describe(ibv);
+  EXPECT_TRUE(mentions(ibv, "/opt/none/libmlx5.so")) << describe(ibv);
+  EXPECT_FALSE(mentions(ibv, "entry mlx5 ")) << describe(ibv);  // a provider name, not a path
+  auto present =
+      run_check("env.paths", tree, {{"RDMAV_DRIVERS", "/usr/lib/x86_64-linux-gnu/libibverbs"}});
+  EXPECT_EQ(present.status, Status::pass) << describe(present);
+}
+
+// Held-out case: an A3-Ultra-like node (8 H200, 8 RoCE rail NICs, two gVNICs)
+// set up correctly: NCCL_IB_HCA unset (every RDMA device is a rail NIC, so
+// NCCL's default is right) and NCCL_SOCKET_IFNAME naming one of the two
+// usable interfaces. env.plan said FAIL.
+TEST(EnvPlan, DeviationsNcclHandlesAreInfoNotFail) {
+  TempTree tree("examples/gke-a4");
+  for (const char* bdf : {"0000:13:00.0", "0000:14:00.0", "0000:33:00.0", "0000:34:00.0",
+                          "0000:93:00.0", "0000:94:00.0", "0000:b3:00.0", "0000:b4:00.0"}) {
+    tree.write(fmt::format("/sys/bus/pci/devices/{}/device", bdf), "0x2335\n");
+    std::string info = fmt::format("/proc/driver/nvidia/gpus/{}/information", bdf);
+    std::string text = host::Sysroot(tree.root()).read(info).value();
+    text.replace(text.find("B200"), 4, "H200");
+    tree.write(info, text);
+  }
+  std::map<std::string, std::string> job = {
+      {"NCCL_SOCKET_IFNAME", "eth0"},
+      {"NCCL_IB_GID_INDEX", "3"},
+      {"NVSHMEM_IB_ENABLE_IBGDA", "1"},
+      {"NVSHMEM_IBGDA_NIC_HANDLER", "gpu"},
+      {"NVSHMEM_IB_GID_INDEX", "3"},
+      {"NVSHMEM_ENABLE_NIC_PE_MAPPING", "1"},
+      {"NVSHMEM_DISABLE_CUDA_VMM", "1"},
+      {"DEEP_EP_DEVICE_TO_HCA_MAPPING",
+       "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1,6:mlx5_6:1,7:mlx5_7:1"}};
+  host::Host host = tree.host(host::Env(job, "test"));
+  topo::Snapshot snap = topo::probe(host);
+  const Check* check = find_check("env.plan");
+  ASSERT_NE(check, nullptr);
+  auto out = check->run(Context{host, snap});
+  EXPECT_EQ(out.status, Status::pass) << describe(out);
+  EXPECT_TRUE(mentions(out, "gke-a3-ultra")) << describe(out);
+  EXPECT_TRUE(mentions(out, "NCCL's default")) << describe(out);
+  EXPECT_TRUE(mentions(out, "need only one routable interface")) << describe(out);
+
+  // Where it matters it still fails: a NIC list that leaves rails out (the
+  // one-NIC slowdown), or an interface name that selects nothing.
+  for (auto [name, value] : std::map<std::string, std::string>{{"NCCL_IB_HCA", "=mlx5_0"}}) {
+    auto bad = job;
+    bad[name] = value;
+    host::Host h = tree.host(host::Env(bad, "test"));
+    EXPECT_EQ(check->run(Context{h, snap}).status, Status::fail) << name << "=" << value;
+  }
+  auto none = job;
+  none["NCCL_SOCKET_IFNAME"] = "=eth42";
+  host::Host h = tree.host(host::Env(none, "test"));
+  auto warned = check->run(Context{h, snap});
+  EXPECT_EQ(warned.status, Status::warn) << describe(warned);
 }
 
 }  // namespace

@@ -136,7 +136,7 @@ TEST(NcclIfname, PoorInterfacesWarn) {
   for (const char* value : {"lo", "=docker0", "veth", "^eth0"}) {
     auto out = run_check("nccl.ifname", tree, {{"NCCL_SOCKET_IFNAME", value}}, snap);
     EXPECT_EQ(out.status, Status::warn) << value << "\n" << describe(out);
-    EXPECT_EQ(out.fix, "export NCCL_SOCKET_IFNAME==eth0") << describe(out);
+    EXPECT_EQ(out.fix, "export NCCL_SOCKET_IFNAME='=eth0'") << describe(out);
   }
   auto excluded = run_check("nccl.ifname", tree, {{"NCCL_SOCKET_IFNAME", "^docker,lo,veth"}}, snap);
   EXPECT_EQ(excluded.status, Status::pass) << describe(excluded);
@@ -171,7 +171,7 @@ TEST(NcclIfname, IbHcaMatchingNothingFails) {
   auto snap = make_snapshot(8, {"mlx5_0", "mlx5_1"});
   auto out = run_check("nccl.ifname", tree, {{"NCCL_IB_HCA", "=mlx5_9"}}, snap);
   EXPECT_EQ(out.status, Status::fail) << describe(out);
-  EXPECT_EQ(out.fix, "unset NCCL_IB_HCA, or list the devices: export NCCL_IB_HCA==mlx5_0,mlx5_1");
+  EXPECT_EQ(out.fix, "unset NCCL_IB_HCA, or list the devices: export NCCL_IB_HCA='=mlx5_0,mlx5_1'");
   auto port = run_check("nccl.ifname", tree, {{"NCCL_IB_HCA", "mlx5_0:2"}}, snap);
   EXPECT_EQ(port.status, Status::fail) << describe(port);
   auto good = run_check("nccl.ifname", tree, {{"NCCL_IB_HCA", "=mlx5_0:1,mlx5_1:1"}}, snap);
@@ -185,7 +185,7 @@ TEST(NcclIfname, IbHcaSelectingBondWarns) {
   auto snap = make_snapshot(8, {"mlx5_0", "mlx5_1", "mlx5_bond_0"});
   auto out = run_check("nccl.ifname", tree, {{"NCCL_IB_HCA", "mlx5"}}, snap);
   EXPECT_EQ(out.status, Status::warn) << describe(out);
-  EXPECT_EQ(out.fix, "export NCCL_IB_HCA==mlx5_0,mlx5_1") << describe(out);
+  EXPECT_EQ(out.fix, "export NCCL_IB_HCA='=mlx5_0,mlx5_1'") << describe(out);
   auto excluded = run_check("nccl.ifname", tree, {{"NCCL_IB_HCA", "^mlx5_bond_0:1"}}, snap);
   EXPECT_EQ(excluded.status, Status::pass) << describe(excluded);
 }

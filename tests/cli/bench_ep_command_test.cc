@@ -87,18 +87,20 @@ TEST(BenchEpCommand, LowLatencyModeTakesDeepEpsSizesAndOneSmCount) {
   EXPECT_EQ(shell_no_gpu("--mode low-latency --timeout 5").code, 12);
 }
 
-TEST(BenchEpCommand, DumpFolderIsMadeBeforeAnyRankStarts) {
+// The folders were made before the GPU check: a run that could not start
+// left a/b/c behind. Now the path is only checked; the ranks make it.
+TEST(BenchEpCommand, DumpFolderIsCheckedButNotMadeBeforeTheRunStarts) {
   test::TempTree tree;
   std::string dir = tree.path("/out/ep");
-  // No GPU: the run fails with exit 12 naming the cause, but the folder
-  // exists by then.
+  // No GPU: the run fails with exit 12 naming the cause, and leaves nothing.
   auto r = shell_no_gpu("--dump " + dir + " --timeout 5");
   EXPECT_EQ(r.code, 12) << r.out;
-  EXPECT_TRUE(std::filesystem::is_directory(dir)) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(tree.path("/out"))) << r.out;
   tree.write("/file", "x");
   auto bad = run({"--dump", tree.path("/file/sub")});
   EXPECT_EQ(bad.code, 64) << bad.out << bad.err;
   EXPECT_NE(bad.err.find("--dump"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("is not a folder"), std::string::npos) << bad.err;
 }
 
 }  // namespace

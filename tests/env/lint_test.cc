@@ -56,8 +56,30 @@ TEST(EnvLint, Seed000NamesEachMistakeWithItsFix) {
          "export DEEP_EP_DEVICE_TO_HCA_MAPPING=0:mlx5_0:1,1:mlx5_1:1");
   expect("NCCL_IB_GID_INDEX", Problem::missing, true, "export NCCL_IB_GID_INDEX=3");
   expect("NVSHMEM_IB_GID_INDEX", Problem::missing, true, "export NVSHMEM_IB_GID_INDEX=3");
-  expect("NCCL_IB_HCA", Problem::missing, true, "export NCCL_IB_HCA='=mlx5_0:1");
+  // Every RDMA device of the node is a rail NIC: NCCL's default is the plan,
+  // so the unset NCCL_IB_HCA is INFO, not FAIL (it was FAIL).
+  expect("NCCL_IB_HCA", Problem::missing, false, "export NCCL_IB_HCA='=mlx5_0:1");
+  EXPECT_NE(l.find("NCCL_IB_HCA", Problem::missing)->handled.find("NCCL's default"),
+            std::string::npos);
   expect("NVSHMEM_DISABLE_CUDA_VMM", Problem::missing, false, "NVSHMEM_DISABLE_CUDA_VMM=1");
+}
+
+// With an RDMA device that is no rail (here a bond beside the rails), NCCL's
+// default would use it: an unset NCCL_IB_HCA stays FAIL.
+TEST(EnvLint, UnsetHcaFailsWhereNcclsDefaultTakesANonRailNic) {
+  test::TempTree tree("examples/gke-a4");
+  tree.link("/sys/class/infiniband/mlx5_bond_0", "../../devices/virtual/infiniband/mlx5_bond_0");
+  tree.write("/sys/devices/virtual/infiniband/mlx5_bond_0/ports/1/state", "4: ACTIVE\n");
+  tree.write("/sys/devices/virtual/infiniband/mlx5_bond_0/ports/1/link_layer", "Ethernet\n");
+  auto host = tree.host(host::Env({}, "test"));
+  topo::Snapshot snap = topo::probe(host);
+  auto plan = make_plan(read_facts(host, snap), snap, {});
+  ASSERT_TRUE(plan.ok());
+  Linted l{lint(*plan, host::Env({}, "test"), snap)};
+  const LintItem* hca = l.find("NCCL_IB_HCA", Problem::missing);
+  ASSERT_NE(hca, nullptr);
+  EXPECT_TRUE(hca->enforced) << hca->message;
+  EXPECT_TRUE(hca->handled.empty()) << hca->handled;
 }
 
 TEST(EnvLint, FixedEnvironmentHasNoDifference) {
@@ -136,6 +158,28 @@ TEST(JobEnv, ReadsAKubernetesEnvList) {
   auto bad = parse_k8s_env("env:\n  - name: A\n  what is this\n", "bad.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("bad.yaml:3"), std::string::npos) << bad.error().message;
+}
+
+// `epkit env --format k8s` writes '$', '`' and control characters as \xNN so
+// that sourcing the YAML runs nothing; the reader turns them back. Names are
+// printable ASCII without '=', and a name listed twice is reported.
+TEST(JobEnv, KubernetesEscapesNamesAndDuplicates) {
+  auto env = parse_k8s_env(
+      "env:\n"
+      "  - name: A\n"
+      "    value: \"x\\x24(id)\\x60\\x0ay\\u00e9\\\"\\\\\"\n",
+      "k.yaml");
+  ASSERT_TRUE(env.ok()) << env.error().message;
+  EXPECT_EQ(env->get("A"), "x$(id)`\ny\xC3\xA9\"\\");
+  auto weird = parse_k8s_env("env:\n  - name: NCCL_$(id) x\n    value: \"1\"\n", "w.yaml");
+  ASSERT_FALSE(weird.ok());
+  EXPECT_NE(weird.error().message.find("w.yaml:2"), std::string::npos);
+  auto twice = parse_k8s_env("env:\n  - name: A\n    value: \"1\"\n  - name: A\n    value: \"2\"\n",
+                             "t.yaml");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.error().message.find("t.yaml:4: A is listed twice (first on line 2)"),
+            std::string::npos)
+      << twice.error().message;
 }
 
 }  // namespace

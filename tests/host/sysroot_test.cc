@@ -1,6 +1,7 @@
 #include "host/sysroot.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "support/temp_tree.h"
 
@@ -51,6 +52,43 @@ TEST(Sysroot, ListsSorted) {
   Sysroot fs(tree.root());
   EXPECT_EQ(fs.list("/d").value(), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(fs.list("/none").error().code, ErrorCode::not_found);
+}
+
+// A fifo in a node tree hung every passive command (doctor, topo, env); a
+// folder or a device read as empty or without end.
+TEST(Sysroot, ReadsRegularFilesOnlyNeverBlocking) {
+  test::TempTree tree;
+  tree.write("/sys/class/dmi/id/sys_vendor", "Google\n");
+  tree.mkdir("/sys/class/dmi/id/product_name");
+  ASSERT_EQ(::mkfifo(tree.path("/sys/class/dmi/id/board_vendor").c_str(), 0644), 0);
+  tree.link("/sys/class/dmi/id/chassis_vendor", "/dev/zero");  // inside the root: missing
+  Sysroot fs(tree.root());
+  EXPECT_EQ(fs.read_trimmed("/sys/class/dmi/id/sys_vendor").value(), "Google");
+  auto fifo = fs.read("/sys/class/dmi/id/board_vendor");
+  ASSERT_FALSE(fifo.ok());
+  EXPECT_EQ(fifo.error().code, ErrorCode::invalid);
+  EXPECT_NE(fifo.error().message.find("/sys/class/dmi/id/board_vendor: a fifo"), std::string::npos)
+      << fifo.error().message;
+  auto dir = fs.read("/sys/class/dmi/id/product_name");
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.error().message.find("a folder"), std::string::npos) << dir.error().message;
+  EXPECT_EQ(fs.read("/sys/class/dmi/id/chassis_vendor").error().code, ErrorCode::not_found);
+  // The live node's devices are refused too.
+  auto zero = Sysroot("/").read("/dev/zero");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.error().message.find("character device"), std::string::npos);
+}
+
+TEST(Sysroot, ReadsAreCutAtTheLimit) {
+  test::TempTree tree;
+  tree.write("/proc/big", std::string(10000, 'x'));
+  Sysroot fs(tree.root());
+  EXPECT_EQ(fs.read("/proc/big", 100).value().size(), 100u);
+  EXPECT_EQ(fs.read("/proc/big").value().size(), 10000u);
+  auto strict = read_regular_file(tree.path("/proc/big"), "/proc/big", 100, OverLimit::fail);
+  ASSERT_FALSE(strict.ok());
+  EXPECT_NE(strict.error().message.find("larger than 100 bytes"), std::string::npos);
+  EXPECT_TRUE(read_regular_file(tree.path("/proc/big"), "/proc/big", 10000, OverLimit::fail).ok());
 }
 
 TEST(Sysroot, PathHelpers) {

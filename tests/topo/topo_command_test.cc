@@ -26,7 +26,7 @@ TEST(TopoCommand, GkeA4TextHasEverySection) {
         "GPUs: GPU0,GPU1    NICs: mlx5_0,mlx5_1", "Topology matrix", "NIC0: mlx5_0", "Legend:",
         "export DEEP_EP_DEVICE_TO_HCA_MAPPING=0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,"
         "4:mlx5_4:1,5:mlx5_5:1,6:mlx5_6:1,7:mlx5_7:1",
-        "export NCCL_IB_HCA==mlx5_0:1,", "GPU3=mlx5_3:1"}) {
+        "export NCCL_IB_HCA='=mlx5_0:1,", "GPU3=mlx5_3:1"}) {
     EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
   }
   EXPECT_EQ(r.out.find("Probe notes"), std::string::npos);

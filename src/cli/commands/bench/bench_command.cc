@@ -4,6 +4,7 @@
 // (test_internode.py's RDMA and NVL figures when the launch spans nodes).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "cli/command.h"
 #include "cli/gpu_launch.h"
 #include "host/dl/nccl.h"
+#include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
 #include "bench/nccl_runner.h"
@@ -129,7 +131,7 @@ int bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo
       nlohmann::json rj = nlohmann::json::array();
       for (const auto& row : *rows) rj.push_back(bench::to_json(row));
       j["rows"] = rj;
-      io.summary << j.dump(2) << "\n";
+      io.summary << util::dump_json(j, 2) << "\n";
     } else {
       io.summary << fmt::format(
           "# epkit bench nccl {}: {} ranks on {} node{}, NCCL {}, {}, -n {} -w {} -c {}\n",
@@ -237,7 +239,7 @@ int end_ep_bench_rank(runtime::GpuRank& r, const runtime::LaunchInfo& launch, Ra
   if (after_free) after_free();
   if (launch.rank == 0) {
     if (lo.json) {
-      io.summary << json(report, code).dump(2) << "\n";
+      io.summary << util::dump_json(json(report, code), 2) << "\n";
     } else {
       io.summary << render(report);
     }
@@ -331,23 +333,49 @@ int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, 
 
 #endif
 
+// --dump DIR made absolute, if it can be made: every part that exists is a
+// folder, and the deepest one is writable. Creates nothing.
+Result<std::string> dump_folder(const std::string& given) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::absolute(given, ec);
+  if (ec) return make_error(ErrorCode::invalid, fmt::format("{}: {}", given, ec.message()));
+  dir = dir.lexically_normal();
+  fs::path existing = dir;
+  while (true) {
+    auto status = fs::status(existing, ec);
+    if (status.type() != fs::file_type::not_found) {
+      if (status.type() != fs::file_type::directory) {
+        return make_error(ErrorCode::invalid, fmt::format("{}: {} exists and is not a folder",
+                                                          given, existing.string()));
+      }
+      break;
+    }
+    if (!existing.has_relative_path()) break;
+    existing = existing.parent_path();
+  }
+  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+    return make_error(ErrorCode::permission,
+                      fmt::format("{}: cannot write in {}", given, existing.string()));
+  }
+  return dir.string();
+}
+
 int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& lo,
                    const std::shared_ptr<EpBenchCliOptions>& o) {
   if (std::string why = validate(*o); !why.empty()) {
-    io.err << "epkit bench ep: " << why << "\n";
-    return k_exit_usage;
+    return refuse_run(io, "bench ep", lo.json, k_exit_usage, why);
   }
   if (!o->dump.empty()) {
-    // Made here, once, so that a bad path is a usage error before any GPU
-    // starts; ranks get it absolute whatever their working directory.
-    std::error_code ec;
-    std::filesystem::path dir = std::filesystem::absolute(o->dump, ec);
-    if (!ec) std::filesystem::create_directories(dir, ec);
-    if (ec) {
-      io.err << "epkit bench ep: --dump " << o->dump << ": " << ec.message() << "\n";
-      return k_exit_usage;
+    // Checked here, so that a bad path is a usage error before any GPU
+    // starts, but not made: the ranks make it once the run is under way (a
+    // run that cannot start leaves no folders behind). Ranks get it absolute
+    // whatever their working directory.
+    auto dir = dump_folder(o->dump);
+    if (!dir) {
+      return refuse_run(io, "bench ep", lo.json, k_exit_usage, "--dump " + dir.error().message);
     }
-    o->dump = dir.string();
+    o->dump = *dir;
   }
   std::vector<std::string> child = {"ep", "--mode", o->mode};
   auto pass = [&child](const char* flag, std::string value) {
@@ -379,13 +407,9 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
 
 int run_p2p_command(Io& io, const std::string& size, int iters, bool json) {
   auto bytes = bench::parse_size(size);
-  if (!bytes) {
-    io.err << "epkit bench p2p: " << bytes.error().message << "\n";
-    return k_exit_usage;
-  }
+  if (!bytes) return refuse_run(io, "bench p2p", json, k_exit_usage, bytes.error().message);
   if (*bytes < 16) {
-    io.err << "epkit bench p2p: -b must be at least 16 bytes\n";
-    return k_exit_usage;
+    return refuse_run(io, "bench p2p", json, k_exit_usage, "-b must be at least 16 bytes");
   }
 #ifdef EPKIT_WITH_CUDA
   bench::P2pOptions po;
@@ -393,8 +417,10 @@ int run_p2p_command(Io& io, const std::string& size, int iters, bool json) {
   po.iters = iters;
   auto matrices = bench::run_p2p(po);
   if (!matrices) {
-    io.err << "epkit bench p2p: " << matrices.error().message << "\n";
-    return matrices.error().code == ErrorCode::unavailable ? k_gpu_unavailable : k_gpu_nccl_error;
+    return refuse_run(
+        io, "bench p2p", json,
+        matrices.error().code == ErrorCode::unavailable ? k_gpu_unavailable : k_gpu_nccl_error,
+        matrices.error().message);
   }
   if (json) {
     nlohmann::json j = {{"bytes", po.bytes}, {"iters", po.iters}};
@@ -402,7 +428,7 @@ int run_p2p_command(Io& io, const std::string& size, int iters, bool json) {
     for (const auto& m : *matrices)
       ms.push_back({{"mode", bench::to_string(m.mode)}, {"gbps", m.gbps}});
     j["matrices"] = ms;
-    io.out << j.dump(2) << "\n";
+    io.out << util::dump_json(j, 2) << "\n";
   } else {
     io.out << fmt::format("epkit bench p2p: {} bytes per copy, {} iterations\n\n", po.bytes,
                           po.iters);
@@ -411,9 +437,7 @@ int run_p2p_command(Io& io, const std::string& size, int iters, bool json) {
   return k_gpu_ok;
 #else
   (void)iters;
-  (void)json;
-  io.err << "epkit bench p2p: " << host::dl::nccl_not_built().message << "\n";
-  return k_gpu_unavailable;
+  return refuse_run(io, "bench p2p", json, k_gpu_unavailable, host::dl::nccl_not_built().message);
 #endif
 }
 
@@ -442,7 +466,8 @@ Command make_bench_command() {
         nccl->add_option("-r,--root", o->root, "Broadcast root (default 0)")
             ->check(CLI::Range(0, 1 << 20));
         nccl->add_option("--min-busbw", o->min_busbw,
-                         "Exit 13 when the average bus bandwidth (GB/s) is below this");
+                         "Exit 13 when the average bus bandwidth (GB/s) is below this")
+            ->check(finite_range(0.0, 1e9));
         add_gpu_launch_options(*nccl, *lo);
         CLI::App* p2p = app.add_subcommand(
             "p2p", "GPU x GPU copy bandwidth matrix: copy engine and SM kernel, uni/bidirectional");
@@ -505,10 +530,7 @@ Command make_bench_command() {
             return run_ep_command(io, *common, *ep_lo, eo);
           }
           auto p = parse(*o);
-          if (!p) {
-            io.err << "epkit bench nccl: " << p.error().message << "\n";
-            return k_exit_usage;
-          }
+          if (!p) return refuse_run(io, "bench nccl", lo->json, k_exit_usage, p.error().message);
           std::vector<std::string> child = {"nccl",      o->collective,
                                             "-b",        o->min_bytes,
                                             "-e",        o->max_bytes,

@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "cli/text_style.h"
 #include "topo/probe.h"
+#include "util/json.h"
 
 namespace epkit::cli {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 struct DoctorOptions {
   CommonOptions common;
   std::vector<std::string> only;
-  std::string format = "text";
+  std::string format;  // "" when not given: text
   bool list = false;
   bool verbose = false;
 };
@@ -120,12 +121,12 @@ Command make_doctor_command() {
                 "Exit codes: 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN (Nagios/NHC); 64 bad usage.\n"
                 "JSON schema: docs/doctor-json.md; Prometheus metrics: docs/deploy.md.");
             return [opts](Io& io) -> int {
-              if (opts->common.json && opts->format != "text" && opts->format != "json") {
-                io.err << "epkit doctor: --json and --format " << opts->format
-                       << " ask for two formats; give one\n";
+              auto format = choose_format(opts->common.json, opts->format, "text");
+              if (!format) {
+                io.err << "epkit doctor: " << format.error().message << "\n";
                 return k_exit_usage;
               }
-              if (opts->common.json) opts->format = "json";
+              opts->format = *format;
               if (opts->list) {
                 print_list(io);
                 return k_exit_ok;
@@ -146,7 +147,7 @@ Command make_doctor_command() {
               checks::Context ctx{*host, snapshot};
               checks::Report report = checks::run(ctx, opts->only);
               if (opts->format == "json") {
-                io.out << checks::to_json(report, ctx).dump(2) << "\n";
+                io.out << util::dump_json(checks::to_json(report, ctx), 2) << "\n";
               } else if (opts->format == "prometheus") {
                 io.out << checks::to_prometheus(report, ctx);
               } else {

@@ -18,15 +18,16 @@
 #include "env/lint.h"
 #include "env/plan.h"
 #include "topo/probe.h"
+#include "util/json.h"
 
 namespace epkit::cli {
 namespace {
 
 struct EnvOptions {
   CommonOptions common;
-  std::string format = "sh";
+  std::string format;  // "" when not given: sh
   std::string profile = "auto";
-  int local_rank = -1;
+  std::optional<int> local_rank;
   bool check = false;
 };
 
@@ -61,8 +62,14 @@ Result<host::Host> env_host(const EnvOptions& opts) {
   return host::Host(host::Sysroot(opts.common.sysroot), std::move(job));
 }
 
+// INFO items (NCCL copes with the deviation) count as PASS for the exit code.
 checks::Status item_status(const env::LintItem& item) {
+  if (!item.handled.empty()) return checks::Status::pass;
   return item.enforced ? checks::Status::fail : checks::Status::warn;
+}
+
+std::string item_word(const env::LintItem& item) {
+  return item.handled.empty() ? checks::to_string(item_status(item)) : "INFO";
 }
 
 // The doctor's env, nccl and nvshmem checks, less the two whose findings the
@@ -109,7 +116,7 @@ int run_check(const EnvOptions& opts, const host::Host& host, const topo::Snapsh
     for (const auto& item : items) {
       j["diff"].push_back({{"name", item.name},
                            {"problem", env::to_string(item.problem)},
-                           {"status", checks::to_string(item_status(item))},
+                           {"status", item_word(item)},
                            {"have", item.have},
                            {"want", item.want},
                            {"message", item.message},
@@ -118,7 +125,7 @@ int run_check(const EnvOptions& opts, const host::Host& host, const topo::Snapsh
     j["checks"] = checks::to_json(report, ctx)["checks"];
     j["status"] = checks::to_string(worst);
     j["exit_code"] = code;
-    io.out << j.dump(2) << "\n";
+    io.out << util::dump_json(j, 2) << "\n";
     return code;
   }
   io.out << fmt::format("epkit env --check: {} against this node", host.env().origin());
@@ -128,12 +135,14 @@ int run_check(const EnvOptions& opts, const host::Host& host, const topo::Snapsh
                         items.size() == 1 ? "" : "s");
   for (const auto& item : items) {
     auto status = item_status(item);
-    io.out << fmt::format(
-        "  {} {:<11} {}\n",
-        styled(io.color, status == checks::Status::fail ? Style::red : Style::yellow,
-               fmt::format("{:<4}", checks::to_string(status))),
-        env::to_string(item.problem), item.message);
-    io.out << fmt::format("  {:<16} fix: {}\n", "", item.fix);
+    io.out << fmt::format("  {} {:<11} {}\n",
+                          styled(io.color,
+                                 status == checks::Status::fail   ? Style::red
+                                 : status == checks::Status::warn ? Style::yellow
+                                                                  : Style::dim,
+                                 fmt::format("{:<4}", item_word(item))),
+                          env::to_string(item.problem), item.message);
+    if (item.handled.empty()) io.out << fmt::format("  {:<16} fix: {}\n", "", item.fix);
   }
   io.out << "\ndoctor checks (env, nccl, nvshmem):\n";
   for (const auto& run : report.runs) {
@@ -173,7 +182,13 @@ Command make_env_command() {
                 "Exit codes (--check): 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN; 64 bad usage or input.\n"
                 "Rules and an example: docs/env.md.");
             return [opts](Io& io) -> int {
-              auto format = env::parse_format(opts->format);
+              auto chosen = choose_format(opts->common.json, opts->format, "sh");
+              if (!chosen) {
+                io.err << "epkit env: " << chosen.error().message << "\n";
+                return k_exit_usage;
+              }
+              opts->common.json = *chosen == "json";  // --check's report too
+              auto format = env::parse_format(*chosen);
               auto profile = env::parse_profile(opts->profile);
               for (const Error* e :
                    {format ? nullptr : &format.error(), profile ? nullptr : &profile.error()}) {
@@ -190,14 +205,14 @@ Command make_env_command() {
               topo::Snapshot snap = topo::probe(*host);
               env::NodeFacts facts = env::read_facts(*host, snap);
               env::PlanOptions plan_options{*profile, std::nullopt};
-              if (opts->local_rank >= 0) plan_options.local_rank = opts->local_rank;
+              plan_options.local_rank = opts->local_rank;  // make_plan refuses one out of range
               auto plan = env::make_plan(facts, snap, plan_options);
               if (!plan) {
                 io.err << "epkit env: " << plan.error().message << "\n";
                 return k_exit_usage;
               }
               if (opts->check) return run_check(*opts, *host, snap, *plan, io);
-              io.out << env::render(*plan, opts->common.json ? env::Format::json : *format);
+              io.out << env::render(*plan, *format);
               return k_exit_ok;
             };
           }};

@@ -23,6 +23,7 @@
 #include "cli/commands/test/peer_results.h"
 #include "cli/gpu_launch.h"
 #include "host/dl/nccl.h"
+#include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -152,9 +153,13 @@ Result<RankResult> run_collectives(runtime::GpuRank& r, double timeout_s) {
 
 // Points NCCL's INFO log at a private file so the transports can be read
 // back; left alone when the user set NCCL_DEBUG (their log, their choice).
+// The file is made by mkstemp under $TMPDIR: a name another user could guess
+// would let them plant a link there for NCCL to write through.
 std::string capture_nccl_log(const host::Host& host, int rank) {
   if (host.env().has("NCCL_DEBUG")) return {};
-  std::string path = fmt::format("/tmp/epkit-nccl-{}-{}.log", ::getpid(), rank);
+  auto made = host::make_temp_file(host.env(), fmt::format("epkit-nccl-{}-{}-", ::getpid(), rank));
+  if (!made) return {};  // transports then show as unknown
+  const std::string& path = *made;
   ::setenv("NCCL_DEBUG", "INFO", 1);
   ::setenv("NCCL_DEBUG_SUBSYS", "INIT,P2P,NET", 1);
   ::setenv("NCCL_DEBUG_FILE", path.c_str(), 1);
@@ -202,7 +207,7 @@ void write_summary(runtime::GpuRank& r, const std::vector<nlohmann::json>& resul
   }
   j["mismatches"] = mm;
   if (json) {
-    out << j.dump(2) << "\n";
+    out << util::dump_json(j, 2) << "\n";
     return;
   }
   out << fmt::format("epkit test: {} of {} ranks OK on {} node{} ({})\n",
@@ -235,7 +240,8 @@ void write_summary(runtime::GpuRank& r, const std::vector<nlohmann::json>& resul
       }
     }
   } else {
-    out << "  transports: unknown (NCCL_DEBUG is set, so epkit did not capture NCCL's log)\n";
+    out << "  transports: unknown (NCCL_DEBUG is set or no temporary file could be made, so "
+           "epkit did not capture NCCL's log)\n";
   }
   for (const auto& m : mismatches) {
     out << fmt::format("  mismatch ({}): {}\n", runtime::to_string(m.kind), m.summary);
@@ -318,7 +324,7 @@ void write_ep_summary(const ep::ConformanceReport& report, const EpTestOptions& 
         {"seed", report.seed},      {"num_tokens", e.tokens},   {"hidden", e.hidden},
         {"num_topk", e.topk},       {"num_experts", e.experts}, {"num_sms", e.sms},
         {"failures", failures}};
-    out << j.dump(2) << "\n";
+    out << util::dump_json(j, 2) << "\n";
     return;
   }
   out << fmt::format("epkit test ep: {} cases on {} ranks: {} passed, {} failed (seed {})\n",
@@ -446,9 +452,10 @@ Command make_test_command() {
                   if (ep->count("--experts") == 0) e->experts = k_ll_default_experts;
                 }
                 if (e->hidden % 128 != 0) {
-                  io.err << "epkit test ep: --hidden " << e->hidden
-                         << " is not a multiple of 128 (FP8 scales cover 128 channels)\n";
-                  return k_exit_usage;
+                  return refuse_run(io, "test ep", ep_opts->json, k_exit_usage,
+                                    fmt::format("--hidden {} is not a multiple of 128 (FP8 "
+                                                "scales cover 128 channels)",
+                                                e->hidden));
                 }
                 // Fresh inputs every run unless --seed asks for a repeat;
                 // the agent picks it once so every rank it starts agrees.

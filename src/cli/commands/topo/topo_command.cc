@@ -7,9 +7,11 @@
 
 #include "cli/command.h"
 #include "cli/text_style.h"
+#include "env/shell.h"
 #include "topo/model.h"
 #include "topo/probe.h"
 #include "topo/snapshot_json.h"
+#include "util/json.h"
 
 namespace epkit::cli {
 namespace {
@@ -113,8 +115,9 @@ void print_mapping(const std::vector<topo::NicChoice>& choices, Io& io) {
     io.out << "  no RDMA NIC to assign\n";
     return;
   }
-  io.out << "\n  export DEEP_EP_DEVICE_TO_HCA_MAPPING=" << topo::deep_ep_mapping(choices) << "\n";
-  io.out << "  export NCCL_IB_HCA=" << topo::nccl_ib_hca(choices) << "\n";
+  io.out << "\n  export DEEP_EP_DEVICE_TO_HCA_MAPPING="
+         << env::shell_word(topo::deep_ep_mapping(choices)) << "\n";
+  io.out << "  export NCCL_IB_HCA=" << env::shell_word(topo::nccl_ib_hca(choices)) << "\n";
   io.out << "  NVSHMEM_HCA_LIST per GPU process:";
   for (const auto& c : choices) {
     if (!c.nic.empty()) io.out << fmt::format(" GPU{}={}", c.gpu, topo::nvshmem_hca_list(c));
@@ -144,7 +147,7 @@ Command make_topo_command() {
                 nlohmann::json out = {{"snapshot", topo::to_json(snap)},
                                       {"matrix", topo::to_json(matrix)},
                                       {"assignment", topo::to_json(choices)}};
-                io.out << out.dump(2) << "\n";
+                io.out << util::dump_json(out, 2) << "\n";
                 return k_exit_ok;
               }
               io.out << fmt::format("epkit topo: {} GPU{}, {} RDMA device{}", snap.gpus.size(),
