@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "support/cli_run.h"
+#include "support/golden.h"
 #include "support/temp_tree.h"
 
 namespace epkit::cli {
@@ -19,13 +20,6 @@ namespace {
 
 const char* const k_nodes[] = {"gke-a4", "dgx-h100"};
 const char* const k_formats[] = {"sh", "json", "k8s", "mpirun", "dotenv"};
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 struct Empty {
   test::TempTree tree;
@@ -51,20 +45,13 @@ bool have_tool(const char* tool) {
 
 TEST(EnvCommand, GoldenOutputForEveryExampleNodeAndFormat) {
   Empty empty;
-  bool update = std::getenv("EPKIT_UPDATE_GOLDEN") != nullptr;
   for (const char* node : k_nodes) {
     for (const char* format : k_formats) {
       auto run = generate(node, format, empty);
       ASSERT_EQ(run.code, 0) << node << " " << format << ": " << run.err;
-      std::string golden =
-          test::source_path(std::string("tests/env/golden/") + node + "." + format);
-      if (update) {
-        std::ofstream(golden) << run.out;
-        continue;
-      }
-      EXPECT_EQ(run.out, read_text(golden))
-          << node << "." << format << " differs from its golden file; if the change is meant, "
-          << "run the test with EPKIT_UPDATE_GOLDEN=1 and review the diff";
+      // Only EPKIT_UPDATE_GOLDEN=1 rewrites, and a rewriting run fails.
+      test::expect_golden(test::source_path(std::string("tests/env/golden/") + node + "." + format),
+                          run.out, std::string(node) + "." + format);
     }
   }
 }
