@@ -81,23 +81,23 @@ if want intranode; then
   args=${INTRANODE_ARGS:---num-tokens 4096 --hidden 7168 --num-topk 8 --num-experts 256}
   # DeepEP's tests as they are, and a copy with only the import line changed
   # (test_intranode.py imports test_low_latency.py, which imports deep_ep too).
-  for lib in deep_ep epkit; do
-    rm -rf "$out/tests_$lib" && mkdir -p "$out/tests_$lib"
-    cp "$deepep"/tests/*.py "$out/tests_$lib/"
+  for which in deep_ep epkit; do
+    rm -rf "$out/tests_$which" && mkdir -p "$out/tests_$which"
+    cp "$deepep"/tests/*.py "$out/tests_$which/"
   done
   sed -i 's/^import deep_ep$/import epkit.deep_ep as deep_ep/' "$out"/tests_epkit/test_*.py
   port=8461
   for ((r = 1; r <= ${INTRANODE_ROUNDS:-1}; r++)); do
     order=(deep_ep epkit)
     ((r % 2 == 0)) && order=(epkit deep_ep)
-    for lib in "${order[@]}"; do
-      log=$out/test_intranode_${lib}_${ranks}_$r.txt
+    for which in "${order[@]}"; do
+      log=$out/test_intranode_${which}_${ranks}_$r.txt
       # shellcheck disable=SC2086  # args is a list of flags
-      (cd "$out/tests_$lib" && EPKIT_SHARE_GPU=1 MASTER_PORT=$((port++)) timeout 280 python3 test_intranode.py \
+      (cd "$out/tests_$which" && EPKIT_SHARE_GPU=1 MASTER_PORT=$((port++)) timeout 280 python3 test_intranode.py \
         --num-processes "$ranks" $args) >"$log" 2>&1
       rc=$?
       ((rc)) && status=1
-      note "== test_intranode.py through $lib, round $r ($ranks ranks, $args): exit $rc, $(grep -c ' passed' "$log") cases passed"
+      note "== test_intranode.py through $which, round $r ($ranks ranks, $args): exit $rc, $(grep -c ' passed' "$log") cases passed"
       grep -h "Best\|\[layout\]" "$log" | tee -a "$out/summary.txt"
       ((rc)) && tail -n 15 "$log"
     done

@@ -119,7 +119,7 @@ epkit_ep_status copy_span(const epkit_ep_tensor& dst, const epkit_ep_tensor& src
                                                   index, d.describe(), s.describe()));
   span = ep::CopySpan{};
   if (d.numel() == 0) return EPKIT_EP_OK;
-  if (!d.row_major() || !s.row_major())
+  if (!d.row_major() || !s.row_major() || (d.ndim == 1 && (d.strides[0] != 1 || s.strides[0] != 1)))
     return fail(EPKIT_EP_ERR_INVALID,
                 fmt::format("copy {}: rows must be contiguous (inner stride 1)", index));
   const auto es = static_cast<std::int64_t>(ep::dtype_size(d.dtype));

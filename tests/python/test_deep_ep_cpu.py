@@ -303,6 +303,27 @@ class Paths(unittest.TestCase):
             else:
                 os.environ["EPKIT_NO_EXTENSION"] = saved_env
 
+    def test_a_failed_first_use_build_falls_back_to_ctypes(self):
+        from epkit import _build_ext
+        from epkit.deep_ep import buffer as b
+        saved = (b._EXTENSION, b._native.load, _build_ext.compiled_on_first_use,
+                 os.environ.pop("EPKIT_NO_EXTENSION", None), os.environ.pop("EPKIT_BUILD_EXTENSION", None))
+
+        def fails():
+            raise PermissionError("~/.cache is read-only")
+        try:
+            b._EXTENSION = None
+            b._native.load = lambda: None
+            _build_ext.compiled_on_first_use = fails
+            module, why = b._extension()
+            self.assertIsNone(module)
+            self.assertIn("compiling it failed: PermissionError: ~/.cache is read-only", why)
+        finally:
+            b._EXTENSION, b._native.load, _build_ext.compiled_on_first_use = saved[:3]
+            for name, value in (("EPKIT_NO_EXTENSION", saved[3]), ("EPKIT_BUILD_EXTENSION", saved[4])):
+                if value is not None:
+                    os.environ[name] = value
+
     def test_event_pointer(self):
         from epkit.deep_ep.buffer import _event_ptr
 

@@ -51,11 +51,15 @@ def _extension():
                 _native.load()  # the extension takes the C ABI from this library
                 try:
                     from .. import _C
-                except ImportError:
+                except ImportError as missing:
                     if os.environ.get("EPKIT_BUILD_EXTENSION") == "0":
                         raise
                     from .._build_ext import compiled_on_first_use
-                    _C = compiled_on_first_use()
+                    try:
+                        _C = compiled_on_first_use()
+                    except Exception as e:  # noqa: BLE001 - a compiler, a cache folder, PyTorch's builder
+                        # Any failure of the first-use build leaves the ctypes path, named.
+                        raise ImportError(f"{missing}; compiling it failed: {type(e).__name__}: {e}") from e
                 if _C.ABI_VERSION != _native.ABI_VERSION:
                     _EXTENSION = (None, f"epkit._C was built for C ABI {_C.ABI_VERSION}, "
                                         f"the package speaks {_native.ABI_VERSION}")
@@ -77,11 +81,11 @@ def _event_ptr(previous_event) -> int:
     return event.ptr or 0
 
 
-def _torch():
+def _torch(user: str = "epkit.deep_ep.Buffer"):
     try:
         import torch
     except ImportError as e:
-        raise ImportError(f"epkit.deep_ep.Buffer needs PyTorch, which is not importable here ({e})") from e
+        raise ImportError(f"{user} needs PyTorch, which is not importable here ({e})") from e
     return torch
 
 

@@ -31,6 +31,7 @@ from typing import Any, Callable, List, Optional, Tuple
 from ._checks import require
 from ._events import Config, EventHandle, EventOverlap
 from .buffer import Buffer
+from .buffer import _torch as buffer_torch
 
 #: DeepEP V2's buffer sizes are multiples of this (2 MiB).
 BUFFER_ALIGNMENT = 2 << 20
@@ -44,11 +45,7 @@ _PAYLOAD_COLUMNS = 128
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError as e:
-        raise ImportError(f"epkit.deep_ep.ElasticBuffer needs PyTorch, which is not importable here ({e})") from e
-    return torch
+    return buffer_torch("epkit.deep_ep.ElasticBuffer")
 
 
 def _not_implemented(feature: str):
