@@ -273,10 +273,15 @@ class ElasticEventOverlap(EventOverlap):
     """V2's EventOverlap: epkit's, plus a hook run after the wait and
     `release_handle` (`with event(release_handle=True):`)."""
 
+    # Defaults on the class: a call without async_with_compute_stream
+    # returns one made without __init__ (host cost, see _event_of).
+    event: Optional[EventHandle] = None
+    extra_tensors: Optional[Tuple[Any, ...]] = None
+    _release_handle_by_call = False
+    hook_after_wait: Optional[Callable] = None
+
     def __init__(self, event: Optional[EventHandle] = None, extra_tensors: Optional[Tuple[Any, ...]] = None) -> None:
         super().__init__(event, extra_tensors)
-        self._release_handle_by_call = False
-        self.hook_after_wait: Optional[Callable] = None
 
     def current_stream_wait(self, release_handle: bool = False) -> None:
         assert self.event is not None
@@ -301,6 +306,17 @@ class ElasticEventOverlap(EventOverlap):
         self._release_handle_by_call = False
 
 
+_new_object = object.__new__
+
+
+def _event_of(async_with_compute_stream: bool) -> ElasticEventOverlap:
+    """A V2 call's event: one recorded on the current stream, or none (made
+    without __init__: the class's defaults are its fields)."""
+    if async_with_compute_stream:
+        return ElasticEventOverlap(EventHandle())
+    return _new_object(ElasticEventOverlap)
+
+
 # The handle --------------------------------------------------------------
 
 #: Handle fields derived from the V1 outputs on first read (most callers
@@ -321,8 +337,25 @@ class EPHandle:
     rank of each selection (-1: none); V2's destination buffer slots do not
     exist in epkit's engine. `token_metadata_at_forward` and
     `channel_linked_list` are None. `num_unaligned_recv_tokens_per_expert`
-    is filled in both layouts. With do_cpu_sync the tensor fields are made
-    on first read; without it (graph capture) by the dispatch itself."""
+    is filled in both layouts. The tensor fields are made on first read,
+    from the dispatch's outputs; a dispatch captured in a CUDA graph makes
+    them in the call (a later read would give one replay's values only)."""
+
+    # V2's fields that are None unless given, and epkit's state: class
+    # defaults, so that a dispatch sets only what it has (host cost).
+    # Assigning one sets the handle's own.
+    token_metadata_at_forward = None
+    channel_linked_list = None
+    cached_recv_src_metadata_before_sort = None
+    #: The V1 handle.
+    _v1 = None
+    #: What the lazy fields are derived from (_Routing).
+    _routing = None
+    #: A field maker that replaces _routing's (tests).
+    _derive: Optional[Callable[[str], Any]] = None
+    #: The _Plan of the buffer whose dispatch checked this handle's
+    #: arguments: a cached dispatch or combine there checks only the new ones.
+    _proof = None
 
     def __init__(self, do_expand: bool, num_experts: int, expert_alignment: int, num_max_tokens_per_rank: int,
                  num_sms: int, topk_idx, num_recv_tokens: int, num_expanded_tokens: int,
@@ -340,32 +373,39 @@ class EPHandle:
         self.num_recv_tokens = num_recv_tokens
         self.num_expanded_tokens = num_expanded_tokens
         self.num_recv_tokens_per_expert_list = num_recv_tokens_per_expert_list
-        self.token_metadata_at_forward = token_metadata_at_forward
-        self.channel_linked_list = channel_linked_list
-        self.cached_recv_src_metadata_before_sort = None
         for name, value in (("psum_num_recv_tokens_per_scaleup_rank", psum_num_recv_tokens_per_scaleup_rank),
                             ("psum_num_recv_tokens_per_expert", psum_num_recv_tokens_per_expert),
                             ("num_unaligned_recv_tokens_per_expert", num_unaligned_recv_tokens_per_expert),
                             ("recv_src_metadata", recv_src_metadata),
-                            ("dst_buffer_slot_idx", dst_buffer_slot_idx)):
+                            ("dst_buffer_slot_idx", dst_buffer_slot_idx),
+                            ("token_metadata_at_forward", token_metadata_at_forward),
+                            ("channel_linked_list", channel_linked_list)):
             if value is not None:
                 setattr(self, name, value)
-        # epkit's: the V1 handle, its rows, the derivation state.
-        self._v1 = None
+        # epkit's: the rows as dispatched (the public fields are assignable).
         self._rows = num_recv_tokens
         self._expanded_rows = num_expanded_tokens
-        self._num_topk = topk_idx.size(1)
-        self._derive: Optional[Callable[[str], Any]] = None
+        self._num_tokens, self._num_topk = topk_idx.size(0), topk_idx.size(1)
 
     def __getattr__(self, name: str):
         # Only reached for attributes not set yet: the lazy fields.
-        if name in _LAZY_FIELDS:
-            derive = self.__dict__.get("_derive")
+        if name == "num_expanded_tokens" or name == "_expanded_rows":
+            routing = self._routing
+            if routing is not None and routing.counts_list is not None:
+                value = sum(routing.counts_list)
+                self.__dict__.setdefault("num_expanded_tokens", value)
+                self.__dict__.setdefault("_expanded_rows", value)
+                return self.__dict__[name]
+        elif name in _LAZY_FIELDS:
+            derive, routing = self._derive, self._routing
             if derive is not None:
                 value = derive(name)
-                self.__dict__[name] = value
-                return value
-            return None
+            elif routing is not None:
+                value = _derive_field(routing, name)
+            else:
+                return None
+            self.__dict__[name] = value
+            return value
         raise AttributeError(f"'EPHandle' object has no attribute {name!r}")
 
     def deterministic_sort(self, *args, **kwargs) -> None:
@@ -374,29 +414,73 @@ class EPHandle:
         return None
 
 
+def _never() -> bool:
+    return False
+
+
+class _Plan:
+    """What every call of one ElasticBuffer reads, made on its first call
+    (host cost: no structure is rebuilt per call): its sizes, PyTorch's
+    dtypes, the default SM and QP counts, the configs, and which combines
+    the engine's own sum serves. Holds no reference to the buffer (handles
+    keep it as their `_proof`, and a handle may outlive its buffer)."""
+
+    __slots__ = ("torch", "bf16", "i64", "f32", "rank", "num_ranks", "num_scaleup_ranks", "single_node",
+                 "max_tokens", "hidden", "max_topk", "num_allocated_qps", "v1_num_sms", "num_sms", "qps",
+                 "engine_sum", "capturing")
+
+    def __init__(self, buffer: "ElasticBuffer"):
+        torch = buffer._torch
+        self.torch = torch
+        self.bf16, self.i64, self.f32 = torch.bfloat16, torch.int64, torch.float32
+        self.rank, self.num_ranks = buffer.rank_idx, buffer.num_ranks
+        self.num_scaleup_ranks = buffer.num_scaleup_ranks
+        self.single_node = buffer.num_rdma_ranks == 1
+        self.max_tokens = buffer.runtime.max_tokens
+        self.hidden = buffer._hidden
+        self.max_topk = min(buffer._max_topk, _PAYLOAD_COLUMNS // 2 - 1)
+        self.num_allocated_qps = buffer.num_allocated_qps
+        self.v1_num_sms = Buffer.num_sms
+        self.num_sms = buffer.get_theoretical_num_sms(0, 0)
+        self.qps = {}  # num_sms -> get_theoretical_num_qps(num_sms)
+        self.engine_sum = {}  # (num_topk, with bias) -> whether a plain combine is the engine's
+        # Whether the current stream is capturing a CUDA graph (torch's
+        # one C call; without CUDA: never).
+        capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+        self.capturing = capturing if capturing is not None and torch.cuda.is_available() else _never
+
+
 class _Routing:
     """What the handle's fields are derived from: the V1 outputs and sizes.
     The per-expert counts and the source prefix sum are made on first use
     (a plain dispatch needs neither: its host cost stays the V1 call's)."""
 
-    __slots__ = ("v1", "rank", "single_node", "psum_src_", "recv_topk_idx", "recv_src_idx", "counts_", "aligned_",
-                 "slot", "topk_idx", "rows", "num_local_experts", "expert_alignment", "num_max_tokens_per_rank",
-                 "do_expand", "num_ranks", "num_scaleup_ranks")
+    __slots__ = ("plan", "v1", "recv_topk_idx", "rows", "num_experts", "num_local_experts", "expert_alignment",
+                 "num_max_tokens_per_rank", "do_expand", "recv_src_idx", "topk_idx", "slot", "psum_src_",
+                 "counts_", "aligned_", "counts_list")
 
-    def __init__(self):
-        self.psum_src_ = self.counts_ = self.aligned_ = self.slot = None
+    def __init__(self, plan: _Plan, v1, recv_topk_idx, rows: int, num_experts: int, expert_alignment: int,
+                 num_max_tokens_per_rank: int, do_expand: bool):
+        self.plan, self.v1, self.recv_topk_idx, self.rows = plan, v1, recv_topk_idx, rows
+        self.num_experts, self.num_local_experts = num_experts, num_experts // plan.num_ranks
+        self.expert_alignment, self.num_max_tokens_per_rank = expert_alignment, num_max_tokens_per_rank
+        self.do_expand = do_expand
+        self.recv_src_idx = self.topk_idx = self.slot = self.psum_src_ = self.counts_ = self.aligned_ = None
+        #: V1's per-expert list (do_cpu_sync), for num_expanded_tokens.
+        self.counts_list = None
 
-    def psum_src(self, torch):
+    def psum_src(self):
         """Inclusive prefix sum of the rows from each source rank (int32 [ranks])."""
         if self.psum_src_ is None:
-            v = self.v1[0][:, self.rank] if self.single_node else self.v1[6]
-            self.psum_src_ = v.contiguous().to(torch.int32)
+            v = self.v1[0][:, self.plan.rank] if self.plan.single_node else self.v1[6]
+            self.psum_src_ = v.contiguous().to(self.plan.torch.int32)
         return self.psum_src_
 
-    def counts(self, torch):
+    def counts(self):
         """Rows per local expert (int32, on the device: no host sync), and
         those counts aligned to expert_alignment."""
         if self.counts_ is None:
+            torch = self.plan.torch
             idx, n = self.recv_topk_idx, self.num_local_experts
             hit = idx >= 0
             counts = torch.zeros((n + 1,), dtype=torch.int32, device=idx.device)
@@ -405,6 +489,40 @@ class _Routing:
             a = self.expert_alignment
             self.aligned_ = self.counts_ if a == 1 else (self.counts_ + (a - 1)) // a * a
         return self.counts_, self.aligned_
+
+
+def _derive_field(r: _Routing, name: str):
+    """A handle field, from the dispatch's outputs only (a handle may
+    outlive its buffer)."""
+    torch = r.plan.torch
+    if name == "psum_num_recv_tokens_per_scaleup_rank":
+        psum_src = r.psum_src()
+        if r.plan.num_scaleup_ranks == r.plan.num_ranks:
+            return psum_src
+        per_src = torch.diff(psum_src, prepend=psum_src.new_zeros(1))
+        per_scaleup = per_src.view(-1, r.plan.num_scaleup_ranks).sum(0)
+        return torch.cumsum(per_scaleup, 0).to(torch.int32)
+    if name in ("psum_num_recv_tokens_per_expert", "num_unaligned_recv_tokens_per_expert"):
+        counts, aligned = r.counts()
+        if name == "num_unaligned_recv_tokens_per_expert":
+            return counts
+        psum = torch.cumsum(aligned, 0).to(torch.int32)
+        return psum - aligned + counts if r.do_expand else psum
+    if name == "dst_buffer_slot_idx":
+        idx = r.topk_idx
+        return torch.where(idx >= 0, idx // r.num_local_experts, -1).to(torch.int32)
+    # recv_src_metadata
+    psum_src = r.psum_src()
+    rows = r.rows
+    row = torch.arange(rows, device=psum_src.device, dtype=torch.int64)
+    valid = row < psum_src[-1].long()
+    src_rank = torch.searchsorted(psum_src.long(), row, right=True)
+    meta = torch.full((rows, 2 + r.recv_topk_idx.size(1)), -1, dtype=torch.int32, device=row.device)
+    meta[:, 0] = torch.where(valid, src_rank * r.num_max_tokens_per_rank + r.recv_src_idx.long(), -1)
+    meta[:, 1] = torch.where(valid, src_rank, -1)
+    if r.do_expand:
+        meta[:, 2:] = r.slot
+    return meta
 
 
 # The buffer -------------------------------------------------------------
@@ -556,11 +674,35 @@ class ElasticBuffer:
 
     # Helpers --------------------------------------------------------------
 
+    #: Made on the first call (_Plan).
+    _plan: Optional[_Plan] = None
+
+    def _make_plan(self) -> _Plan:
+        self._plan = _Plan(self)
+        return self._plan
+
+    def _default_num_sms(self, plan: _Plan) -> int:
+        """get_theoretical_num_sms, asked again only when Buffer.num_sms changed."""
+        if plan.v1_num_sms != Buffer.num_sms:
+            plan.v1_num_sms, plan.num_sms = Buffer.num_sms, self.get_theoretical_num_sms(0, 0)
+        return plan.num_sms
+
+    def _default_num_qps(self, plan: _Plan, num_sms: int) -> int:
+        num_qps = plan.qps.get(num_sms)
+        if num_qps is None:
+            num_qps = plan.qps[num_sms] = self.get_theoretical_num_qps(num_sms)
+        return num_qps
+
     def _config(self, num_sms: int) -> Config:
-        num_sms = align(num_sms, 2)
+        """The Config of an SM count (made once; looked up by the count as
+        given and as aligned)."""
         config = self._configs.get(num_sms)
         if config is None:
-            config = self._configs[num_sms] = Config(num_sms)
+            aligned = align(num_sms, 2)
+            config = self._configs.get(aligned)
+            if config is None:
+                config = self._configs[aligned] = Config(aligned)
+            self._configs[num_sms] = config
         return config
 
     @staticmethod
@@ -568,9 +710,6 @@ class ElasticBuffer:
         for event in events:
             if event is not None:
                 event.current_stream_wait()
-
-    def _event(self, async_with_compute_stream: bool) -> ElasticEventOverlap:
-        return ElasticEventOverlap(EventHandle() if async_with_compute_stream else None)
 
     def _side_dispatch(self, v1, columns, config: Config):
         """Int32 columns of every token, to where its row went (a cached V1
@@ -618,40 +757,15 @@ class ElasticBuffer:
             w = w[:expanded_rows]
         return x, sf, w
 
-    @staticmethod
-    def _derive(torch, r: _Routing, name: str):
-        """A handle field, from the dispatch's outputs only (a handle may
-        outlive its buffer)."""
-        if name == "psum_num_recv_tokens_per_scaleup_rank":
-            psum_src = r.psum_src(torch)
-            if r.num_scaleup_ranks == r.num_ranks:
-                return psum_src
-            per_src = torch.diff(psum_src, prepend=psum_src.new_zeros(1))
-            per_scaleup = per_src.view(-1, r.num_scaleup_ranks).sum(0)
-            return torch.cumsum(per_scaleup, 0).to(torch.int32)
-        if name in ("psum_num_recv_tokens_per_expert", "num_unaligned_recv_tokens_per_expert"):
-            counts, aligned = r.counts(torch)
-            if name == "num_unaligned_recv_tokens_per_expert":
-                return counts
-            psum = torch.cumsum(aligned, 0).to(torch.int32)
-            return psum - aligned + counts if r.do_expand else psum
-        if name == "dst_buffer_slot_idx":
-            idx = r.topk_idx
-            return torch.where(idx >= 0, idx // r.num_local_experts, -1).to(torch.int32)
-        # recv_src_metadata
-        psum_src = r.psum_src(torch)
-        rows = r.rows
-        row = torch.arange(rows, device=psum_src.device, dtype=torch.int64)
-        valid = row < psum_src[-1].long()
-        src_rank = torch.searchsorted(psum_src.long(), row, right=True)
-        meta = torch.full((rows, 2 + r.recv_topk_idx.size(1)), -1, dtype=torch.int32, device=row.device)
-        meta[:, 0] = torch.where(valid, src_rank * r.num_max_tokens_per_rank + r.recv_src_idx.long(), -1)
-        meta[:, 1] = torch.where(valid, src_rank, -1)
-        if r.do_expand:
-            meta[:, 2:] = r.slot
-        return meta
-
     # Dispatch -------------------------------------------------------------
+    #
+    # Host cost: a call checks V2's asserts with a few comparisons where its
+    # arguments are the usual ones (BF16 tensors; a cached dispatch or a
+    # combine against what its handle's dispatch already checked) and runs
+    # the full checks (check_dispatch, check_cached, check_combine: the
+    # messages) otherwise; beyond the V1 calls it runs no tensor operation
+    # that V2 does not (the handle's topk_idx copy), and derives the handle's
+    # tensor fields only when read.
 
     def dispatch(self, x, topk_idx=None, topk_weights=None, cumulative_local_expert_recv_stats=None,
                  num_experts: Optional[int] = None, num_max_tokens_per_rank: Optional[int] = None,
@@ -661,78 +775,97 @@ class ElasticBuffer:
                  async_with_compute_stream: bool = False, allocate_on_comm_stream: bool = False,
                  handle: Optional[EPHandle] = None, do_handle_copy: bool = True, do_cpu_sync: Optional[bool] = None,
                  do_expand: bool = False, do_zero_padding: bool = False, use_tma_aligned_col_major_sf: bool = False):
-        torch = self._torch
-        buffer = self._live()
-        cached = handle is not None
-        if cached:
-            require(isinstance(handle, EPHandle) and handle._v1 is not None,
-                    "the handle must come from epkit.deep_ep.ElasticBuffer.dispatch")
-            num_experts, expert_alignment, num_max_tokens_per_rank = check_cached(
-                handle, topk_idx, do_cpu_sync, num_experts, expert_alignment, num_max_tokens_per_rank, do_expand)
-            topk_idx, do_cpu_sync = handle.topk_idx, False
-        num_topk = topk_idx.size(1) if topk_idx is not None else 0
-        num_sms = self.get_theoretical_num_sms(num_experts, num_topk) if num_sms == 0 else num_sms
-        num_qps = self.get_theoretical_num_qps(num_sms) if num_qps == 0 else num_qps
+        buffer = self.runtime
+        if buffer is None:
+            self._live()
+        p = self._plan or self._make_plan()
+        if num_sms == 0:
+            num_sms = p.num_sms if p.v1_num_sms == Buffer.num_sms else self._default_num_sms(p)
+        if num_qps == 0:
+            num_qps = p.qps.get(num_sms) or self._default_num_qps(p, num_sms)
+        if handle is not None:
+            return self._cached_dispatch(p, buffer, x, topk_idx, topk_weights, cumulative_local_expert_recv_stats,
+                                         num_experts, num_max_tokens_per_rank, expert_alignment, num_sms, num_qps,
+                                         previous_event, previous_event_before_epilogue, async_with_compute_stream,
+                                         handle, do_cpu_sync, do_expand, do_zero_padding,
+                                         use_tma_aligned_col_major_sf)
+        torch = p.torch
         x, sf = x if isinstance(x, tuple) else (x, None)
-        num_max_tokens_per_rank = value_or(num_max_tokens_per_rank, self.num_max_tokens_per_rank)
-        expert_alignment = value_or(expert_alignment, 1)
-        do_cpu_sync = value_or(do_cpu_sync, True)
-        check_dispatch(x, sf, topk_idx, topk_weights, cumulative_local_expert_recv_stats, num_experts,
-                       self.num_ranks, num_max_tokens_per_rank, expert_alignment, num_sms, num_qps,
-                       self.num_allocated_qps, do_expand, do_zero_padding)
-        require(num_max_tokens_per_rank <= buffer.max_tokens,
-                f"num_max_tokens_per_rank {num_max_tokens_per_rank} is more than the buffer holds "
-                f"({buffer.max_tokens})")
-        require(x.size(1) <= self._hidden and num_topk <= self._max_topk,
-                f"hidden {x.size(1)}, top-{num_topk}: the buffer was made for hidden {self._hidden}, "
-                f"top-{self._max_topk} (ElasticBuffer's hidden= and num_topk=)")
-        self._wait(previous_event, previous_event_before_epilogue)
-        config = self._config(num_sms)
-        x_in = (x, sf) if sf is not None else x
-        if cached:
-            return self._cached_dispatch(buffer, x_in, topk_weights, handle, config, do_zero_padding,
-                                         use_tma_aligned_col_major_sf, async_with_compute_stream)
+        if num_max_tokens_per_rank is None:
+            num_max_tokens_per_rank = self.num_max_tokens_per_rank
+        if expert_alignment is None:
+            expert_alignment = 1
+        if do_cpu_sync is None:
+            do_cpu_sync = True
 
-        num_local_experts = num_experts // self.num_ranks
+        # check_dispatch's checks, where every one passes (else it names the failure).
+        checked = False
+        if sf is None and cumulative_local_expert_recv_stats is None:
+            try:
+                xs, ts = x.shape, topk_idx.shape
+                checked = (x.dtype is p.bf16 and topk_idx.dtype is p.i64 and len(xs) == 2 and len(ts) == 2 and
+                           ts[0] == xs[0] <= num_max_tokens_per_rank <= p.max_tokens and
+                           0 < xs[1] <= p.hidden and xs[1] % 128 == 0 and 1 <= ts[1] <= p.max_topk and
+                           num_experts > 0 and num_experts % p.num_ranks == 0 and expert_alignment >= 1 and
+                           num_sms > 0 and num_qps <= p.num_allocated_qps and (do_expand or not do_zero_padding) and
+                           x.is_contiguous() and topk_idx.is_contiguous() and
+                           (topk_weights is None or (topk_weights.dtype is p.f32 and topk_weights.shape == ts and
+                                                     topk_weights.is_contiguous())))
+            except (AttributeError, TypeError):
+                checked = False
+        if not checked:
+            self._check_dispatch(p, x, sf, topk_idx, topk_weights, cumulative_local_expert_recv_stats, num_experts,
+                                 num_max_tokens_per_rank, expert_alignment, num_sms, num_qps, do_expand,
+                                 do_zero_padding)
+            ts = topk_idx.shape
+        if previous_event is not None:
+            previous_event.current_stream_wait()
+        if previous_event_before_epilogue is not None:
+            previous_event_before_epilogue.current_stream_wait()
+        config = self._configs.get(num_sms) or self._config(num_sms)
+
+        num_tokens, num_topk = ts[0], ts[1]
         weights = topk_weights if topk_weights is not None else \
             torch.zeros(topk_idx.shape, dtype=torch.float32, device=topk_idx.device)
         per_rank, per_node, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk_idx, num_experts)
-        worst_tokens, worst_expanded = worst_case_rows(self.num_ranks, num_max_tokens_per_rank, num_topk,
-                                                       num_local_experts, expert_alignment)
+        worst_tokens = worst_expanded = 0
+        if not do_cpu_sync:
+            worst_tokens, worst_expanded = worst_case_rows(p.num_ranks, num_max_tokens_per_rank, num_topk,
+                                                           num_experts // p.num_ranks, expert_alignment)
         recv_x, recv_topk_idx, recv_w, counts_list, v1, _ = buffer.dispatch(
-            x_in, num_tokens_per_rank=per_rank, num_tokens_per_rdma_rank=per_node, is_token_in_rank=in_rank,
-            num_tokens_per_expert=per_expert, topk_idx=topk_idx, topk_weights=weights,
-            expert_alignment=expert_alignment, num_worst_tokens=0 if do_cpu_sync else worst_tokens, config=config)
-        recv_x, recv_sf = recv_x if sf is not None else (recv_x, None)
+            x if sf is None else (x, sf), num_tokens_per_rank=per_rank, num_tokens_per_rdma_rank=per_node,
+            is_token_in_rank=in_rank, num_tokens_per_expert=per_expert, topk_idx=topk_idx, topk_weights=weights,
+            expert_alignment=expert_alignment, num_worst_tokens=worst_tokens, config=config)
+        recv_sf = None
+        if sf is not None:
+            recv_x, recv_sf = recv_x
         rows = recv_topk_idx.size(0)
 
-        r = _Routing()
-        r.v1, r.rank, r.single_node = v1, self.rank_idx, self.num_rdma_ranks == 1
-        r.recv_topk_idx, r.rows = recv_topk_idx, rows
-        r.num_local_experts, r.expert_alignment = num_local_experts, expert_alignment
-        r.num_max_tokens_per_rank, r.do_expand, r.num_ranks = num_max_tokens_per_rank, do_expand, self.num_ranks
-        r.num_scaleup_ranks = self.num_scaleup_ranks
+        r = _Routing(p, v1, recv_topk_idx, rows, num_experts, expert_alignment, num_max_tokens_per_rank, do_expand)
         if cumulative_local_expert_recv_stats is not None:
-            cumulative_local_expert_recv_stats.add_(r.counts(torch)[0])
+            cumulative_local_expert_recv_stats.add_(r.counts()[0])
         if do_cpu_sync:
-            aligned_list = [align(int(c), expert_alignment) for c in counts_list]
-            expanded_rows = sum(aligned_list)
+            # V1's counts are V2's list: rows per local expert, aligned. Their
+            # sum is num_expanded_tokens: made now in expand mode, which needs
+            # it, else on first read (a sum of every local expert's count).
+            aligned_list, expanded_rows = counts_list, sum(counts_list) if do_expand else None
+            r.counts_list = counts_list
         else:
             aligned_list, expanded_rows = [], worst_expanded
-        if r.single_node:
+        if p.single_node:
             r.recv_src_idx = v1[3]
         else:
             # V1 has no recv_src_idx across nodes: the indices travel in a
             # cached dispatch (collective, so done now, not on first read).
-            index = torch.arange(topk_idx.size(0), dtype=torch.int32, device=topk_idx.device).view(-1, 1)
+            index = torch.arange(num_tokens, dtype=torch.int32, device=topk_idx.device).view(-1, 1)
             r.recv_src_idx = self._side_dispatch(v1, index, config)[:, 0]
 
         out_w = recv_w if topk_weights is not None else None
         if do_expand:
             # Each (row, slot) to its expert's next row, in receive order.
-            counts, aligned = r.counts(torch)
+            counts, aligned = r.counts()
             valid = recv_topk_idx >= 0
-            key = torch.where(valid, recv_topk_idx, num_local_experts).flatten()
+            key = torch.where(valid, recv_topk_idx, r.num_local_experts).flatten()
             order = torch.sort(key, stable=True).indices
             position = torch.empty_like(order)
             position[order] = torch.arange(order.numel(), device=order.device)
@@ -747,42 +880,98 @@ class ElasticBuffer:
         if recv_sf is not None:
             recv_sf = self._sf_layout(torch, recv_sf, use_tma_aligned_col_major_sf)
 
-        new = EPHandle(do_expand, num_experts, expert_alignment, num_max_tokens_per_rank, num_sms,
-                       topk_idx.clone() if do_handle_copy else topk_idx, rows,
-                       expanded_rows, aligned_list)
-        new._v1, new._routing = v1, r
-        r.topk_idx = new.topk_idx
-        new._recv_topk_idx = r.recv_topk_idx
-        new._derive = lambda name: ElasticBuffer._derive(torch, r, name)
-        if not do_cpu_sync:
-            # Graph-capturable calls make every field now: one derived on a
-            # later read would hold that replay's values only.
+        r.topk_idx = handle_idx = topk_idx.clone() if do_handle_copy else topk_idx
+        # EPHandle(...)'s fields, set at once (host cost; the simulation
+        # checks they are __init__'s).
+        new = _new_object(EPHandle)
+        new.__dict__ = {
+            "do_expand": do_expand, "num_experts": num_experts, "expert_alignment": expert_alignment,
+            "num_max_tokens_per_rank": num_max_tokens_per_rank, "num_sms": num_sms, "topk_idx": handle_idx,
+            "num_recv_tokens": rows, "num_recv_tokens_per_expert_list": aligned_list, "_rows": rows,
+            "_num_tokens": num_tokens, "_num_topk": num_topk, "_v1": v1, "_routing": r, "_proof": p}
+        if expanded_rows is not None:
+            new.__dict__["num_expanded_tokens"] = new.__dict__["_expanded_rows"] = expanded_rows
+        if not do_cpu_sync and p.capturing():
+            # A captured call makes every field now: one derived on a later
+            # read would hold that replay's values only.
             for name in _LAZY_FIELDS:
                 getattr(new, name)
-        recv = (recv_x, recv_sf) if recv_sf is not None else recv_x
-        return recv, recv_topk_idx, out_w, new, self._event(async_with_compute_stream)
+        return (recv_x if recv_sf is None else (recv_x, recv_sf)), recv_topk_idx, out_w, new, \
+            _event_of(async_with_compute_stream)
 
-    def _cached_dispatch(self, buffer: Buffer, x_in, topk_weights, handle: EPHandle, config: Config,
-                         do_zero_padding: bool, tma_sf: bool, async_with_compute_stream: bool):
-        torch = self._torch
-        recv = buffer.dispatch(x_in, handle=handle._v1, config=config)[0]
-        recv_x, recv_sf = recv if isinstance(recv, tuple) else (recv, None)
+    def _check_dispatch(self, p: _Plan, x, sf, topk_idx, topk_weights, stats, num_experts, num_max_tokens_per_rank,
+                        expert_alignment, num_sms, num_qps, do_expand, do_zero_padding) -> None:
+        """Every check of a dispatch, naming the first that fails."""
+        check_dispatch(x, sf, topk_idx, topk_weights, stats, num_experts, self.num_ranks, num_max_tokens_per_rank,
+                       expert_alignment, num_sms, num_qps, self.num_allocated_qps, do_expand, do_zero_padding)
+        require(num_max_tokens_per_rank <= p.max_tokens,
+                f"num_max_tokens_per_rank {num_max_tokens_per_rank} is more than the buffer holds "
+                f"({p.max_tokens})")
+        num_topk = topk_idx.size(1)
+        require(x.size(1) <= self._hidden and num_topk <= self._max_topk,
+                f"hidden {x.size(1)}, top-{num_topk}: the buffer was made for hidden {self._hidden}, "
+                f"top-{self._max_topk} (ElasticBuffer's hidden= and num_topk=)")
+
+    def _cached_dispatch(self, p: _Plan, buffer: Buffer, x, topk_idx, topk_weights, stats, num_experts,
+                         num_max_tokens_per_rank, expert_alignment, num_sms: int, num_qps: int, previous_event,
+                         previous_event_before_epilogue, async_with_compute_stream: bool, handle: EPHandle,
+                         do_cpu_sync, do_expand: bool, do_zero_padding: bool, tma_sf: bool):
+        torch = p.torch
+        x, sf = x if isinstance(x, tuple) else (x, None)
+        # Against what the handle's dispatch checked: only x, the weights and
+        # this call's own arguments are new.
+        checked = False
+        if sf is None and topk_idx is None and not do_cpu_sync and stats is None:
+            try:
+                r: _Routing = handle._routing
+                xs = x.shape
+                checked = (handle._proof is p and x.dtype is p.bf16 and len(xs) == 2 and
+                           xs[0] == handle._num_tokens and 0 < xs[1] <= p.hidden and xs[1] % 128 == 0 and
+                           do_expand == handle.do_expand and
+                           (num_experts is None or num_experts == r.num_experts == handle.num_experts) and
+                           (expert_alignment is None or expert_alignment == r.expert_alignment ==
+                            handle.expert_alignment) and
+                           (num_max_tokens_per_rank is None or num_max_tokens_per_rank == r.num_max_tokens_per_rank ==
+                            handle.num_max_tokens_per_rank) and
+                           num_sms > 0 and num_qps <= p.num_allocated_qps and (do_expand or not do_zero_padding) and
+                           x.is_contiguous() and
+                           (topk_weights is None or (topk_weights.dtype is p.f32 and
+                                                     topk_weights.shape == r.topk_idx.shape and
+                                                     topk_weights.is_contiguous())))
+            except (AttributeError, TypeError):
+                checked = False
+        if not checked:
+            require(isinstance(handle, EPHandle) and handle._v1 is not None,
+                    "the handle must come from epkit.deep_ep.ElasticBuffer.dispatch")
+            num_experts, expert_alignment, num_max_tokens_per_rank = check_cached(
+                handle, topk_idx, do_cpu_sync, num_experts, expert_alignment, num_max_tokens_per_rank, do_expand)
+            self._check_dispatch(p, x, sf, handle.topk_idx, topk_weights, stats, num_experts,
+                                 num_max_tokens_per_rank, expert_alignment, num_sms, num_qps, do_expand,
+                                 do_zero_padding)
+        if previous_event is not None:
+            previous_event.current_stream_wait()
+        if previous_event_before_epilogue is not None:
+            previous_event_before_epilogue.current_stream_wait()
+        config = self._configs.get(num_sms) or self._config(num_sms)
+
+        recv = buffer.dispatch(x if sf is None else (x, sf), handle=handle._v1, config=config)[0]
+        recv_x, recv_sf = recv if sf is not None else (recv, None)
+        r = handle._routing
         recv_w = None
         if topk_weights is not None:
             # V1's cached dispatch takes no weights: their bits travel as a payload.
             bits = self._side_dispatch(handle._v1, topk_weights.view(torch.int32), config)
             recv_w = bits.contiguous().view(torch.float32)
-            recv_w = recv_w.masked_fill(handle._recv_topk_idx < 0, 0.0)
-        r = handle._routing
-        recv_topk_idx = handle._recv_topk_idx
+            recv_w = recv_w.masked_fill(r.recv_topk_idx < 0, 0.0)
+        recv_topk_idx = r.recv_topk_idx
         if handle.do_expand:
             recv_x, recv_sf, recv_w = self._expand(recv_x, recv_sf, recv_w, r.slot.long(), handle._expanded_rows,
                                                    do_zero_padding)
             recv_topk_idx = None
         if recv_sf is not None:
             recv_sf = self._sf_layout(torch, recv_sf, tma_sf)
-        out = (recv_x, recv_sf) if recv_sf is not None else recv_x
-        return out, recv_topk_idx, recv_w, handle, self._event(async_with_compute_stream)
+        return (recv_x if recv_sf is None else (recv_x, recv_sf)), recv_topk_idx, recv_w, handle, \
+            _event_of(async_with_compute_stream)
 
     # Combine --------------------------------------------------------------
 
@@ -807,19 +996,69 @@ class ElasticBuffer:
             return self.num_rdma_ranks == 1 and min(self.num_ranks, num_topk) <= 2
         return min(self.num_nvlink_ranks, num_topk) <= 2 and min(self.num_rdma_ranks, num_topk) <= 2
 
+    def _engine_sums(self, p: _Plan, num_topk: int, with_bias: bool) -> bool:
+        """Whether a combine without do_expand is the engine's own (its
+        order gives V2's bits, or the caller asked for the engine's order)."""
+        key = (num_topk, with_bias)
+        engine = p.engine_sum.get(key)
+        if engine is None:
+            engine = p.engine_sum[key] = not self.exact_combine_order or \
+                self._engine_order_is_exact(self._recipe(False), num_topk, with_bias)
+        return engine
+
     def combine(self, x, handle: EPHandle, topk_weights=None, bias=None, num_sms: int = 0, num_qps: int = 0,
                 previous_event: Optional[EventHandle] = None,
                 previous_event_before_epilogue: Optional[EventHandle] = None,
                 async_with_compute_stream: bool = False, allocate_on_comm_stream: bool = False):
+        buffer = self.runtime
+        if buffer is None:
+            self._live()
+        p = self._plan or self._make_plan()
+        if num_sms == 0:
+            num_sms = handle.num_sms
+        if num_qps == 0:
+            num_qps = p.qps.get(num_sms) or self._default_num_qps(p, num_sms)
+        biases = (None, None) if bias is None else unpack_bias(bias)
+        # check_combine's checks against what the handle's dispatch checked,
+        # where every one passes (else it names the failure).
+        checked = False
+        if bias is None:
+            try:
+                xs = x.shape
+                if handle.do_expand:
+                    rows = handle._expanded_rows
+                    weights_ok = topk_weights is None or (
+                        self.allow_multiple_reduction and topk_weights.dtype is p.f32 and
+                        topk_weights.shape == (rows,))
+                else:
+                    rows = handle._rows
+                    weights_ok = topk_weights is None or (
+                        topk_weights.dtype is p.f32 and topk_weights.shape == (rows, handle._num_topk))
+                checked = (handle._proof is p and x.dtype is p.bf16 and len(xs) == 2 and xs[0] == rows and
+                           xs[1] % 8 == 0 and weights_ok and num_qps <= p.num_allocated_qps and x.is_contiguous())
+            except (AttributeError, TypeError):
+                checked = False
+        if not checked:
+            check_combine(x, topk_weights, biases, handle, num_qps, self.num_allocated_qps,
+                          self.allow_multiple_reduction)
+        if previous_event is not None:
+            previous_event.current_stream_wait()
+        if previous_event_before_epilogue is not None:
+            previous_event_before_epilogue.current_stream_wait()
+        config = self._configs.get(num_sms) or self._config(num_sms)
+        with_bias = biases[0] is not None or biases[1] is not None
+        if not handle.do_expand and self._engine_sums(p, handle._num_topk, with_bias):
+            # The engine's own sum gives V2's bits (or the caller asked for it).
+            combined, combined_w, _ = buffer.combine(x, handle._v1, topk_weights=topk_weights,
+                                                     bias=bias if with_bias else None, config=config)
+        else:
+            combined, combined_w = self._combine_in_order(buffer, x, handle, topk_weights, bias, biases, config)
+        return combined, combined_w, _event_of(async_with_compute_stream)
+
+    def _combine_in_order(self, buffer: Buffer, x, handle: EPHandle, topk_weights, bias, biases, config: Config):
+        """A combine that is not the engine's sum alone: expand mode's
+        reduction inside the rank first, and V2's summation order."""
         torch = self._torch
-        buffer = self._live()
-        num_sms = handle.num_sms if num_sms == 0 else num_sms
-        num_qps = self.get_theoretical_num_qps(num_sms) if num_qps == 0 else num_qps
-        biases = unpack_bias(bias)
-        check_combine(x, topk_weights, biases, handle, num_qps, self.num_allocated_qps,
-                      self.allow_multiple_reduction)
-        self._wait(previous_event, previous_event_before_epilogue)
-        config = self._config(num_sms)
         r: _Routing = handle._routing
         num_topk = handle._num_topk
         recipe = self._recipe(handle.do_expand)
@@ -853,12 +1092,10 @@ class ElasticBuffer:
         if per_slot is None and (not exact or self._engine_order_is_exact(recipe, num_topk, with_bias)):
             combined, combined_w, _ = buffer.combine(partial, handle._v1, topk_weights=weights,
                                                      bias=bias if with_bias else None, config=config)
-        elif not exact:
+            return combined, combined_w
+        if not exact:
             raise _not_implemented("expand-mode combine without multiple reduction when exact_combine_order=False")
-        else:
-            combined, combined_w = self._exact_combine(buffer, partial, per_slot, weights, mine, handle, biases,
-                                                       recipe, config)
-        return combined, combined_w, self._event(async_with_compute_stream)
+        return self._exact_combine(buffer, partial, per_slot, weights, mine, handle, biases, recipe, config)
 
     def _exact_combine(self, buffer: Buffer, partial, per_slot, weights, mine, handle: EPHandle, biases, recipe,
                        config: Config):
