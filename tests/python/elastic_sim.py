@@ -434,5 +434,223 @@ class AgainstV2Semantics(unittest.TestCase):
         self.case(4, 2, 4, 16, 2, 0, False, multiple_reduction=False)
 
 
+class Replay:
+    """A V1 stand-in that answers every call with the outputs its inner
+    Buffer gave the first time (per kind of call): V2's calls then cost
+    their own host work only (the host-cost measurement and the counts of
+    tensor operations below)."""
+
+    def __init__(self, inner):
+        self.inner, self.recorded, self.replaying = inner, {}, False
+        self.max_tokens = inner.max_tokens
+
+    def _call(self, kind, call):
+        if not self.replaying:
+            self.recorded[kind] = call()
+        return self.recorded[kind]
+
+    def get_dispatch_layout(self, topk_idx, num_experts):
+        return self._call("layout", lambda: self.inner.get_dispatch_layout(topk_idx, num_experts))
+
+    def dispatch(self, x, handle=None, **kwargs):
+        return self._call("cached" if handle is not None else "dispatch",
+                          lambda: self.inner.dispatch(x, handle=handle, **kwargs))
+
+    def combine(self, x, handle, **kwargs):
+        return self._call("combine", lambda: self.inner.combine(x, handle, **kwargs))
+
+
+def one_rank(tokens=8, topk=4, experts=8, max_tokens=12, replay=False, multiple_reduction=True):
+    """An ElasticBuffer of one rank over the stand-in engine, and its inputs."""
+    world = World(1, 1)
+    b = make_buffer(world, 0, max_tokens, topk, multiple_reduction=multiple_reduction)
+    if replay:
+        b.runtime = Replay(b.runtime)
+    g = torch.Generator().manual_seed(7)
+    weights, idx = torch.topk(torch.rand((tokens, experts), generator=g), topk)
+    x = torch.randn((tokens, HIDDEN), generator=g).to(torch.bfloat16)
+    return b, x, idx.to(torch.int64), weights.float()
+
+
+if HAVE_TORCH:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class TensorOps(TorchDispatchMode):
+        """The tensor operations run inside the `with` block, by name."""
+
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class PerCallWork(unittest.TestCase):
+    """A V2 call's host work beyond the V1 calls it makes: no tensor
+    operation but V2's own (the handle's copy of topk_idx), and the
+    argument checks' shortcuts refuse exactly what the full checks refuse."""
+
+    def ops(self, call):
+        with TensorOps() as ops:
+            call()
+        return ops.names
+
+    def test_plain_calls_run_no_tensor_operation_beyond_the_v1_calls(self):
+        b, x, idx, w = one_rank(replay=True)
+        for sync in (True, False):
+            with self.subTest(do_cpu_sync=sync):
+                b.runtime.replaying = False
+                recv, _, _, h, _ = b.dispatch(x, topk_idx=idx, topk_weights=w, num_experts=8, do_cpu_sync=sync)
+                b.dispatch(x, handle=h)
+                b.combine(recv, h)
+                b.runtime.replaying = True
+                self.assertEqual(self.ops(lambda: b.dispatch(x, topk_idx=idx, topk_weights=w, num_experts=8,
+                                                             do_cpu_sync=sync)), ["aten.clone.default"])
+                self.assertEqual(self.ops(lambda: b.dispatch(x, topk_idx=idx, topk_weights=w, num_experts=8,
+                                                             do_cpu_sync=sync, do_handle_copy=False)), [])
+                self.assertEqual(self.ops(lambda: b.dispatch(x, handle=h)), [])
+                self.assertEqual(self.ops(lambda: b.combine(recv, h)), [])
+
+    def test_handle_fields_are_made_when_read_unless_captured(self):
+        b, x, idx, w = one_rank()
+        _, _, _, lazy, _ = b.dispatch(x, topk_idx=idx, topk_weights=w, num_experts=8, do_cpu_sync=False)
+        self.assertFalse(set(elastic._LAZY_FIELDS) & set(vars(lazy)))
+        b._plan.capturing = lambda: True
+        _, _, _, captured, _ = b.dispatch(x, topk_idx=idx, topk_weights=w, num_experts=8, do_cpu_sync=False)
+        self.assertTrue(set(elastic._LAZY_FIELDS) <= set(vars(captured)))
+        for name in elastic._LAZY_FIELDS:
+            self.assertTrue(torch.equal(getattr(lazy, name), getattr(captured, name)), name)
+
+    def test_a_dispatched_handle_has_the_constructors_fields(self):
+        b, x, idx, w = one_rank()
+        for expand in (False, True):
+            recv, _, _, h, _ = b.dispatch(x, topk_idx=idx, topk_weights=w, num_experts=8, expert_alignment=4,
+                                          do_expand=expand)
+            made = deep_ep.EPHandle(expand, 8, 4, 12, h.num_sms, h.topk_idx, h.num_recv_tokens,
+                                    sum(h.num_recv_tokens_per_expert_list), h.num_recv_tokens_per_expert_list)
+            for name in ("do_expand", "num_experts", "expert_alignment", "num_max_tokens_per_rank", "num_sms",
+                         "topk_idx", "num_recv_tokens", "num_expanded_tokens", "num_recv_tokens_per_expert_list",
+                         "token_metadata_at_forward", "channel_linked_list", "cached_recv_src_metadata_before_sort",
+                         "_rows", "_expanded_rows", "_num_tokens", "_num_topk"):
+                mine, want = getattr(h, name), getattr(made, name)
+                self.assertTrue(torch.equal(mine, want) if name == "topk_idx" else mine == want,
+                                f"{name} (do_expand={expand})")
+            self.assertEqual(h.num_expanded_tokens, recv.size(0) if expand else sum(h.num_recv_tokens_per_expert_list))
+
+    def same_refusal(self, call, reference):
+        """call() raises what reference() raises, with its message."""
+        with self.assertRaises((AssertionError, NotImplementedError)) as want:
+            reference()
+        with self.assertRaises(type(want.exception)) as got:
+            call()
+        self.assertEqual(str(got.exception), str(want.exception))
+
+    def test_dispatch_refusals_are_the_full_checks(self):
+        b, x, idx, w = one_rank()
+        f16, i32 = torch.float16, torch.int32
+        base = dict(x=x, topk_idx=idx, topk_weights=w, num_experts=8, num_max_tokens_per_rank=None,
+                    expert_alignment=None, num_sms=0, num_qps=0, do_expand=False, do_zero_padding=False,
+                    cumulative_local_expert_recv_stats=None)
+        for name, over in (("weights dtype", dict(topk_weights=w.to(f16))),
+                           ("weights shape", dict(topk_weights=w[:, :3].contiguous())),
+                           ("weights strided", dict(topk_weights=w.t().contiguous().t())),
+                           ("x strided", dict(x=x.t().contiguous().t())),
+                           ("x float32", dict(x=x.float())), ("x 3-D", dict(x=x.view(8, 2, 64))),
+                           ("x 1-D", dict(x=x[0])), ("hidden 192", dict(x=torch.zeros((8, 192), dtype=x.dtype))),
+                           ("hidden over the buffer's", dict(x=torch.zeros((8, 256), dtype=x.dtype))),
+                           ("topk_idx int32", dict(topk_idx=idx.to(i32))),
+                           ("topk_idx rows", dict(topk_idx=idx[:4])),
+                           ("top-k over the buffer's", dict(topk_idx=torch.cat([idx, idx], 1),
+                                                            topk_weights=torch.cat([w, w], 1))),
+                           ("tokens", dict(num_max_tokens_per_rank=4)),
+                           ("more than the engine holds", dict(num_max_tokens_per_rank=13)),
+                           ("experts", dict(num_experts=None)), ("experts 0", dict(num_experts=0)),
+                           ("alignment", dict(expert_alignment=0)), ("SMs", dict(num_sms=-2)),
+                           ("QPs", dict(num_qps=66)), ("zero padding", dict(do_zero_padding=True)),
+                           ("stats", dict(cumulative_local_expert_recv_stats=torch.zeros(3, dtype=i32))),
+                           ("no topk_idx", dict(topk_idx=None))):
+            a = dict(base, **over)
+            with self.subTest(name):
+                nmax = 12 if a["num_max_tokens_per_rank"] is None else a["num_max_tokens_per_rank"]
+                num_sms = a["num_sms"] or 20
+                num_qps = a["num_qps"] or b.get_theoretical_num_qps(num_sms)
+                self.same_refusal(
+                    lambda: b.dispatch(**a),
+                    lambda: b._check_dispatch(b._plan, a["x"], None, a["topk_idx"], a["topk_weights"],
+                                              a["cumulative_local_expert_recv_stats"], a["num_experts"], nmax,
+                                              elastic.value_or(a["expert_alignment"], 1), num_sms, num_qps, a["do_expand"],
+                                              a["do_zero_padding"]))
+
+    def test_cached_dispatch_refusals_are_the_full_checks(self):
+        b, x, idx, w = one_rank()
+        _, _, _, h, _ = b.dispatch(x, topk_idx=idx, topk_weights=w, num_experts=8)
+        for name, over in (("x rows", dict(x=x[:4])), ("x float32", dict(x=x.float())),
+                           ("x strided", dict(x=x.t().contiguous().t())),
+                           ("weights dtype", dict(topk_weights=w.double())),
+                           ("weights shape", dict(topk_weights=w[:, :2].contiguous())),
+                           ("experts", dict(num_experts=16)), ("alignment", dict(expert_alignment=2)),
+                           ("tokens", dict(num_max_tokens_per_rank=8)), ("layout", dict(do_expand=True)),
+                           ("CPU sync", dict(do_cpu_sync=True)), ("topk_idx", dict(topk_idx=idx)),
+                           ("zero padding", dict(do_zero_padding=True)), ("QPs", dict(num_qps=66))):
+            a = dict(dict(x=x, handle=h), **over)
+            with self.subTest(name):
+                def full():
+                    num_experts, alignment, nmax = elastic.check_cached(
+                        h, a.get("topk_idx"), a.get("do_cpu_sync"), a.get("num_experts"),
+                        a.get("expert_alignment"), a.get("num_max_tokens_per_rank"), a.get("do_expand", False))
+                    b._check_dispatch(b._plan, a["x"], None, h.topk_idx, a.get("topk_weights"), None, num_experts,
+                                      nmax, alignment, 20, a.get("num_qps") or 65, a.get("do_expand", False),
+                                      a.get("do_zero_padding", False))
+                self.same_refusal(lambda: b.dispatch(**a), full)
+        # A handle of another buffer: checked in full (and served).
+        other, *_ = one_rank()
+        _, _, _, foreign, _ = other.dispatch(x, topk_idx=idx, topk_weights=w, num_experts=8)
+        self.assertIsNot(foreign._proof, b._plan)
+        self.assertTrue(torch.equal(b.dispatch(x, handle=foreign)[0], x))
+
+    def test_combine_refusals_are_the_full_checks(self):
+        for expand in (False, True):
+            for multiple_reduction in (True, False):
+                b, x, idx, w = one_rank(multiple_reduction=multiple_reduction)
+                recv, _, recv_w, h, _ = b.dispatch(x, topk_idx=idx, topk_weights=w, num_experts=8, do_expand=expand)
+                bias = torch.zeros((8, HIDDEN), dtype=torch.bfloat16)
+                for name, over in (("x rows", dict(x=recv[:3])), ("x float32", dict(x=recv.float())),
+                                   ("x strided", dict(x=recv.t().contiguous().t())),
+                                   ("x rows of 8 bytes", dict(x=torch.zeros((recv.size(0), 4), dtype=recv.dtype))),
+                                   ("weights dtype", dict(topk_weights=recv_w.double())),
+                                   ("weights 2-D", dict(topk_weights=recv_w.view(-1, 1))),
+                                   ("weights as given", dict(topk_weights=recv_w)),
+                                   ("bias shape", dict(bias=bias[:4])), ("biases", dict(bias=(bias, bias[:, :64]))),
+                                   ("QPs", dict(num_qps=66)), ("handle", dict(handle=object()))):
+                    a = dict(dict(x=recv, handle=h, topk_weights=None, bias=None, num_qps=0), **over)
+                    with self.subTest(name, expand=expand, multiple_reduction=multiple_reduction):
+                        call = lambda: b.combine(**a)  # noqa: E731
+                        full = lambda: elastic.check_combine(  # noqa: E731
+                            a["x"], a["topk_weights"], elastic.unpack_bias(a["bias"]), a["handle"],
+                            a["num_qps"] or b.get_theoretical_num_qps(20), b.num_allocated_qps,
+                            multiple_reduction)
+                        try:
+                            full()
+                        except (AssertionError, NotImplementedError):
+                            self.same_refusal(call, full)
+                        # (What the full checks take, e.g. the weights as
+                        # given, is the semantics tests' to check.)
+
+    def test_the_no_event_event_is_a_default_one(self):
+        b, x, idx, w = one_rank()
+        event = b.dispatch(x, topk_idx=idx, topk_weights=w, num_experts=8)[4]
+        self.assertIsInstance(event, deep_ep.ElasticEventOverlap)
+        self.assertEqual((event.event, event.extra_tensors, event.hook_after_wait), (None, None, None))
+        calls = []
+        event.register_hook_after_wait(lambda: calls.append(1))
+        with event(release_handle=True):
+            pass
+        self.assertEqual(calls, [])  # no event: nothing waited for, as V2
+        self.assertIsNone(deep_ep.ElasticEventOverlap().hook_after_wait)
+
+
 if __name__ == "__main__":
     unittest.main()

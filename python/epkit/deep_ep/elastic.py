@@ -1015,7 +1015,7 @@ class ElasticBuffer:
             self._live()
         p = self._plan or self._make_plan()
         if num_sms == 0:
-            num_sms = handle.num_sms
+            num_sms = getattr(handle, "num_sms", 0)  # not a handle: check_combine says so
         if num_qps == 0:
             num_qps = p.qps.get(num_sms) or self._default_num_qps(p, num_sms)
         biases = (None, None) if bias is None else unpack_bias(bias)
