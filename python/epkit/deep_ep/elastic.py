@@ -453,21 +453,17 @@ class _Plan:
 class _Routing:
     """What the handle's fields are derived from: the V1 outputs and sizes.
     The per-expert counts and the source prefix sum are made on first use
-    (a plain dispatch needs neither: its host cost stays the V1 call's)."""
+    (a plain dispatch needs neither: its host cost stays the V1 call's).
 
-    __slots__ = ("plan", "v1", "recv_topk_idx", "rows", "num_experts", "num_local_experts", "expert_alignment",
-                 "num_max_tokens_per_rank", "do_expand", "recv_src_idx", "topk_idx", "slot", "psum_src_",
-                 "counts_", "aligned_", "counts_list")
+    Made by _routing(); the fields below are None until set."""
 
-    def __init__(self, plan: _Plan, v1, recv_topk_idx, rows: int, num_experts: int, expert_alignment: int,
-                 num_max_tokens_per_rank: int, do_expand: bool):
-        self.plan, self.v1, self.recv_topk_idx, self.rows = plan, v1, recv_topk_idx, rows
-        self.num_experts, self.num_local_experts = num_experts, num_experts // plan.num_ranks
-        self.expert_alignment, self.num_max_tokens_per_rank = expert_alignment, num_max_tokens_per_rank
-        self.do_expand = do_expand
-        self.recv_src_idx = self.topk_idx = self.slot = self.psum_src_ = self.counts_ = self.aligned_ = None
-        #: V1's per-expert list (do_cpu_sync), for num_expanded_tokens.
-        self.counts_list = None
+    #: V1's recv_src_idx (across nodes: the side dispatch's), the handle's
+    #: topk_idx, and in expand mode each (row, slot)'s expanded row.
+    recv_src_idx = topk_idx = slot = None
+    #: V1's per-expert list (do_cpu_sync), for num_expanded_tokens.
+    counts_list = None
+    #: Made on first use: the source prefix sum, the counts and aligned counts.
+    psum_src_ = counts_ = aligned_ = None
 
     def psum_src(self):
         """Inclusive prefix sum of the rows from each source rank (int32 [ranks])."""
@@ -489,6 +485,16 @@ class _Routing:
             a = self.expert_alignment
             self.aligned_ = self.counts_ if a == 1 else (self.counts_ + (a - 1)) // a * a
         return self.counts_, self.aligned_
+
+
+def _routing(plan: _Plan, v1, recv_topk_idx, rows: int, num_experts: int, expert_alignment: int,
+             num_max_tokens_per_rank: int, do_expand: bool) -> _Routing:
+    r = _new_object(_Routing)
+    # Set at once (host cost).
+    r.__dict__ = {"plan": plan, "v1": v1, "recv_topk_idx": recv_topk_idx, "rows": rows, "num_experts": num_experts,
+                  "num_local_experts": num_experts // plan.num_ranks, "expert_alignment": expert_alignment,
+                  "num_max_tokens_per_rank": num_max_tokens_per_rank, "do_expand": do_expand}
+    return r
 
 
 def _derive_field(r: _Routing, name: str):
@@ -781,14 +787,46 @@ class ElasticBuffer:
         p = self._plan or self._make_plan()
         if num_sms == 0:
             num_sms = p.num_sms if p.v1_num_sms == Buffer.num_sms else self._default_num_sms(p)
-        if num_qps == 0:
-            num_qps = p.qps.get(num_sms) or self._default_num_qps(p, num_sms)
+        # num_qps: V2's default is at most num_allocated_qps, so only a given
+        # one is checked (the engine has no QPs to size).
         if handle is not None:
-            return self._cached_dispatch(p, buffer, x, topk_idx, topk_weights, cumulative_local_expert_recv_stats,
-                                         num_experts, num_max_tokens_per_rank, expert_alignment, num_sms, num_qps,
-                                         previous_event, previous_event_before_epilogue, async_with_compute_stream,
-                                         handle, do_cpu_sync, do_expand, do_zero_padding,
-                                         use_tma_aligned_col_major_sf)
+            # Against what the handle's dispatch checked: only x, the weights
+            # and this call's own arguments are new.
+            checked = False
+            if topk_idx is None and not do_cpu_sync and cumulative_local_expert_recv_stats is None:
+                try:
+                    r: _Routing = handle._routing
+                    xs = x.shape
+                    checked = (handle._proof is p and x.dtype is p.bf16 and len(xs) == 2 and
+                               xs[0] == handle._num_tokens and 0 < xs[1] <= p.hidden and xs[1] % 128 == 0 and
+                               do_expand == handle.do_expand and
+                               (num_experts is None or num_experts == r.num_experts == handle.num_experts) and
+                               (expert_alignment is None or
+                                expert_alignment == r.expert_alignment == handle.expert_alignment) and
+                               (num_max_tokens_per_rank is None or
+                                num_max_tokens_per_rank == r.num_max_tokens_per_rank ==
+                                handle.num_max_tokens_per_rank) and
+                               num_sms > 0 and num_qps <= p.num_allocated_qps and
+                               (do_expand or not do_zero_padding) and x.is_contiguous() and
+                               (topk_weights is None or (topk_weights.dtype is p.f32 and
+                                                         topk_weights.shape == r.topk_idx.shape and
+                                                         topk_weights.is_contiguous())))
+                except (AttributeError, TypeError):  # x a tuple (FP8), not a tensor, or not an epkit handle
+                    checked = False
+            if not checked:
+                self._check_cached(p, x, topk_idx, topk_weights, cumulative_local_expert_recv_stats, num_experts,
+                                   num_max_tokens_per_rank, expert_alignment, num_sms, num_qps, handle, do_cpu_sync,
+                                   do_expand, do_zero_padding)
+            if previous_event is not None:
+                previous_event.current_stream_wait()
+            if previous_event_before_epilogue is not None:
+                previous_event_before_epilogue.current_stream_wait()
+            config = self._configs.get(num_sms) or self._config(num_sms)
+            if topk_weights is None and not handle.do_expand and not isinstance(x, tuple):
+                return buffer.dispatch(x, handle=handle._v1, config=config)[0], handle._routing.recv_topk_idx, \
+                    None, handle, _event_of(async_with_compute_stream)
+            return self._cached_dispatch(buffer, x, topk_weights, handle, config, do_zero_padding,
+                                         use_tma_aligned_col_major_sf, async_with_compute_stream)
         torch = p.torch
         x, sf = x if isinstance(x, tuple) else (x, None)
         if num_max_tokens_per_rank is None:
@@ -841,7 +879,7 @@ class ElasticBuffer:
             recv_x, recv_sf = recv_x
         rows = recv_topk_idx.size(0)
 
-        r = _Routing(p, v1, recv_topk_idx, rows, num_experts, expert_alignment, num_max_tokens_per_rank, do_expand)
+        r = _routing(p, v1, recv_topk_idx, rows, num_experts, expert_alignment, num_max_tokens_per_rank, do_expand)
         if cumulative_local_expert_recv_stats is not None:
             cumulative_local_expert_recv_stats.add_(r.counts()[0])
         if do_cpu_sync:
@@ -902,6 +940,8 @@ class ElasticBuffer:
     def _check_dispatch(self, p: _Plan, x, sf, topk_idx, topk_weights, stats, num_experts, num_max_tokens_per_rank,
                         expert_alignment, num_sms, num_qps, do_expand, do_zero_padding) -> None:
         """Every check of a dispatch, naming the first that fails."""
+        if num_qps == 0:
+            num_qps = p.qps.get(num_sms) or self._default_num_qps(p, num_sms)
         check_dispatch(x, sf, topk_idx, topk_weights, stats, num_experts, self.num_ranks, num_max_tokens_per_rank,
                        expert_alignment, num_sms, num_qps, self.num_allocated_qps, do_expand, do_zero_padding)
         require(num_max_tokens_per_rank <= p.max_tokens,
@@ -912,48 +952,23 @@ class ElasticBuffer:
                 f"hidden {x.size(1)}, top-{num_topk}: the buffer was made for hidden {self._hidden}, "
                 f"top-{self._max_topk} (ElasticBuffer's hidden= and num_topk=)")
 
-    def _cached_dispatch(self, p: _Plan, buffer: Buffer, x, topk_idx, topk_weights, stats, num_experts,
-                         num_max_tokens_per_rank, expert_alignment, num_sms: int, num_qps: int, previous_event,
-                         previous_event_before_epilogue, async_with_compute_stream: bool, handle: EPHandle,
-                         do_cpu_sync, do_expand: bool, do_zero_padding: bool, tma_sf: bool):
-        torch = p.torch
+    def _check_cached(self, p: _Plan, x, topk_idx, topk_weights, stats, num_experts, num_max_tokens_per_rank,
+                      expert_alignment, num_sms: int, num_qps: int, handle, do_cpu_sync, do_expand: bool,
+                      do_zero_padding: bool) -> None:
+        """Every check of a cached dispatch, naming the first that fails."""
+        require(isinstance(handle, EPHandle) and handle._v1 is not None,
+                "the handle must come from epkit.deep_ep.ElasticBuffer.dispatch")
+        num_experts, expert_alignment, num_max_tokens_per_rank = check_cached(
+            handle, topk_idx, do_cpu_sync, num_experts, expert_alignment, num_max_tokens_per_rank, do_expand)
         x, sf = x if isinstance(x, tuple) else (x, None)
-        # Against what the handle's dispatch checked: only x, the weights and
-        # this call's own arguments are new.
-        checked = False
-        if sf is None and topk_idx is None and not do_cpu_sync and stats is None:
-            try:
-                r: _Routing = handle._routing
-                xs = x.shape
-                checked = (handle._proof is p and x.dtype is p.bf16 and len(xs) == 2 and
-                           xs[0] == handle._num_tokens and 0 < xs[1] <= p.hidden and xs[1] % 128 == 0 and
-                           do_expand == handle.do_expand and
-                           (num_experts is None or num_experts == r.num_experts == handle.num_experts) and
-                           (expert_alignment is None or expert_alignment == r.expert_alignment ==
-                            handle.expert_alignment) and
-                           (num_max_tokens_per_rank is None or num_max_tokens_per_rank == r.num_max_tokens_per_rank ==
-                            handle.num_max_tokens_per_rank) and
-                           num_sms > 0 and num_qps <= p.num_allocated_qps and (do_expand or not do_zero_padding) and
-                           x.is_contiguous() and
-                           (topk_weights is None or (topk_weights.dtype is p.f32 and
-                                                     topk_weights.shape == r.topk_idx.shape and
-                                                     topk_weights.is_contiguous())))
-            except (AttributeError, TypeError):
-                checked = False
-        if not checked:
-            require(isinstance(handle, EPHandle) and handle._v1 is not None,
-                    "the handle must come from epkit.deep_ep.ElasticBuffer.dispatch")
-            num_experts, expert_alignment, num_max_tokens_per_rank = check_cached(
-                handle, topk_idx, do_cpu_sync, num_experts, expert_alignment, num_max_tokens_per_rank, do_expand)
-            self._check_dispatch(p, x, sf, handle.topk_idx, topk_weights, stats, num_experts,
-                                 num_max_tokens_per_rank, expert_alignment, num_sms, num_qps, do_expand,
-                                 do_zero_padding)
-        if previous_event is not None:
-            previous_event.current_stream_wait()
-        if previous_event_before_epilogue is not None:
-            previous_event_before_epilogue.current_stream_wait()
-        config = self._configs.get(num_sms) or self._config(num_sms)
+        self._check_dispatch(p, x, sf, handle.topk_idx, topk_weights, stats, num_experts, num_max_tokens_per_rank,
+                             expert_alignment, num_sms, num_qps, do_expand, do_zero_padding)
 
+    def _cached_dispatch(self, buffer: Buffer, x, topk_weights, handle: EPHandle, config: Config,
+                         do_zero_padding: bool, tma_sf: bool, async_with_compute_stream: bool):
+        """A cached dispatch with weights, FP8 or the expanded layout."""
+        torch = self._torch
+        x, sf = x if isinstance(x, tuple) else (x, None)
         recv = buffer.dispatch(x if sf is None else (x, sf), handle=handle._v1, config=config)[0]
         recv_x, recv_sf = recv if sf is not None else (recv, None)
         r = handle._routing
@@ -1016,8 +1031,6 @@ class ElasticBuffer:
         p = self._plan or self._make_plan()
         if num_sms == 0:
             num_sms = getattr(handle, "num_sms", 0)  # not a handle: check_combine says so
-        if num_qps == 0:
-            num_qps = p.qps.get(num_sms) or self._default_num_qps(p, num_sms)
         biases = (None, None) if bias is None else unpack_bias(bias)
         # check_combine's checks against what the handle's dispatch checked,
         # where every one passes (else it names the failure).
@@ -1039,6 +1052,8 @@ class ElasticBuffer:
             except (AttributeError, TypeError):
                 checked = False
         if not checked:
+            if num_qps == 0:
+                num_qps = p.qps.get(num_sms) or self._default_num_qps(p, num_sms)
             check_combine(x, topk_weights, biases, handle, num_qps, self.num_allocated_qps,
                           self.allow_multiple_reduction)
         if previous_event is not None:
@@ -1047,7 +1062,8 @@ class ElasticBuffer:
             previous_event_before_epilogue.current_stream_wait()
         config = self._configs.get(num_sms) or self._config(num_sms)
         with_bias = biases[0] is not None or biases[1] is not None
-        if not handle.do_expand and self._engine_sums(p, handle._num_topk, with_bias):
+        if not handle.do_expand and (p.engine_sum.get((handle._num_topk, with_bias)) or
+                                     self._engine_sums(p, handle._num_topk, with_bias)):
             # The engine's own sum gives V2's bits (or the caller asked for it).
             combined, combined_w, _ = buffer.combine(x, handle._v1, topk_weights=topk_weights,
                                                      bias=bias if with_bias else None, config=config)
