@@ -285,8 +285,8 @@ class AgainstV2Semantics(unittest.TestCase):
                 combined, combined_w, _ = buf.combine(cx, h, topk_weights=cw, bias=bias_arg)
                 cached = buf.dispatch(x, handle=h, topk_weights=w if expand else None, do_expand=expand,
                                       do_zero_padding=expand)
-                out[expand] = dict(stats=stats, recv_x=recv_x, recv_idx=recv_idx, recv_w=recv_w, h=h, n=n, combined=combined,
-                                   combined_w=combined_w, cached=cached, event=event)
+                out[expand] = dict(stats=stats, recv_x=recv_x, recv_idx=recv_idx, recv_w=recv_w, h=h, n=n,
+                                   combined=combined, combined_w=combined_w, cached=cached, event=event)
             return out
 
         results = run_ranks(world, rank_main)
@@ -550,6 +550,8 @@ class PerCallWork(unittest.TestCase):
 
     def test_dispatch_refusals_are_the_full_checks(self):
         b, x, idx, w = one_rank()
+        b._device_sms = 24
+        plan = b._make_plan()
         f16, i32 = torch.float16, torch.int32
         base = dict(x=x, topk_idx=idx, topk_weights=w, num_experts=8, num_max_tokens_per_rank=None,
                     expert_alignment=None, num_sms=0, num_qps=0, do_expand=False, do_zero_padding=False,
@@ -571,7 +573,8 @@ class PerCallWork(unittest.TestCase):
                            ("alignment", dict(expert_alignment=0)), ("SMs", dict(num_sms=-2)),
                            ("QPs", dict(num_qps=66)), ("zero padding", dict(do_zero_padding=True)),
                            ("stats", dict(cumulative_local_expert_recv_stats=torch.zeros(3, dtype=i32))),
-                           ("no topk_idx", dict(topk_idx=None))):
+                           ("no topk_idx", dict(topk_idx=None)), ("SMs over the GPU's", dict(num_sms=26)),
+                           ("previous event", dict(previous_event=object()))):
             a = dict(base, **over)
             with self.subTest(name):
                 nmax = 12 if a["num_max_tokens_per_rank"] is None else a["num_max_tokens_per_rank"]
@@ -579,10 +582,10 @@ class PerCallWork(unittest.TestCase):
                 num_qps = a["num_qps"] or b.get_theoretical_num_qps(num_sms)
                 self.same_refusal(
                     lambda: b.dispatch(**a),
-                    lambda: b._check_dispatch(b._plan, a["x"], None, a["topk_idx"], a["topk_weights"],
+                    lambda: b._check_dispatch(plan, a["x"], None, a["topk_idx"], a["topk_weights"],
                                               a["cumulative_local_expert_recv_stats"], a["num_experts"], nmax,
-                                              elastic.value_or(a["expert_alignment"], 1), num_sms, num_qps, a["do_expand"],
-                                              a["do_zero_padding"]))
+                                              elastic.value_or(a["expert_alignment"], 1), num_sms, num_qps,
+                                              a["do_expand"], a["do_zero_padding"], a.get("previous_event")))
 
     def test_cached_dispatch_refusals_are_the_full_checks(self):
         b, x, idx, w = one_rank()
@@ -594,17 +597,15 @@ class PerCallWork(unittest.TestCase):
                            ("experts", dict(num_experts=16)), ("alignment", dict(expert_alignment=2)),
                            ("tokens", dict(num_max_tokens_per_rank=8)), ("layout", dict(do_expand=True)),
                            ("CPU sync", dict(do_cpu_sync=True)), ("topk_idx", dict(topk_idx=idx)),
-                           ("zero padding", dict(do_zero_padding=True)), ("QPs", dict(num_qps=66))):
+                           ("zero padding", dict(do_zero_padding=True)), ("QPs", dict(num_qps=66)),
+                           ("previous event", dict(previous_event=object())), ("handle", dict(handle=(1, 2)))):
             a = dict(dict(x=x, handle=h), **over)
             with self.subTest(name):
-                def full():
-                    num_experts, alignment, nmax = elastic.check_cached(
-                        h, a.get("topk_idx"), a.get("do_cpu_sync"), a.get("num_experts"),
-                        a.get("expert_alignment"), a.get("num_max_tokens_per_rank"), a.get("do_expand", False))
-                    b._check_dispatch(b._plan, a["x"], None, h.topk_idx, a.get("topk_weights"), None, num_experts,
-                                      nmax, alignment, 20, a.get("num_qps") or 65, a.get("do_expand", False),
-                                      a.get("do_zero_padding", False))
-                self.same_refusal(lambda: b.dispatch(**a), full)
+                self.same_refusal(lambda: b.dispatch(**a), lambda: b._check_cached(
+                    b._plan, a["x"], a.get("topk_idx"), a.get("topk_weights"), None, a.get("num_experts"),
+                    a.get("num_max_tokens_per_rank"), a.get("expert_alignment"), 20, a.get("num_qps", 0),
+                    a["handle"], a.get("do_cpu_sync"), a.get("do_expand", False), a.get("do_zero_padding", False),
+                    a.get("previous_event")))
         # A handle of another buffer: checked in full (and served).
         other, *_ = one_rank()
         _, _, _, foreign, _ = other.dispatch(x, topk_idx=idx, topk_weights=w, num_experts=8)
@@ -624,20 +625,48 @@ class PerCallWork(unittest.TestCase):
                                    ("weights 2-D", dict(topk_weights=recv_w.view(-1, 1))),
                                    ("weights as given", dict(topk_weights=recv_w)),
                                    ("bias shape", dict(bias=bias[:4])), ("biases", dict(bias=(bias, bias[:, :64]))),
-                                   ("QPs", dict(num_qps=66)), ("handle", dict(handle=object()))):
-                    a = dict(dict(x=recv, handle=h, topk_weights=None, bias=None, num_qps=0), **over)
+                                   ("weights strided", dict(topk_weights=torch.stack([recv_w, recv_w], -1)[..., 0])),
+                                   ("more rows", dict(x=torch.cat([recv, recv[:2]]).contiguous())),
+                                   ("QPs", dict(num_qps=66)), ("SMs", dict(num_sms=-2)),
+                                   ("previous event", dict(previous_event=object())),
+                                   ("handle", dict(handle=object()))):
+                    a = dict(dict(x=recv, handle=h, topk_weights=None, bias=None, num_qps=0, num_sms=0), **over)
                     with self.subTest(name, expand=expand, multiple_reduction=multiple_reduction):
                         call = lambda: b.combine(**a)  # noqa: E731
                         full = lambda: elastic.check_combine(  # noqa: E731
                             a["x"], a["topk_weights"], elastic.unpack_bias(a["bias"]), a["handle"],
                             a["num_qps"] or b.get_theoretical_num_qps(20), b.num_allocated_qps,
-                            multiple_reduction)
+                            multiple_reduction, a["num_sms"] or 20, a.get("previous_event"))
                         try:
                             full()
                         except (AssertionError, NotImplementedError):
                             self.same_refusal(call, full)
                         # (What the full checks take, e.g. the weights as
                         # given, is the semantics tests' to check.)
+
+    def test_hybrid_mode_takes_at_most_160_sms(self):
+        # V2's kNumMaxSMs, asserted where the scale-out leg is used.
+        x, idx = torch.zeros((4, HIDDEN), dtype=torch.bfloat16), torch.zeros((4, 4), dtype=torch.int64)
+        for hybrid, refused in ((True, True), (False, False)):
+            b = make_buffer(World(4, 2), 0, 12, 4, hybrid=hybrid)
+            b._device_sms = 200
+            with self.subTest(hybrid=hybrid):
+                b._make_plan()
+                self.assertEqual(b._plan.max_num_sms, 160 if hybrid else 200)
+                if refused:
+                    with self.assertRaisesRegex(AssertionError, "num_sms 162 is more than 160"):
+                        b.dispatch(x, topk_idx=idx, num_experts=8, num_sms=162)
+
+    def test_expand_combine_reads_only_the_rows_the_handle_names(self):
+        # V2 takes an x with more rows than the expanded ones (e.g. a GEMM's padded output).
+        b, x, idx, w = one_rank()
+        recv, _, recv_w, h, _ = b.dispatch(x, topk_idx=idx, topk_weights=w, num_experts=8, do_expand=True,
+                                           expert_alignment=4)
+        want = b.combine(recv, h, topk_weights=recv_w)
+        more = torch.cat([recv, torch.full((5, HIDDEN), float("nan"), dtype=recv.dtype)])
+        more_w = torch.cat([recv_w, torch.full((5,), float("nan"))])
+        got = b.combine(more, h, topk_weights=more_w)
+        self.assertTrue(torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]))
 
     def test_the_no_event_event_is_a_default_one(self):
         b, x, idx, w = one_rank()

@@ -71,6 +71,16 @@ class Constructor(unittest.TestCase):
             deep_ep.ElasticBuffer(g, num_bytes=MB2 + 1)
         with self.assertRaisesRegex(NotImplementedError, "hidden 200"):
             deep_ep.ElasticBuffer(g, num_max_tokens_per_rank=MAX_TOKENS, hidden=200)
+        with self.assertRaisesRegex(AssertionError, "num_cpu_bytes must be >= 0"):  # V2: num_cpu_bytes >= 0
+            deep_ep.ElasticBuffer(g, num_bytes=4 * MB2, num_cpu_bytes=-MB2)
+        with self.assertRaisesRegex(AssertionError, "2 MiB"):  # V2: num_bytes > 0
+            deep_ep.ElasticBuffer(g, num_bytes=0)
+
+    def test_size_hint_asserts(self):
+        # V2's calculate_elastic_buffer_size: tokens and hidden positive.
+        for tokens, hidden in ((0, HIDDEN), (MAX_TOKENS, 0)):
+            with self.subTest(tokens=tokens, hidden=hidden), self.assertRaisesRegex(AssertionError, "positive"):
+                deep_ep.ElasticBuffer.get_buffer_size_hint(FakeGroup(RANKS), tokens, hidden)
 
 
 class DispatchChecks(unittest.TestCase):
@@ -104,6 +114,17 @@ class DispatchChecks(unittest.TestCase):
         self.refused("torch.float32", topk_weights=T((TOKENS, TOPK), "bfloat16"))
         self.refused("8 entries", cumulative_local_expert_recv_stats=T((7,), "int32"))
         self.refused("torch.int32 vector", cumulative_local_expert_recv_stats=T((8,), "int64"))
+        self.refused("torch.int32 vector", cumulative_local_expert_recv_stats=T((8,), "int32", contiguous=False))
+        self.refused("contiguous 2-D", topk_idx=T((TOKENS, TOPK), "int64", contiguous=False))
+        self.refused("contiguous 2-D", topk_weights=T((TOKENS, TOPK), "float32", contiguous=False))
+        self.refused("4-byte packs", x=T((TOKENS, HIDDEN), "float8_e4m3fn"), sf=T((TOKENS, 2), "bfloat16"))
+        self.refused("num_topk 64 must be 1 to 63", topk_idx=T((TOKENS, 64), "int64"), topk_weights=None)
+        # stream_control_prologue: a previous_event needs outputs on the communication stream.
+        self.refused("previous_event needs allocate_on_comm_stream", previous_event=object())
+        elastic.check_dispatch(**dispatch_args(previous_event=object(), allocate_on_comm_stream=True))
+        # num_sms <= the GPU's SMs (and kNumMaxSMs = 160 in hybrid mode).
+        self.refused("more than 132", num_sms=134, max_num_sms=132)
+        elastic.check_dispatch(**dispatch_args(num_sms=132, max_num_sms=132))
 
     def test_what_the_engine_does_not_do_is_named(self):
         self.refused("packed UE8M0", NotImplementedError, x=T((TOKENS, HIDDEN), "float8_e4m3fn"),
@@ -144,15 +165,35 @@ class CombineChecks(unittest.TestCase):
         elastic.check_combine(x, None, (bias, bias), h, 9, 17, True)
         with self.assertRaisesRegex(AssertionError, r"bias\[1\] must be \[16, 256\]"):
             elastic.check_combine(x, None, (bias, T((TOKENS + 1, HIDDEN), "bfloat16")), h, 9, 17, True)
+        with self.assertRaisesRegex(AssertionError, r"bias\[0\] must be a contiguous torch.bfloat16"):
+            elastic.check_combine(x, None, (T((TOKENS, HIDDEN), "float32"), None), h, 9, 17, True)
+        with self.assertRaisesRegex(AssertionError, r"bias\[0\] must be a contiguous torch.bfloat16"):
+            elastic.check_combine(x, None, (T((TOKENS, HIDDEN), "bfloat16", contiguous=False), None), h, 9, 17, True)
+        with self.assertRaisesRegex(AssertionError, "contiguous 2-D"):
+            elastic.check_combine(T((40, HIDDEN), "bfloat16", contiguous=False), None, (None, None), h, 9, 17, True)
+        with self.assertRaisesRegex(AssertionError, "16 bytes"):
+            elastic.check_combine(T((40, 4), "bfloat16"), None, (None, None), h, 9, 17, True)
+        with self.assertRaisesRegex(AssertionError, "topk_weights must be contiguous"):
+            elastic.check_combine(x, T((40, TOPK), "float32", contiguous=False), (None, None), h, 9, 17, True)
+        with self.assertRaisesRegex(AssertionError, "num_sms must be positive"):  # V2: num_sms > 0
+            elastic.check_combine(x, None, (None, None), h, 9, 17, True, num_sms=0)
+        with self.assertRaisesRegex(AssertionError, "previous_event needs allocate_on_comm_stream"):
+            elastic.check_combine(x, None, (None, None), h, 9, 17, True, previous_event=object())
+        elastic.check_combine(x, None, (None, None), h, 9, 17, True, previous_event=object(),
+                              allocate_on_comm_stream=True)
 
     def test_expand_mode(self):
         h = handle(do_expand=True)
         x = T((96, HIDDEN), "bfloat16")
         elastic.check_combine(x, T((96,), "float32"), (None, None), h, 9, 17, True)
-        with self.assertRaisesRegex(AssertionError, "96 received rows"):
+        with self.assertRaisesRegex(AssertionError, "96 expanded rows"):
             elastic.check_combine(T((40, HIDDEN), "bfloat16"), None, (None, None), h, 9, 17, True)
         with self.assertRaisesRegex(AssertionError, r"must be \[96\]"):
             elastic.check_combine(x, T((96, TOPK), "float32"), (None, None), h, 9, 17, True)
+        # V2 reads the rows the handle names: x may have more; the weights have x's rows.
+        elastic.check_combine(T((128, HIDDEN), "bfloat16"), T((128,), "float32"), (None, None), h, 9, 17, True)
+        with self.assertRaisesRegex(AssertionError, r"must be \[128\]"):
+            elastic.check_combine(T((128, HIDDEN), "bfloat16"), T((96,), "float32"), (None, None), h, 9, 17, True)
         with self.assertRaisesRegex(AssertionError, "allow_multiple_reduction"):
             elastic.check_combine(x, T((96,), "float32"), (None, None), h, 9, 17, False)
 
@@ -162,6 +203,26 @@ class CombineChecks(unittest.TestCase):
         self.assertEqual(deep_ep.ElasticBuffer._unpack_bias(("a", "b")), ("a", "b"))
         with self.assertRaises(AssertionError):
             deep_ep.ElasticBuffer._unpack_bias(("a", "b", "c"))
+
+
+class TorchSettings(unittest.TestCase):
+    """V2's check_torch_deterministic, before every dispatch and combine."""
+
+    class Torch:
+        def __init__(self, deterministic, fill):
+            self._deterministic = deterministic
+            self.utils = type("utils", (), {})()
+            if fill is not None:
+                self.utils.deterministic = type("deterministic", (), {"fill_uninitialized_memory": fill})()
+
+        def are_deterministic_algorithms_enabled(self):
+            return self._deterministic
+
+    def test_deterministic_algorithms_with_filled_memory_are_refused(self):
+        with self.assertRaisesRegex(AssertionError, "fill_uninitialized_memory are both on"):
+            elastic.check_torch_deterministic(self.Torch(True, True))
+        for deterministic, fill in ((True, False), (False, True), (True, None)):  # None: PyTorch without the setting
+            elastic.check_torch_deterministic(self.Torch(deterministic, fill))
 
 
 class Sizes(unittest.TestCase):
@@ -236,6 +297,10 @@ class SummationPlan(unittest.TestCase):
         self.assertFalse(exact(buffer_shape(8, 4), 6, False))      # four ranks in a node
         self.assertFalse(exact(buffer_shape(4, 2, hybrid=False), 6, False))  # direct mode over nodes
         self.assertFalse(exact(buffer_shape(1, 1, multiple_reduction=False), 6, False, expand=True))
+
+    def test_theoretical_sms_as_v2(self):
+        with self.assertRaises(AssertionError):  # V2: num_scaleout_topk == 0
+            buffer_shape(4, 4).get_theoretical_num_sms(EXPERTS, TOPK, num_scaleout_topk=2)
 
     def test_qps_as_v2(self):
         self.assertEqual(buffer_shape(4, 4).get_theoretical_num_qps(20), 65)

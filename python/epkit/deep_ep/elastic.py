@@ -95,12 +95,39 @@ def check_constructor(num_ranks: int, num_bytes: Optional[int], num_cpu_bytes: i
     require(num_ranks >= 1, "the group has no ranks")
 
 
+#: V2's most SMs of a hybrid (scale-out) dispatch (kNumMaxSMs).
+MAX_HYBRID_SMS = 160
+
+
+def check_stream_order(previous_event, allocate_on_comm_stream: bool) -> None:
+    """V2 (stream_control_prologue): with previous_event, the compute
+    kernels are queued first, so outputs are allocated on the
+    communication stream."""
+    require(previous_event is None or allocate_on_comm_stream,
+            "previous_event needs allocate_on_comm_stream=True")
+
+
+def check_torch_deterministic(torch) -> None:
+    """V2's check_torch_deterministic: torch.empty's fill kernel (with
+    deterministic algorithms and fill_uninitialized_memory both on) may run
+    beside the communication writing the same outputs."""
+    fill = getattr(getattr(torch.utils, "deterministic", None), "fill_uninitialized_memory", False)
+    require(not (torch.are_deterministic_algorithms_enabled() and fill),
+            "torch's deterministic algorithms and torch.utils.deterministic.fill_uninitialized_memory are both on "
+            "(DeepEP V2 refuses this too: the fill of new outputs may race with the communication)")
+
+
 def check_dispatch(x, sf, topk_idx, topk_weights, cumulative_local_expert_recv_stats, num_experts: Optional[int],
                    num_ranks: int, num_max_tokens_per_rank: int, expert_alignment: int, num_sms: int, num_qps: int,
-                   num_allocated_qps: int, do_expand: bool, do_zero_padding: bool) -> None:
-    """V2's dispatch asserts (its Python and its C++ host checks)."""
+                   num_allocated_qps: int, do_expand: bool, do_zero_padding: bool, previous_event=None,
+                   allocate_on_comm_stream: bool = False, max_num_sms: Optional[int] = None) -> None:
+    """V2's dispatch asserts (its Python and its C++ host checks).
+    max_num_sms: the GPU's SMs (and V2's cap in hybrid mode), None: unknown."""
     assert num_qps <= num_allocated_qps, 'Allocated QPs are not enough'
     require(num_sms > 0, f"num_sms must be positive, not {num_sms}")
+    require(max_num_sms is None or num_sms <= max_num_sms, f"num_sms {num_sms} is more than {max_num_sms} (the GPU's "
+            f"SMs, at most {MAX_HYBRID_SMS} in hybrid mode)")
+    check_stream_order(previous_event, allocate_on_comm_stream)
     require(not do_zero_padding or do_expand, "do_zero_padding needs do_expand")
     require(num_experts is not None and num_experts > 0, "dispatch needs num_experts (or a handle)")
     require(num_experts % num_ranks == 0, f"{num_experts} experts do not split over {num_ranks} ranks")
@@ -169,24 +196,34 @@ def unpack_bias(bias) -> Tuple[Any, Any]:
 
 
 def check_combine(x, topk_weights, biases, handle, num_qps: int, num_allocated_qps: int,
-                  allow_multiple_reduction: bool) -> None:
+                  allow_multiple_reduction: bool, num_sms: int = 1, previous_event=None,
+                  allocate_on_comm_stream: bool = False) -> None:
     """V2's combine asserts."""
     assert num_qps <= num_allocated_qps, 'Allocated QPs are not enough'
     require(isinstance(handle, EPHandle) and getattr(handle, "_v1", None) is not None,
             "the handle must come from epkit.deep_ep.ElasticBuffer.dispatch")
+    require(num_sms > 0, f"num_sms must be positive, not {num_sms}")
+    check_stream_order(previous_event, allocate_on_comm_stream)
     require(_is_tensor_like(x) and x.dim() == 2 and x.is_contiguous(), "x must be a contiguous 2-D tensor")
     require(str(x.dtype) == "torch.bfloat16", f"combine x must be torch.bfloat16, not {x.dtype}")
     require((x.size(1) * x.element_size()) % 16 == 0, "x rows must be a multiple of 16 bytes")
-    rows = handle._expanded_rows if handle.do_expand else handle._rows
-    require(x.size(0) == rows, f"combine x must have the dispatch's {rows} received rows, not {x.size(0)}")
+    if handle.do_expand:
+        # V2 reads the expanded rows the handle names: x may have more
+        # (the weights then have as many).
+        rows = handle._expanded_rows
+        require(x.size(0) >= rows, f"combine x must have the dispatch's {rows} expanded rows, not {x.size(0)}")
+    else:
+        rows = handle._rows
+        require(x.size(0) == rows, f"combine x must have the dispatch's {rows} received rows, not {x.size(0)}")
     if topk_weights is not None:
         require(str(topk_weights.dtype) == "torch.float32",
                 f"topk_weights must be torch.float32, not {topk_weights.dtype}")
+        require(topk_weights.is_contiguous(), "topk_weights must be contiguous")
         if handle.do_expand:
             # NOTES (V2's test): expand mode needs allow_multiple_reduction for weights.
             require(allow_multiple_reduction, "expand-mode combine with topk_weights needs allow_multiple_reduction")
-            require(topk_weights.dim() == 1 and topk_weights.size(0) == rows,
-                    f"expand-mode topk_weights must be [{rows}] (one per expanded row)")
+            require(topk_weights.dim() == 1 and topk_weights.size(0) == x.size(0),
+                    f"expand-mode topk_weights must be [{x.size(0)}] (one per row of x)")
         else:
             require(topk_weights.dim() == 2 and tuple(topk_weights.size()) == (rows, handle._num_topk),
                     f"topk_weights must be [{rows}, {handle._num_topk}]")
@@ -426,8 +463,8 @@ class _Plan:
     keep it as their `_proof`, and a handle may outlive its buffer)."""
 
     __slots__ = ("torch", "bf16", "i64", "f32", "rank", "num_ranks", "num_scaleup_ranks", "single_node",
-                 "max_tokens", "hidden", "max_topk", "num_allocated_qps", "v1_num_sms", "num_sms", "qps",
-                 "engine_sum", "capturing")
+                 "max_tokens", "hidden", "max_topk", "num_allocated_qps", "max_num_sms", "sms_limit", "v1_num_sms",
+                 "num_sms", "qps", "engine_sum", "capturing", "deterministic")
 
     def __init__(self, buffer: "ElasticBuffer"):
         torch = buffer._torch
@@ -440,6 +477,12 @@ class _Plan:
         self.hidden = buffer._hidden
         self.max_topk = min(buffer._max_topk, _PAYLOAD_COLUMNS // 2 - 1)
         self.num_allocated_qps = buffer.num_allocated_qps
+        # V2's SM limits of a dispatch: the GPU's (None: not known), and
+        # kNumMaxSMs in hybrid mode.
+        limits = [n for n in (getattr(buffer, "_device_sms", None),
+                              MAX_HYBRID_SMS if buffer.num_scaleout_ranks > 1 else None) if n]
+        self.max_num_sms = min(limits) if limits else None
+        self.sms_limit = self.max_num_sms or 1 << 30
         self.v1_num_sms = Buffer.num_sms
         self.num_sms = buffer.get_theoretical_num_sms(0, 0)
         self.qps = {}  # num_sms -> get_theoretical_num_qps(num_sms)
@@ -448,6 +491,10 @@ class _Plan:
         # one C call; without CUDA: never).
         capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
         self.capturing = capturing if capturing is not None and torch.cuda.is_available() else _never
+        # Whether torch's deterministic algorithms are on (one C call; V2
+        # then checks fill_uninitialized_memory: check_torch_deterministic).
+        self.deterministic = getattr(torch._C, "_get_deterministic_algorithms", None) or \
+            torch.are_deterministic_algorithms_enabled
 
 
 class _Routing:
@@ -806,8 +853,10 @@ class ElasticBuffer:
                                (num_max_tokens_per_rank is None or
                                 num_max_tokens_per_rank == r.num_max_tokens_per_rank ==
                                 handle.num_max_tokens_per_rank) and
-                               num_sms > 0 and num_qps <= p.num_allocated_qps and
-                               (do_expand or not do_zero_padding) and x.is_contiguous() and
+                               0 < num_sms <= p.sms_limit and num_qps <= p.num_allocated_qps and
+                               (do_expand or not do_zero_padding) and
+                               (previous_event is None or allocate_on_comm_stream) and not p.deterministic() and
+                               x.is_contiguous() and
                                (topk_weights is None or (topk_weights.dtype is p.f32 and
                                                          topk_weights.shape == r.topk_idx.shape and
                                                          topk_weights.is_contiguous())))
@@ -816,7 +865,7 @@ class ElasticBuffer:
             if not checked:
                 self._check_cached(p, x, topk_idx, topk_weights, cumulative_local_expert_recv_stats, num_experts,
                                    num_max_tokens_per_rank, expert_alignment, num_sms, num_qps, handle, do_cpu_sync,
-                                   do_expand, do_zero_padding)
+                                   do_expand, do_zero_padding, previous_event, allocate_on_comm_stream)
             if previous_event is not None:
                 previous_event.current_stream_wait()
             if previous_event_before_epilogue is not None:
@@ -845,7 +894,9 @@ class ElasticBuffer:
                            ts[0] == xs[0] <= num_max_tokens_per_rank <= p.max_tokens and
                            0 < xs[1] <= p.hidden and xs[1] % 128 == 0 and 1 <= ts[1] <= p.max_topk and
                            num_experts > 0 and num_experts % p.num_ranks == 0 and expert_alignment >= 1 and
-                           num_sms > 0 and num_qps <= p.num_allocated_qps and (do_expand or not do_zero_padding) and
+                           0 < num_sms <= p.sms_limit and num_qps <= p.num_allocated_qps and
+                           (do_expand or not do_zero_padding) and
+                           (previous_event is None or allocate_on_comm_stream) and not p.deterministic() and
                            x.is_contiguous() and topk_idx.is_contiguous() and
                            (topk_weights is None or (topk_weights.dtype is p.f32 and topk_weights.shape == ts and
                                                      topk_weights.is_contiguous())))
@@ -854,7 +905,7 @@ class ElasticBuffer:
         if not checked:
             self._check_dispatch(p, x, sf, topk_idx, topk_weights, cumulative_local_expert_recv_stats, num_experts,
                                  num_max_tokens_per_rank, expert_alignment, num_sms, num_qps, do_expand,
-                                 do_zero_padding)
+                                 do_zero_padding, previous_event, allocate_on_comm_stream)
             ts = topk_idx.shape
         if previous_event is not None:
             previous_event.current_stream_wait()
@@ -938,12 +989,15 @@ class ElasticBuffer:
             _event_of(async_with_compute_stream)
 
     def _check_dispatch(self, p: _Plan, x, sf, topk_idx, topk_weights, stats, num_experts, num_max_tokens_per_rank,
-                        expert_alignment, num_sms, num_qps, do_expand, do_zero_padding) -> None:
+                        expert_alignment, num_sms, num_qps, do_expand, do_zero_padding, previous_event=None,
+                        allocate_on_comm_stream: bool = False) -> None:
         """Every check of a dispatch, naming the first that fails."""
+        check_torch_deterministic(p.torch)
         if num_qps == 0:
             num_qps = p.qps.get(num_sms) or self._default_num_qps(p, num_sms)
         check_dispatch(x, sf, topk_idx, topk_weights, stats, num_experts, self.num_ranks, num_max_tokens_per_rank,
-                       expert_alignment, num_sms, num_qps, self.num_allocated_qps, do_expand, do_zero_padding)
+                       expert_alignment, num_sms, num_qps, self.num_allocated_qps, do_expand, do_zero_padding,
+                       previous_event, allocate_on_comm_stream, p.max_num_sms)
         require(num_max_tokens_per_rank <= p.max_tokens,
                 f"num_max_tokens_per_rank {num_max_tokens_per_rank} is more than the buffer holds "
                 f"({p.max_tokens})")
@@ -954,7 +1008,7 @@ class ElasticBuffer:
 
     def _check_cached(self, p: _Plan, x, topk_idx, topk_weights, stats, num_experts, num_max_tokens_per_rank,
                       expert_alignment, num_sms: int, num_qps: int, handle, do_cpu_sync, do_expand: bool,
-                      do_zero_padding: bool) -> None:
+                      do_zero_padding: bool, previous_event=None, allocate_on_comm_stream: bool = False) -> None:
         """Every check of a cached dispatch, naming the first that fails."""
         require(isinstance(handle, EPHandle) and handle._v1 is not None,
                 "the handle must come from epkit.deep_ep.ElasticBuffer.dispatch")
@@ -962,7 +1016,8 @@ class ElasticBuffer:
             handle, topk_idx, do_cpu_sync, num_experts, expert_alignment, num_max_tokens_per_rank, do_expand)
         x, sf = x if isinstance(x, tuple) else (x, None)
         self._check_dispatch(p, x, sf, handle.topk_idx, topk_weights, stats, num_experts, num_max_tokens_per_rank,
-                             expert_alignment, num_sms, num_qps, do_expand, do_zero_padding)
+                             expert_alignment, num_sms, num_qps, do_expand, do_zero_padding, previous_event,
+                             allocate_on_comm_stream)
 
     def _cached_dispatch(self, buffer: Buffer, x, topk_weights, handle: EPHandle, config: Config,
                          do_zero_padding: bool, tma_sf: bool, async_with_compute_stream: bool):
@@ -1039,23 +1094,27 @@ class ElasticBuffer:
             try:
                 xs = x.shape
                 if handle.do_expand:
-                    rows = handle._expanded_rows
+                    rows_ok = xs[0] >= handle._expanded_rows
                     weights_ok = topk_weights is None or (
                         self.allow_multiple_reduction and topk_weights.dtype is p.f32 and
-                        topk_weights.shape == (rows,))
+                        topk_weights.shape == (xs[0],) and topk_weights.is_contiguous())
                 else:
-                    rows = handle._rows
+                    rows_ok = xs[0] == handle._rows
                     weights_ok = topk_weights is None or (
-                        topk_weights.dtype is p.f32 and topk_weights.shape == (rows, handle._num_topk))
-                checked = (handle._proof is p and x.dtype is p.bf16 and len(xs) == 2 and xs[0] == rows and
-                           xs[1] % 8 == 0 and weights_ok and num_qps <= p.num_allocated_qps and x.is_contiguous())
+                        topk_weights.dtype is p.f32 and topk_weights.shape == (xs[0], handle._num_topk) and
+                        topk_weights.is_contiguous())
+                checked = (handle._proof is p and x.dtype is p.bf16 and len(xs) == 2 and rows_ok and
+                           xs[1] % 8 == 0 and weights_ok and num_sms > 0 and num_qps <= p.num_allocated_qps and
+                           (previous_event is None or allocate_on_comm_stream) and not p.deterministic() and
+                           x.is_contiguous())
             except (AttributeError, TypeError):
                 checked = False
         if not checked:
+            check_torch_deterministic(p.torch)
             if num_qps == 0:
                 num_qps = p.qps.get(num_sms) or self._default_num_qps(p, num_sms)
             check_combine(x, topk_weights, biases, handle, num_qps, self.num_allocated_qps,
-                          self.allow_multiple_reduction)
+                          self.allow_multiple_reduction, num_sms, previous_event, allocate_on_comm_stream)
         if previous_event is not None:
             previous_event.current_stream_wait()
         if previous_event_before_epilogue is not None:
