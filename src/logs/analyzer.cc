@@ -88,6 +88,25 @@ std::string normalize_transport(std::string_view via) {
 }
 
 // Lines NCCL's maintainers call harmless: never a finding, even at WARN.
+// libibverbs tries every provider /etc/libibverbs.d lists; a provider whose
+// library is simply not installed matters only for the NICs GPU clusters
+// run on. A missing provider for hardware of another kind (ipathverbs,
+// vmw_pvrdma, rxe, ...) is noise printed on healthy nodes too. An ABI
+// mismatch (IBVERBS_PRIVATE_n, undefined symbols) or a device with no
+// provider always matters.
+bool provider_failure_matters(std::string_view m) {
+  if (contains(m, "no userspace device-specific driver")) return true;
+  if (contains(m, "IBVERBS_PRIVATE_") && contains(m, "not found")) return true;
+  if (!contains(m, "couldn't load driver")) return false;
+  if (!contains(m, "cannot open shared object file")) return true;
+  for (std::string_view nic :
+       {"mlx5", "efa", "bnxt_re", "irdma", "erdma", "mana", "ionic", "hns"}) {
+    if (contains(m, fmt::format("'lib{}-", nic)) || contains(m, fmt::format("'{}'", nic)))
+      return true;
+  }
+  return false;
+}
+
 bool is_benign(std::string_view m) {
   return contains(m, "Could not find: libnccl-") || contains(m, "dlvsym failed on mlx5dv_") ||
          contains(m, "Could not find: libnccl-env");
@@ -448,7 +467,8 @@ void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
         host->plugin_at = evidence(at, rank);
       }
     }
-    if (!on_problem(m, at, rank) && !is_benign(m) && !on_catalogue(Source::nccl, m, {}, at, rank))
+    if (!on_problem(m, at, rank) && !is_benign(m) &&
+        !on_catalogue(Source::nccl, m, info.source_path, at, rank))
       add(Rule::other_warn, at, rank);
     return;
   }
@@ -847,7 +867,7 @@ void Analyzer::on_other(const LineInfo& info, Location at, int rank) {
   if (on_launch(m, at)) return;
   if (contains(m, "couldn't load driver") || contains(m, "no userspace device-specific driver") ||
       (contains(m, "IBVERBS_PRIVATE_") && contains(m, "not found"))) {
-    add(Rule::provider_abi, at, rank);
+    if (provider_failure_matters(m)) add(Rule::provider_abi, at, rank);
   } else if (contains(m, "cudaHostRegister with IoMemory failed") ||
              contains(m, "GPU cannot map UAR")) {
     add(Rule::ibgda_mapping, at, rank);

@@ -78,7 +78,9 @@ bool site_is_matchable(std::size_t site);
 
 /// The family of a line's message, or -1. `nvshmem_path` is the source path
 /// NVSHMEM printed before the message, if any: it names the subsystem when no
-/// wording matches.
+/// wording matches. For NCCL it is the FILE:LINE of a WARN line: a generic
+/// CUDA failure printed from nvls.cc, p2p.cc or shm.cc gets that subsystem's
+/// family.
 struct CatalogueMatch {
   int family = -1;
   int site = -1;
