@@ -454,6 +454,21 @@ void Analyzer::count_collective(RankFacts* facts, std::string_view name) {
   }
 }
 
+// Kept out of on_nccl, whose INFO/COLL path is the hot one: WARN lines are
+// rare and their handling large.
+void Analyzer::on_nccl_warn(const LineInfo& info, Location at, int rank) {
+  std::string_view m = info.message;
+  if (contains(m, "Failed to initialize any NET plugin")) {
+    if (HostFacts* host = host_of(info)) {
+      host->plugin = "none initialised";
+      host->plugin_at = evidence(at, rank);
+    }
+  }
+  if (!on_problem(m, at, rank) && !is_benign(m) &&
+      !on_catalogue(Source::nccl, m, info.source_path, at, rank))
+    add(Rule::other_warn, at, rank);
+}
+
 void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
   if (info.nvshmem) {
     on_nvshmem(info, at, rank);
@@ -461,15 +476,7 @@ void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
   }
   std::string_view m = info.message;
   if (info.level == Level::warn) {
-    if (contains(m, "Failed to initialize any NET plugin")) {
-      if (HostFacts* host = host_of(info)) {
-        host->plugin = "none initialised";
-        host->plugin_at = evidence(at, rank);
-      }
-    }
-    if (!on_problem(m, at, rank) && !is_benign(m) &&
-        !on_catalogue(Source::nccl, m, info.source_path, at, rank))
-      add(Rule::other_warn, at, rank);
+    on_nccl_warn(info, at, rank);
     return;
   }
   RankFacts* facts = facts_of(info, rank);

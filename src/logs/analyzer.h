@@ -184,6 +184,7 @@ class Analyzer {
   void nvshmem_transport_split();
   void note_deepep_peers(std::string_view message, int reporter);
   void on_nccl(const LineInfo& info, Location at, int rank);
+  [[gnu::noinline]] void on_nccl_warn(const LineInfo& info, Location at, int rank);
   void on_other(const LineInfo& info, Location at, int rank);
   bool on_problem(std::string_view message, Location at, int rank);
   void on_nvshmem(const LineInfo& info, Location at, int rank);
