@@ -1,5 +1,5 @@
 // The catalogue of failure messages `epkit logs` knows by wording: every
-// WARN/ERROR site mined from NCCL 2.18-2.28, NVSHMEM 3.0-3.5 and DeepEP V1/V2
+// WARN/ERROR site mined from NCCL 2.12-2.28, NVSHMEM 3.0-3.5 and DeepEP V1/V2
 // (catalogue/sites.inc, made by catalogue/mine.py), grouped into families.
 //
 // A site is a printf format string; a log line matches it when the format's

@@ -262,7 +262,10 @@ constexpr std::array k_families = {
         "NCCL's cuMem path failed: the CUDA driver is older than cuMem (host) memory needs, or "
         "(NCCL 2.24 and later) the SHM transport's cuMem host buffers, which the peer GPU maps, "
         "meet GPUs without P2P between them: a CUDA failure in shm.cc with `peer access is not "
-        "supported` (GeForce, L4/T4, some PCIe layouts).",
+        "supported` (GeForce, L4/T4, some PCIe layouts), or ranks that disagree about cuMem host "
+        "memory (NCCL 2.26 and later probe it per process; nodes with memoryless NUMA domains): "
+        "one reads the other's cuMem descriptor as a /dev/shm name, `Error while attaching to "
+        "shared memory segment /dev/shm/nccl-<garbage> (size 0)`.",
         "The CUDA version or error in the line, and the file that printed it (transport/shm.cc); "
         "nvidia-smi topo -p2p r.",
         "Upgrade the CUDA driver, or set NCCL_CUMEM_HOST_ENABLE=0 (SHM falls back to /dev/shm) / "
