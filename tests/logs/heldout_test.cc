@@ -22,8 +22,8 @@
 namespace epkit::logs {
 namespace {
 
-// docs/logs.md: "30 of 33 held-out cases get the maintainers' diagnosis".
-constexpr std::size_t k_hits_reached = 30;
+// docs/logs.md: "33 of 36 held-out cases get the maintainers' diagnosis".
+constexpr std::size_t k_hits_reached = 33;
 
 struct Outcome {
   bool hit = false;
