@@ -166,6 +166,19 @@ TEST(LogsCatalogue, NamedFamiliesNotOtherWarnings) {
       {"RuntimeError: Failed: Assertion error /workspace/DeepEP/csrc/deep_ep.cpp:112 "
        "'num_rdma_bytes % NUM_BUFFER_ALIGNMENT_BYTES == 0'",
        "deepep.assert"},
+      // NVSHMEM 3.0-3.2 (the release archive): a transport whose init failed
+      // was dropped, which is not a transport-map failure by itself.
+      {"WARN: init failed for remote transport: ibrc", "nvshmem.transport-init"},
+      {"/opt/nvshmem/src/host/transport/transport.cpp:nvshmemi_transport_init:275: init failed "
+       "for transport: IBGDA",
+       "nvshmem.transport-init"},
+      {"/opt/nvshmem/src/modules/bootstrap/uid/bootstrap_uid.cpp:bootstrap_net_recv:99: Message "
+       "truncated : received 256 bytes instead of 4",
+       "nvshmem.bootstrap-connect"},
+      // DEVX objects are the NIC's, not host memory.
+      {"/opt/nvshmem/src/modules/transport/ibdevx/ibdevx.cpp:370: NULL value cannot allocate "
+       "mlx5dv_devx_uar",
+       "nvshmem.devx"},
   };
   for (const auto& c : cases) {
     Report r = analyze_text(std::string(c.line) + "\n");
