@@ -88,6 +88,29 @@ std::string normalize_transport(std::string_view via) {
 }
 
 // Lines NCCL's maintainers call harmless: never a finding, even at WARN.
+// libibverbs tries every provider /etc/libibverbs.d lists; a provider whose
+// library is simply not installed matters only for the NICs GPU clusters
+// run on. A missing provider for hardware of another kind (ipathverbs,
+// vmw_pvrdma, rxe, ...) is noise printed on healthy nodes too. An ABI
+// mismatch (IBVERBS_PRIVATE_n, undefined symbols) or a device with no
+// provider always matters.
+bool provider_failure_matters(std::string_view m) {
+  if (contains(m, "no userspace device-specific driver")) return true;
+  if (contains(m, "IBVERBS_PRIVATE_") && contains(m, "not found")) return true;
+  if (!contains(m, "couldn't load driver")) return false;
+  if (!contains(m, "cannot open shared object file")) return true;
+  for (std::string_view nic :
+       {"mlx5", "efa", "bnxt_re", "irdma", "erdma", "mana", "ionic", "hns"}) {
+    if (contains(m, fmt::format("'lib{}-", nic)) || contains(m, fmt::format("'{}'", nic)))
+      return true;
+  }
+  return false;
+}
+
+constexpr std::string_view k_no_libibverbs =
+    "libibverbs.so cannot be loaded: NET/IB is unavailable (install libibverbs1 and "
+    "ibverbs-providers in the image)";
+
 bool is_benign(std::string_view m) {
   return contains(m, "Could not find: libnccl-") || contains(m, "dlvsym failed on mlx5dv_") ||
          contains(m, "Could not find: libnccl-env");
@@ -98,7 +121,6 @@ bool is_benign(std::string_view m) {
 bool is_shm_failure(std::string_view m) {
   return contains(m, "failed to extend") || contains(m, "failed to create shared memory") ||
          contains(m, "Error while creating shared memory") ||
-         contains(m, "Error while attaching to shared memory") ||
          (contains(m, "Could not map") && contains(m, "/dev/shm")) ||
          contains(m, "posix_fallocate failed") || contains(m, "nable to allocate shared memory") ||
          (contains(m, "/dev/shm") && contains(m, "No space left on device"));
@@ -226,6 +248,7 @@ void Analyzer::begin_file(const std::string& name) {
   m_file_sampled = m_file_bad_bytes = m_file_nul_bytes = 0;
   m_file_binary = false;
   m_file_nvshmem = false;
+  m_after_last_error = false;
   m_file = name;
   m_report.files.push_back(name);
   m_slice_in_file = 0;
@@ -435,6 +458,21 @@ void Analyzer::count_collective(RankFacts* facts, std::string_view name) {
   }
 }
 
+// Kept out of on_nccl, whose INFO/COLL path is the hot one: WARN lines are
+// rare and their handling large.
+void Analyzer::on_nccl_warn(const LineInfo& info, Location at, int rank) {
+  std::string_view m = info.message;
+  if (contains(m, "Failed to initialize any NET plugin")) {
+    if (HostFacts* host = host_of(info)) {
+      host->plugin = "none initialised";
+      host->plugin_at = evidence(at, rank);
+    }
+  }
+  if (!on_problem(m, at, rank) && !is_benign(m) &&
+      !on_catalogue(Source::nccl, m, info.source_path, at, rank))
+    add(Rule::other_warn, at, rank);
+}
+
 void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
   if (info.nvshmem) {
     on_nvshmem(info, at, rank);
@@ -442,14 +480,7 @@ void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
   }
   std::string_view m = info.message;
   if (info.level == Level::warn) {
-    if (contains(m, "Failed to initialize any NET plugin")) {
-      if (HostFacts* host = host_of(info)) {
-        host->plugin = "none initialised";
-        host->plugin_at = evidence(at, rank);
-      }
-    }
-    if (!on_problem(m, at, rank) && !is_benign(m) && !on_catalogue(Source::nccl, m, {}, at, rank))
-      add(Rule::other_warn, at, rank);
+    on_nccl_warn(info, at, rank);
     return;
   }
   RankFacts* facts = facts_of(info, rank);
@@ -481,6 +512,12 @@ void Analyzer::on_nccl(const LineInfo& info, Location at, int rank) {
       facts->nccl_version = std::move(version);
       facts->version_at = evidence(at, rank);
     }
+    return;
+  }
+  if (m.starts_with("Failed to open libibverbs")) {
+    // NCCL 2.12 and later say it at INFO level (WARN before): no libibverbs
+    // in the process, so NET/IB cannot start and the network is sockets.
+    add(Rule::socket_fallback, at, rank, std::string(k_no_libibverbs));
     return;
   }
   if (m.starts_with("Using network ")) {
@@ -762,7 +799,9 @@ bool Analyzer::on_launch(std::string_view m, Location at) {
 }
 
 bool Analyzer::on_problem(std::string_view m, Location at, int rank) {
-  if (contains(m, "Failed to initialize any NET plugin")) {
+  if (contains(m, "Failed to open libibverbs")) {
+    add(Rule::socket_fallback, at, rank, std::string(k_no_libibverbs));
+  } else if (contains(m, "Failed to initialize any NET plugin")) {
     add(Rule::net_plugin, at, rank);
   } else if (contains(m, "TORCH_NCCL_USE_COMM_NONBLOCKING") && contains(m, "mismatch")) {
     add(Rule::gib_nonblocking, at, rank);
@@ -803,6 +842,15 @@ bool Analyzer::on_problem(std::string_view m, Location at, int rank) {
     if (auto dev = word_after(m, "CUDA device "); !dev.empty())
       detail = fmt::format("CUDA device (bus id) {}", printable(dev, 32));
     add(Rule::duplicate_gpu, at, rank, std::move(detail));
+  } else if (contains(m, "Error while attaching to shared memory")) {
+    // Opening a segment a peer made, not making one: not about space. A
+    // size of 0 (and a garbled name) is a peer's cuMem host descriptor read
+    // as a /dev/shm name: the ranks disagree on cuMem host memory.
+    if (contains(m, "(size 0)")) {
+      add_family(family_index("nccl.cumem"), m, at, rank);
+    } else {
+      add(Rule::shm_attach, at, rank);
+    }
   } else if (is_shm_failure(m)) {
     add(Rule::shm, at, rank);
   } else if ((contains(m, "ibv_reg_mr") || contains(m, "ibv_create_cq") ||
@@ -847,7 +895,7 @@ void Analyzer::on_other(const LineInfo& info, Location at, int rank) {
   if (on_launch(m, at)) return;
   if (contains(m, "couldn't load driver") || contains(m, "no userspace device-specific driver") ||
       (contains(m, "IBVERBS_PRIVATE_") && contains(m, "not found"))) {
-    add(Rule::provider_abi, at, rank);
+    if (provider_failure_matters(m)) add(Rule::provider_abi, at, rank);
   } else if (contains(m, "cudaHostRegister with IoMemory failed") ||
              contains(m, "GPU cannot map UAR")) {
     add(Rule::ibgda_mapping, at, rank);
@@ -862,8 +910,12 @@ void Analyzer::on_other(const LineInfo& info, Location at, int rank) {
     add(Rule::watchdog_timeout, at, rank, std::move(detail));
   } else if (!is_benign(m) && !on_problem(m, at, rank)) {
     // (on_problem: NCCL text re-printed by frameworks, "Last error: ...".)
-    on_catalogue_other(m, at, rank);
+    // The line after PyTorch's "Last error:" is NCCL's last WARN message.
+    if (!(m_after_last_error && on_catalogue(Source::nccl, m, {}, at, rank)))
+      on_catalogue_other(m, at, rank);
   }
+  std::string_view t = trim(m);
+  if (!t.empty()) m_after_last_error = t.ends_with("Last error:");
 }
 
 // NVSHMEM_DEBUG lines ("host:pid:tid [dev] NVSHMEM INFO|WARN ..."): WARN
@@ -921,18 +973,23 @@ bool Analyzer::on_catalogue(Source source, std::string_view m, std::string_view 
                             int rank) {
   CatalogueMatch match = match_catalogue(source, m, path);
   if (match.family < 0) return false;
-  const Family& family = catalogue_families()[static_cast<std::size_t>(match.family)];
   if (source == Source::nvshmem && rank >= 0)
     m_report.ranks[static_cast<std::size_t>(rank)].nvshmem = true;
+  add_family(match.family, m, at, rank);
+  return true;
+}
+
+void Analyzer::add_family(int family_index, std::string_view m, Location at, int rank) {
+  const Family& family = catalogue_families()[static_cast<std::size_t>(family_index)];
   if (family.rule == Rule::deepep_timeout) {
     int reporter = rank >= 0 ? m_report.ranks[static_cast<std::size_t>(rank)].launcher_rank : -1;
     note_deepep_peers(m, reporter);
   }
   if (family.rule) {
     add(*family.rule, at, rank);
-    return true;
+    return;
   }
-  auto slot = static_cast<std::size_t>(match.family);
+  auto slot = static_cast<std::size_t>(family_index);
   if (m_family_findings.empty()) {
     m_family_findings.resize(catalogue_families().size());
     m_family_ranks.resize(catalogue_families().size());
@@ -954,7 +1011,6 @@ bool Analyzer::on_catalogue(Source source, std::string_view m, std::string_view 
       f.details.push_back(std::move(detail));
   }
   m_family_ranks[slot].add(rank);
-  return true;
 }
 
 std::array<bool, 3> Analyzer::cross_rank_rules() {

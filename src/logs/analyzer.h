@@ -184,10 +184,13 @@ class Analyzer {
   void nvshmem_transport_split();
   void note_deepep_peers(std::string_view message, int reporter);
   void on_nccl(const LineInfo& info, Location at, int rank);
+  [[gnu::noinline]] void on_nccl_warn(const LineInfo& info, Location at, int rank);
   void on_other(const LineInfo& info, Location at, int rank);
   bool on_problem(std::string_view message, Location at, int rank);
   void on_nvshmem(const LineInfo& info, Location at, int rank);
   void on_catalogue_other(std::string_view message, Location at, int rank);
+  // A finding of catalogue family `family` (an index) for this line.
+  void add_family(int family, std::string_view message, Location at, int rank);
   bool on_catalogue(Source source, std::string_view message, std::string_view path, Location at,
                     int rank);
   void on_net_using(std::string_view message, Location at, int rank);
@@ -220,7 +223,10 @@ class Analyzer {
   std::uint64_t m_file_nul_bytes = 0;
   bool m_file_binary = false;   // decided binary when the sample filled up
   bool m_file_nvshmem = false;  // the current input printed NVSHMEM lines
-  std::uint64_t m_adds = 0;     // add() calls, to see a line matched a rule
+  // The previous line was PyTorch's "Last error:": the next one is NCCL's
+  // last WARN message, re-printed without its prefix.
+  bool m_after_last_error = false;
+  std::uint64_t m_adds = 0;  // add() calls, to see a line matched a rule
   std::array<Finding, k_rule_count> m_findings{};
   // Ranks named by one finding: O(1) membership, first ones kept in order.
   struct RankSet {

@@ -74,12 +74,23 @@ std::size_t text_weight(const std::vector<std::string>& pieces) {
   return n;
 }
 
+bool has_alnum(std::string_view p) {
+  return std::any_of(p.begin(), p.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  });
+}
+
 bool pieces_match(const std::vector<std::string>& pieces, std::string_view m) {
   std::size_t at = 0;
-  for (const auto& p : pieces) {
-    std::size_t found = find_bytes(m.substr(at), p);
-    if (found == std::string_view::npos) return false;
-    at += found + p.size();
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    std::size_t found = find_bytes(m.substr(at), pieces[i]);
+    if (found == std::string_view::npos) {
+      // Pasted lines lose closing quotes and stops ("Cuda failure 999
+      // 'unknown error"): trailing pieces of punctuation only may be missing.
+      return std::none_of(pieces.begin() + static_cast<std::ptrdiff_t>(i), pieces.end(),
+                          [](const std::string& p) { return has_alnum(p); });
+    }
+    at += found + pieces[i].size();
   }
   return true;
 }
@@ -177,6 +188,33 @@ const Index& index() {
 
 constexpr std::size_t k_max_scan = 512;  // bytes of a message looked at
 
+// NCCL's CUDA check macros print "Cuda failure %d '%s'" from the file that
+// made the call (the FILE:LINE before "NCCL WARN"): the file names what
+// failed better than the generic wording.
+struct FileRefinement {
+  std::string_view file;     // piece of the printed source path
+  std::string_view message;  // piece the message must hold ("" = any)
+  std::string_view family;
+};
+constexpr FileRefinement k_cuda_failure_by_file[] = {
+    {"nvls", "", "nccl.nvls"},                                 // multicast objects: Fabric Manager
+    {"shm.cc", "peer access is not supported", "nccl.cumem"},  // cuMem host buffers need P2P
+    {"p2p.cc", "", "nccl.p2p"},
+};
+
+CatalogueMatch refine_by_file(CatalogueMatch best, std::string_view message,
+                              std::string_view path) {
+  static const int cuda_failure = family_index("nccl.cuda-failure");
+  if (path.empty() || best.family != cuda_failure) return best;
+  for (const FileRefinement& r : k_cuda_failure_by_file) {
+    if (contains(path, r.file) && (r.message.empty() || contains(message, r.message))) {
+      best.family = family_index(r.family);
+      return best;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 std::span<const Site> catalogue_sites() {
@@ -261,6 +299,7 @@ CatalogueMatch match_catalogue(Source source, std::string_view message,
       best.family = ix.family[site];
     }
   }
+  if (source == Source::nccl) return refine_by_file(best, message, nvshmem_path);
   if (best.family >= 0 || nvshmem_path.empty()) return best;
   // No wording matched: the source path names the subsystem.
   std::span<const Family> families = catalogue_families();

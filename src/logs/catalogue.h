@@ -1,5 +1,5 @@
 // The catalogue of failure messages `epkit logs` knows by wording: every
-// WARN/ERROR site mined from NCCL 2.18-2.28, NVSHMEM 3.3-3.5 and DeepEP V1/V2
+// WARN/ERROR site mined from NCCL 2.12-2.28, NVSHMEM 3.0-3.5 and DeepEP V1/V2
 // (catalogue/sites.inc, made by catalogue/mine.py), grouped into families.
 //
 // A site is a printf format string; a log line matches it when the format's
@@ -78,7 +78,9 @@ bool site_is_matchable(std::size_t site);
 
 /// The family of a line's message, or -1. `nvshmem_path` is the source path
 /// NVSHMEM printed before the message, if any: it names the subsystem when no
-/// wording matches.
+/// wording matches. For NCCL it is the FILE:LINE of a WARN line: a generic
+/// CUDA failure printed from nvls.cc, p2p.cc or shm.cc gets that subsystem's
+/// family.
 struct CatalogueMatch {
   int family = -1;
   int site = -1;

@@ -255,15 +255,22 @@ constexpr std::array k_families = {
     Family{
         "nccl.cumem",
         E,
-        "cuMem (CUDA virtual memory) allocation is not supported",
+        "cuMem (CUDA virtual memory) buffers are not usable here",
         Source::nccl,
         "",
         "CUMEM|cuMem",
-        "NCCL was asked to use cuMem (or cuMem host memory) "
-        "on a CUDA older than it needs.",
-        "The CUDA version in the line.",
-        "Upgrade the CUDA driver/runtime, or set NCCL_CUMEM_ENABLE=0 / NCCL_CUMEM_HOST_ENABLE=0.",
-        "",
+        "NCCL's cuMem path failed: the CUDA driver is older than cuMem (host) memory needs, or "
+        "(NCCL 2.24 and later) the SHM transport's cuMem host buffers, which the peer GPU maps, "
+        "meet GPUs without P2P between them: a CUDA failure in shm.cc with `peer access is not "
+        "supported` (GeForce, L4/T4, some PCIe layouts), or ranks that disagree about cuMem host "
+        "memory (NCCL 2.26 and later probe it per process; nodes with memoryless NUMA domains): "
+        "one reads the other's cuMem descriptor as a /dev/shm name, `Error while attaching to "
+        "shared memory segment /dev/shm/nccl-<garbage> (size 0)`.",
+        "The CUDA version or error in the line, and the file that printed it (transport/shm.cc); "
+        "nvidia-smi topo -p2p r.",
+        "Upgrade the CUDA driver, or set NCCL_CUMEM_HOST_ENABLE=0 (SHM falls back to /dev/shm) / "
+        "NCCL_CUMEM_ENABLE=0.",
+        "gpu.p2p",
         {}},
     Family{"nccl.p2p",
            E,
@@ -693,24 +700,46 @@ constexpr std::array k_families = {
            "(NVSHMEM_IB_ENABLE_DMABUF... with a kernel and driver that support it).",
            "rdma.gpudirect",
            {}},
-    Family{
-        "nvshmem.transport-map",
-        E,
-        "NVSHMEM could not build its transport map (a PE is "
-        "unreachable)",
-        Source::nvshmem,
-        "",
-        "transport map|init failed for transport|initialize any transports|Unable to open the %s "
-        "transport|Unable to get info from %s transport|not reachable|unreachable|"
-        "no transport|rma not supported on transport",
-        "No enabled transport reaches some PE: the RDMA transport skipped itself (no peer "
-        "memory, no usable HCA, IBGDA mapping refused) or P2P is off, so init stops.",
-        "The transport lines before it: which transport each PE skipped and why (peer memory, "
-        "HCA, IBGDA).",
-        "Fix the skipped transport on the affected nodes (see the findings beside this one); "
-        "NVSHMEM_REMOTE_TRANSPORT picks another.",
-        "",
-        {}},
+    // "init failed for transport: IBGDA" / "init failed for remote transport:
+    // ibrc": a transport's nvshmemt_init returned an error and NVSHMEM dropped
+    // it (transport.cpp, every 3.x); not a transport map failure by itself.
+    Family{"nvshmem.transport-init",
+           W,
+           "An NVSHMEM transport failed to initialise and was dropped",
+           Source::nvshmem,
+           "",
+           "init failed for transport|init failed for remote transport",
+           "NVSHMEM loaded a transport (the remote one, ibrc/ucx/libfabric, or IBGDA) and its "
+           "init returned an error, so it runs without it; with no transport left init stops "
+           "(\"Unable to initialize any transports\"). The transport printed why just before: no "
+           "usable HCA (not mlx5, \"cannot allocate buffer on the specified memory type\"), no "
+           "peer memory (nvidia_peermem / DMA-BUF), or for IBGDA a driver not configured for it "
+           "(NVreg_EnableStreamMemOPs=1, NVreg_RegistryDwords=\"PeerMappingOverride=1;\").",
+           "The lines of the same PE just before it (HCA skips, peer memory, IoMemory/UAR "
+           "mapping); NVSHMEM_REMOTE_TRANSPORT, NVSHMEM_IB_ENABLE_IBGDA; whether the job needs "
+           "the transport (one node runs on P2P without it).",
+           "Fix the reason printed before it (see the findings beside this one): configure the "
+           "driver for IBGDA and reload it, load nvidia_peermem, list usable HCAs with "
+           "NVSHMEM_HCA_LIST; on one node without RDMA NICs the remote transport is not needed.",
+           "nvshmem.ibgda",
+           {}},
+    Family{"nvshmem.transport-map",
+           E,
+           "NVSHMEM could not build its transport map (a PE is "
+           "unreachable)",
+           Source::nvshmem,
+           "",
+           "transport map|initialize any transports|Unable to open the %s "
+           "transport|Unable to get info from %s transport|not reachable|unreachable|"
+           "no transport|rma not supported on transport",
+           "No enabled transport reaches some PE: the RDMA transport skipped itself (no peer "
+           "memory, no usable HCA, IBGDA mapping refused) or P2P is off, so init stops.",
+           "The transport lines before it: which transport each PE skipped and why (peer memory, "
+           "HCA, IBGDA).",
+           "Fix the skipped transport on the affected nodes (see the findings beside this one); "
+           "NVSHMEM_REMOTE_TRANSPORT picks another.",
+           "",
+           {}},
     Family{"nvshmem.qp-create",
            E,
            "NVSHMEM could not create RDMA queue pairs",
@@ -801,9 +830,12 @@ constexpr std::array k_families = {
            "",
            "onnect to %s failed|connect returned|exceeded retries|exceeded "
            "timeouts|No interface found|No valid|getting address info|Connection closed|"
-           "bootstrap init failed|bootstrap_init|Bootstrap",
+           "bootstrap init failed|bootstrap_init|Bootstrap|Message truncated",
            "PEs could not reach each other over the bootstrap (MPI, PMI or UID sockets): wrong "
-           "interface, firewall, or mismatched launch.",
+           "interface, firewall, or mismatched launch. A truncated message (\"Message truncated "
+           ": received N bytes instead of M\", NVSHMEM 3.0 and later) means the two ends of a "
+           "bootstrap socket disagree: PEs of different NVSHMEM builds or of another launch on "
+           "the same port, or a stream read out of order under heavy load.",
            "The address and interface in the line; NVSHMEM_BOOTSTRAP*; "
            "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME.",
            "Set NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME to the routable interface; check the launcher.",
@@ -914,6 +946,28 @@ constexpr std::array k_families = {
            "Free GPU memory or lower NVSHMEM_SYMMETRIC_SIZE; load the driver with the options "
            "NVSHMEM/DeepEP need; reset a GPU that logged an Xid.",
            "",
+           {}},
+    // DEVX objects (UAR pages, umem registrations, QP/CQ objects) are made on
+    // the mlx5 device directly (ibdevx, ibgda): an allocation failure there is
+    // the NIC or the permissions, not host memory.
+    Family{"nvshmem.devx",
+           E,
+           "The NIC's DEVX resources (UAR, umem, objects) could not be allocated",
+           Source::nvshmem,
+           "",
+           "mlx5dv_devx_uar|devx object|devx_umem_reg|mlx5dv_devx_alloc|devx_obj_create|"
+           "mlx5dv_devx_query_eqn",
+           "NVSHMEM's IBGDA/ibdevx transport creates DEVX objects on the mlx5 device itself "
+           "(doorbell UAR pages, umem registrations, queue objects). They fail where the process "
+           "may not do that: a container without the RDMA privileges the transport needs (it "
+           "works with --privileged), a device or VF without DEVX support, or the NIC's UAR "
+           "limit reached by many QPs.",
+           "Whether the same container works privileged; ibv_devinfo and /dev/infiniband inside "
+           "it; the QP counts (NVSHMEM_IBGDA_NUM_RC_PER_PE).",
+           "Give the container the RDMA access IBGDA needs (privileged, or the RDMA device plugin "
+           "with IPC_LOCK and unlimited memlock), or use the ibrc transport "
+           "(NVSHMEM_IB_ENABLE_IBGDA=0); lower the QP counts if the UAR limit is hit.",
+           "nvshmem.ibgda",
            {}},
     Family{"nvshmem.host-alloc",
            E,

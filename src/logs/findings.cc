@@ -12,8 +12,9 @@ constexpr std::array k_rules = {
              "NCCL found no usable RDMA device or network plugin (\"Using network Socket\"): ports "
              "down, "
              "/dev/infiniband missing in the container, NCCL_IB_HCA matching nothing, "
-             "NCCL_IB_DISABLE=1 or "
-             "an unloadable libibverbs provider. Harmless only for single-node jobs.",
+             "NCCL_IB_DISABLE=1, "
+             "an unloadable libibverbs provider, or no libibverbs at all in the image (\"Failed to "
+             "open libibverbs.so[.1]\"). Harmless only for single-node jobs.",
              "Run `epkit doctor` on an affected node; expose the RDMA devices, fix NCCL_IB_HCA or "
              "the plugin, "
              "and check the lines just before `Using network Socket`.",
@@ -87,6 +88,15 @@ constexpr std::array k_rules = {
              "Run the container with --shm-size=1g or --ipc=host (k8s: a memory emptyDir on "
              "/dev/shm); remove "
              "stale /dev/shm/nccl-* files. NCCL_SHM_DISABLE=1 only as a last resort.",
+             "container.limits"},
+    RuleSpec{Rule::shm_attach, "nccl.shm-attach", Severity::error,
+             "A rank could not open a peer's shared-memory segment",
+             "The segment a peer created in /dev/shm is not there for this rank: the ranks of a "
+             "node do not share /dev/shm (separate containers or pods without a shared IPC "
+             "namespace or /dev/shm mount), or the segment was removed under the job (systemd "
+             "RemoveIPC, a /dev/shm cleaner).",
+             "Run a node's ranks with one /dev/shm (--ipc=host, or one pod with a shared memory "
+             "emptyDir); keep /dev/shm/nccl-* in place while jobs run (RemoveIPC=no).",
              "container.limits"},
     RuleSpec{Rule::memlock, "nccl.memlock", Severity::error,
              "Memory registration failed: locked-memory limit too low",

@@ -24,6 +24,7 @@ enum class Rule {
   acs,
   roce_unreachable,
   shm,
+  shm_attach,  // a peer's segment could not be opened (not about space)
   memlock,
   net_plugin,
   version_mismatch,

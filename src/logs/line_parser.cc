@@ -176,7 +176,17 @@ LineInfo parse_line(std::string_view line) {
     // NVSHMEM alike), TRACE lines a timestamp too: at most two such words.
     for (int words = 0; words < 2 && !head.empty() && head.back() != ']'; ++words) {
       std::size_t space_at = head.rfind(' ');
-      if (space_at == std::string_view::npos) break;
+      if (space_at == std::string_view::npos) {
+        // A pasted line cut before the prefix: "transport/nvls.cc:165 NCCL
+        // WARN ...". The word is the source path when it is FILE.EXT:LINE
+        // (not a cut "host:pid:tid").
+        std::size_t colon = head.rfind(':');
+        if (words == 0 && colon != std::string_view::npos && colon + 1 < head.size() &&
+            parse_uint(head.substr(colon + 1)) && head.substr(0, colon).find(':') == head.npos &&
+            head.substr(0, colon).find('.') != head.npos)
+          info.source_path = head;
+        break;
+      }
       if (words == 0) info.source_path = head.substr(space_at + 1);
       head = head.substr(0, space_at);
     }

@@ -1,10 +1,12 @@
 #include "logs/analyzer.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "analyze_text.h"
 #include "logs/reader.h"
@@ -250,6 +252,27 @@ TEST(LogsRules, BenignLinesAreNotFindings) {
       line("WARN NET/IB : dlvsym failed on mlx5dv_query_device, version MLX5_1.0") +
       line("INFO ENV/Plugin: Could not find: libnccl-env.so.");
   EXPECT_TRUE(analyze_text(text).findings.empty());
+}
+
+// libibverbs tries every provider /etc/libibverbs.d lists: one that is not
+// installed, for hardware of another kind, is noise on healthy nodes
+// (NVIDIA/nccl#1044's answer). A missing provider of the NICs GPU clusters use,
+// an ABI mismatch or a device without a provider is the finding.
+TEST(LogsRules, MissingProvidersOfOtherHardwareAreNoise) {
+  auto warning = [](std::string_view driver) {
+    return fmt::format(
+        "libibverbs: Warning: couldn't load driver 'lib{0}-rdmav34.so': lib{0}-rdmav34.so: cannot "
+        "open shared object file: No such file or directory\n",
+        driver);
+  };
+  for (std::string_view noise : {"ipathverbs", "vmw_pvrdma", "rxe", "siw", "mthca", "cxgb4"})
+    EXPECT_TRUE(analyze_text(warning(noise)).findings.empty()) << noise;
+  for (std::string_view nic : {"mlx5", "efa", "bnxt_re"})
+    EXPECT_NE(analyze_text(warning(nic)).find("rdma.provider-abi"), nullptr) << nic;
+  EXPECT_NE(analyze_text("libibverbs: Warning: no userspace device-specific driver found for "
+                         "/sys/class/infiniband_verbs/uverbs0\n")
+                .find("rdma.provider-abi"),
+            nullptr);
 }
 
 TEST(LogsRules, VersionAndNetMismatchAcrossRanks) {

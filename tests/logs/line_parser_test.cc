@@ -96,5 +96,19 @@ TEST(LogsLineParser, WarnAndTraceLinesWithSourceLocationNameTheirRank) {
   EXPECT_EQ(pasted.level, Level::warn);
 }
 
+// Pasted lines often start at the source location: it is still the source
+// location (the CUDA failure's file names the subsystem), and nothing else
+// is taken for one.
+TEST(LogsLineParser, SourceLocationWithoutAPrefix) {
+  auto bare = parse_line("transport/nvls.cc:165 NCCL WARN Cuda failure 'invalid argument'");
+  EXPECT_EQ(bare.level, Level::warn);
+  EXPECT_EQ(bare.source_path, "transport/nvls.cc:165");
+  EXPECT_EQ(bare.rank_key, "");
+  EXPECT_EQ(parse_line("[3] include/shm.h:28 NCCL WARN Call to posix_fallocate failed").source_path,
+            "include/shm.h:28");
+  EXPECT_EQ(parse_line("node1: NCCL WARN x").source_path, "");
+  EXPECT_EQ(parse_line("gpu1:12:34 NCCL WARN x").source_path, "");
+}
+
 }  // namespace
 }  // namespace epkit::logs

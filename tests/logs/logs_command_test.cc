@@ -161,7 +161,11 @@ TEST(LogsCommandCatalogue, RulesListTheFamiliesAndTheCoverage) {
   EXPECT_NE(r.out.find("nvshmem.transport-map"), std::string::npos);
   EXPECT_NE(r.out.find("deepep.timeout"), std::string::npos);
   EXPECT_NE(r.out.find("[doctor: rdma.port-errors]"), std::string::npos);
-  EXPECT_NE(r.out.find("1464 of 1464 recognisable"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1521 of 1521 recognisable"), std::string::npos) << r.out;
+  // The versions come from the mined data (NCCL 2.12-2.28, NVSHMEM 3.0-3.5).
+  EXPECT_NE(r.out.find("mined from NCCL 2.12-2.28, NVSHMEM 3.0-3.5 and DeepEP V1/V2"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST(LogsCommandCatalogue, FamilyFindingShowsWhatToLookFor) {

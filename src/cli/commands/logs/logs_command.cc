@@ -7,6 +7,9 @@
 #include <chrono>
 #include <map>
 #include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/text_style.h"
@@ -361,6 +364,40 @@ void print_rules(Io& io) {
   }
 }
 
+// "2.12" < "2.28" < "3.0": the mined versions compared as numbers.
+bool older_version(std::string_view a, std::string_view b) {
+  auto parts = [](std::string_view v) {
+    std::vector<int> out;
+    int n = 0;
+    bool digit = false;
+    for (char c : v) {
+      if (c >= '0' && c <= '9') {
+        n = n * 10 + (c - '0');
+        digit = true;
+      } else if (digit) {
+        out.push_back(n);
+        n = 0;
+        digit = false;
+      }
+    }
+    if (digit) out.push_back(n);
+    return out;
+  };
+  return parts(a) < parts(b);
+}
+
+// "NCCL 2.12-2.28": the range of versions the sites of a source were mined
+// from, read from the data so the sentence stays true after re-mining.
+std::string mined_range(logs::Source source, std::string_view name) {
+  std::string_view first, last;
+  for (const logs::Site& site : logs::catalogue_sites()) {
+    if (site.source != source) continue;
+    if (first.empty() || older_version(site.first, first)) first = site.first;
+    if (last.empty() || older_version(last, site.last)) last = site.last;
+  }
+  return fmt::format("{} {}-{}", name, first, last);
+}
+
 // The catalogue's families: what `epkit logs` recognises by wording, with
 // how many mined wordings (sites) each holds and from which versions.
 void print_families(Io& io) {
@@ -387,10 +424,10 @@ void print_families(Io& io) {
         spec.doctor_check.empty() ? "" : fmt::format(" [doctor: {}]", spec.doctor_check));
   }
   io.out << fmt::format(
-      "\n{} families; {} of {} recognisable WARN/ERROR wordings mined from NCCL 2.18-2.28, "
-      "NVSHMEM 3.3-3.5 and DeepEP V1/V2 belong to a named family ({} too generic to recognise, "
-      "e.g. \"%s\").\n",
-      families.size(), named, matchable, sites.size() - matchable);
+      "\n{} families; {} of {} recognisable WARN/ERROR wordings mined from {}, {} and DeepEP "
+      "V1/V2 belong to a named family ({} too generic to recognise, e.g. \"%s\").\n",
+      families.size(), named, matchable, mined_range(logs::Source::nccl, "NCCL"),
+      mined_range(logs::Source::nvshmem, "NVSHMEM"), sites.size() - matchable);
 }
 
 }  // namespace
