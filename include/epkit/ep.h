@@ -156,6 +156,11 @@ struct BufferOptions {
   /// DeepEP's enable_shrink (masking dead ranks out of the low-latency
   /// mode) is not supported: true is refused.
   bool enable_shrink = false;
+  /// Bytes of the output arena, on top of num_bytes: a region of this
+  /// rank's heap (Buffer::output_arena) where a caller may place a
+  /// dispatch's outputs (DispatchArgs::into) so that the senders write its
+  /// rows there directly. 0: none. Intranode Buffers only.
+  std::size_t output_arena_bytes = 0;
 };
 
 /// The routing of one batch (DeepEP's get_dispatch_layout).
@@ -206,6 +211,30 @@ class DispatchHandle {
   TensorView recv_gbl_rank_prefix_sum;
 };
 
+/// Caller memory for a dispatch's results (DispatchArgs::into), each
+/// optional, contiguous, of the result's shape and dtype.
+struct DispatchOutputs {
+  TensorView recv_x;
+  TensorView recv_x_scales;
+  TensorView recv_topk_idx;
+  TensorView recv_topk_weights;
+  TensorView recv_src_idx;
+  /// int32 [ranks, ranks] (not for a cached dispatch): anywhere in device
+  /// memory; the dispatch kernel writes it.
+  TensorView rank_prefix_matrix;
+};
+
+/// Bits of DispatchResult::written: which of DispatchOutputs' memory holds
+/// its result.
+enum DispatchOutput : unsigned {
+  k_out_recv_x = 1u << 0,
+  k_out_recv_x_scales = 1u << 1,
+  k_out_recv_topk_idx = 1u << 2,
+  k_out_recv_topk_weights = 1u << 3,
+  k_out_recv_src_idx = 1u << 4,
+  k_out_rank_prefix_matrix = 1u << 5,
+};
+
 struct DispatchArgs {
   /// BF16 [tokens, hidden], or FP8 E4M3 [tokens, hidden] with x_scales.
   TensorView x;
@@ -230,6 +259,15 @@ struct DispatchArgs {
   int num_worst_tokens = 0;
   Config config;
   StreamOrder order;
+  /// Optional: asked, once the number of received rows is known and before
+  /// any row moves, where the results should go. A result whose memory lies
+  /// inside this rank's output arena (Buffer::output_arena) is written
+  /// there by the senders themselves: no copy. Other memory is not written
+  /// (the result stays in the Buffer, see DispatchResult::written), except
+  /// rank_prefix_matrix, written anywhere. An error from it is not fatal:
+  /// the dispatch then leaves every result in the Buffer (its peers are
+  /// already waiting for it). Intranode Buffers; an internode one ignores it.
+  std::function<Result<DispatchOutputs>(std::int64_t rows)> into;
 };
 
 struct DispatchResult {
@@ -246,6 +284,9 @@ struct DispatchResult {
   TensorView recv_tokens_per_expert;  // int32 [local experts] on the device (aligned)
   std::shared_ptr<const DispatchHandle> handle;
   Event event;
+  /// DispatchOutput bits: results written into DispatchArgs::into's memory
+  /// (the views above then describe it); the others are in the Buffer.
+  unsigned written = 0;
 };
 
 struct CombineArgs {
@@ -423,6 +464,14 @@ class Buffer {
   /// elsewhere is first copied there (a local copy of every row).
   virtual Result<TensorView> combine_input(std::int64_t rows, std::int64_t hidden) = 0;
   virtual Result<TensorView> combine_weights_input(std::int64_t rows, std::int64_t topk) = 0;
+  /// The output arena (BufferOptions::output_arena_bytes) inside this
+  /// rank's heap, for a caller's allocator of dispatch outputs
+  /// (DispatchArgs::into). {nullptr, 0} when the Buffer has none.
+  struct Region {
+    void* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  virtual Region output_arena() const { return {}; }
   /// A barrier over the ranks on the communication stream, bounded by the
   /// timeout. Waits for its completion on the host.
   virtual Result<void> barrier() = 0;

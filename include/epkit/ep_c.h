@@ -9,7 +9,9 @@
  * - Tensors are described, never owned: pointer, dtype, rank 1 or 2, shape,
  *   strides in elements. Output tensors are views into memory the Buffer
  *   owns, valid until the next operation of the same kind (layout,
- *   dispatch, combine) on that Buffer: copy them (epkit_ep_copy) to keep them.
+ *   dispatch, combine) on that Buffer: copy them (epkit_ep_copy) to keep them,
+ *   or give a layout, dispatch or combine memory of yours to write instead
+ *   (epkit_ep_layout_into, epkit_ep_dispatch_args.into, combine out_x).
  * - CUDA streams and events are passed as void* (cudaStream_t, cudaEvent_t).
  */
 #ifndef EPKIT_EP_C_H
@@ -29,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or signature below changes incompatibly. */
-#define EPKIT_EP_ABI_VERSION 3
+#define EPKIT_EP_ABI_VERSION 4
 
 typedef enum epkit_ep_status {
   EPKIT_EP_OK = 0,
@@ -73,6 +75,9 @@ typedef struct epkit_ep_options {
   /* Bytes of the low-latency region (DeepEP's num_rdma_bytes with
    * low_latency_mode); 0: no low-latency calls. epkit_ep_ll_size_hint. */
   uint64_t low_latency_bytes;
+  /* Bytes of the output arena on top of num_bytes (ep.h
+   * BufferOptions::output_arena_bytes; epkit_ep_output_arena); 0: none. */
+  uint64_t output_arena_bytes;
 } epkit_ep_options;
 
 typedef struct epkit_ep_config {
@@ -111,6 +116,34 @@ typedef struct epkit_ep_layout_out {
   void* event; /* cudaEvent_t when order.want_event */
 } epkit_ep_layout_out;
 
+/* Caller memory for a dispatch's results (ep.h DispatchOutputs): each
+ * optional (data NULL), contiguous, of the result's shape and dtype. */
+typedef struct epkit_ep_dispatch_into {
+  epkit_ep_tensor recv_x;
+  epkit_ep_tensor recv_x_scales;
+  epkit_ep_tensor recv_topk_idx;
+  epkit_ep_tensor recv_topk_weights;
+  epkit_ep_tensor recv_src_idx;
+  epkit_ep_tensor rank_prefix_matrix; /* int32 [ranks, ranks], anywhere; not cached */
+} epkit_ep_dispatch_into;
+
+/* Called by a dispatch once the received row count is known, before any row
+ * moves, on the calling thread: fill `into` (zeroed) with memory for the
+ * results. Results whose memory lies inside the Buffer's output arena
+ * (epkit_ep_output_arena) are written there by the senders directly, the
+ * prefix matrix anywhere; the out struct's `written` bits say which. Return
+ * 0; anything else leaves every result in the Buffer (not an error: the
+ * peers are already waiting). */
+typedef int (*epkit_ep_dispatch_into_fn)(void* user, int64_t rows, epkit_ep_dispatch_into* into);
+
+/* Bits of epkit_ep_dispatch_out.written, in epkit_ep_dispatch_into's order. */
+#define EPKIT_EP_OUT_RECV_X 1
+#define EPKIT_EP_OUT_RECV_X_SCALES 2
+#define EPKIT_EP_OUT_RECV_TOPK_IDX 4
+#define EPKIT_EP_OUT_RECV_TOPK_WEIGHTS 8
+#define EPKIT_EP_OUT_RECV_SRC_IDX 16
+#define EPKIT_EP_OUT_RANK_PREFIX_MATRIX 32
+
 typedef struct epkit_ep_dispatch_args {
   epkit_ep_tensor x;        /* bf16 or fp8_e4m3 [tokens, hidden] */
   epkit_ep_tensor x_scales; /* fp32 [tokens, hidden/128] (fp8 only), row- or column-major */
@@ -124,6 +157,8 @@ typedef struct epkit_ep_dispatch_args {
   int32_t num_worst_tokens;
   epkit_ep_config config;
   epkit_ep_order order;
+  epkit_ep_dispatch_into_fn into; /* optional (intranode Buffers) */
+  void* into_user;
 } epkit_ep_dispatch_args;
 
 typedef struct epkit_ep_dispatch_out {
@@ -141,6 +176,7 @@ typedef struct epkit_ep_dispatch_out {
   int32_t num_recv_tokens; /* -1 with num_worst_tokens */
   epkit_ep_handle* handle; /* new reference: epkit_ep_handle_release */
   void* event;
+  uint32_t written; /* EPKIT_EP_OUT_* bits: results now in the `into` memory */
 } epkit_ep_dispatch_out;
 
 typedef struct epkit_ep_combine_args {
@@ -292,6 +328,10 @@ EPKIT_EP_API epkit_ep_status epkit_ep_dispatch(epkit_ep_buffer* buffer,
 EPKIT_EP_API epkit_ep_status epkit_ep_combine(epkit_ep_buffer* buffer,
                                               const epkit_ep_combine_args* args,
                                               epkit_ep_combine_out* out);
+/* The output arena inside this rank's heap (ep.h Buffer::output_arena):
+ * *data NULL and *bytes 0 when the Buffer has none. */
+EPKIT_EP_API epkit_ep_status epkit_ep_output_arena(const epkit_ep_buffer* buffer, void** data,
+                                                   uint64_t* bytes);
 /* Where a combine reads its input in place (ep.h Buffer::combine_input). */
 EPKIT_EP_API epkit_ep_status epkit_ep_combine_input(epkit_ep_buffer* buffer, int64_t rows,
                                                     int64_t hidden, epkit_ep_tensor* out);

@@ -214,6 +214,7 @@ uint64_t epkit_ep_struct_size(const char* name) {
       {"config", sizeof(epkit_ep_config)},
       {"order", sizeof(epkit_ep_order)},
       {"layout_out", sizeof(epkit_ep_layout_out)},
+      {"dispatch_into", sizeof(epkit_ep_dispatch_into)},
       {"dispatch_args", sizeof(epkit_ep_dispatch_args)},
       {"dispatch_out", sizeof(epkit_ep_dispatch_out)},
       {"combine_args", sizeof(epkit_ep_combine_args)},
@@ -264,6 +265,7 @@ epkit_ep_status epkit_ep_default_options(epkit_ep_options* out) {
   out->timeout_s = o.timeout_s;
   out->ranks_per_node = o.ranks_per_node;
   out->low_latency_bytes = o.low_latency_bytes;
+  out->output_arena_bytes = o.output_arena_bytes;
   return EPKIT_EP_OK;
 }
 
@@ -403,6 +405,27 @@ epkit_ep_status epkit_ep_dispatch(epkit_ep_buffer* buffer, const epkit_ep_dispat
     d.num_worst_tokens = args->num_worst_tokens;
     d.config = to_config(args->config);
     d.order = to_order(args->order);
+    if (args->into != nullptr) {
+      d.into = [fn = args->into, user = args->into_user](
+                   std::int64_t rows) -> epkit::Result<ep::DispatchOutputs> {
+        epkit_ep_dispatch_into into;
+        std::memset(&into, 0, sizeof(into));
+        if (fn(user, rows, &into) != 0)
+          return epkit::make_error(epkit::ErrorCode::invalid, "the dispatch's into callback declined");
+        ep::DispatchOutputs o;
+        const std::pair<const epkit_ep_tensor*, ep::TensorView*> views[] = {
+            {&into.recv_x, &o.recv_x},
+            {&into.recv_x_scales, &o.recv_x_scales},
+            {&into.recv_topk_idx, &o.recv_topk_idx},
+            {&into.recv_topk_weights, &o.recv_topk_weights},
+            {&into.recv_src_idx, &o.recv_src_idx},
+            {&into.rank_prefix_matrix, &o.rank_prefix_matrix}};
+        for (const auto& [t, v] : views)
+          if (to_view(*t, "into", *v) != EPKIT_EP_OK)
+            return epkit::make_error(epkit::ErrorCode::invalid, "the dispatch's into callback gave a bad tensor");
+        return o;
+      };
+    }
     auto result = buffer->buffer->dispatch(d);
     if (!result) return epkit::capi::fail_with(result.error());
     out->recv_x = from_view(result->recv_x);
@@ -417,6 +440,7 @@ epkit_ep_status epkit_ep_dispatch(epkit_ep_buffer* buffer, const epkit_ep_dispat
     out->num_local_experts = static_cast<int32_t>(buffer->recv_counts.size());
     out->num_recv_tokens = result->handle ? result->handle->num_recv_tokens : -1;
     if (result->handle) out->handle = new epkit_ep_handle{result->handle};
+    out->written = result->written;
     return take_event(result->event, args->order, &out->event);
   });
 }
@@ -451,6 +475,18 @@ epkit_ep_status epkit_ep_combine(epkit_ep_buffer* buffer, const epkit_ep_combine
     out->combined_x = from_view(result->combined_x);
     out->combined_topk_weights = from_view(result->combined_topk_weights);
     return take_event(result->event, args->order, &out->event);
+  });
+}
+
+epkit_ep_status epkit_ep_output_arena(const epkit_ep_buffer* buffer, void** data,
+                                      uint64_t* bytes) {
+  return guard([&]() -> epkit_ep_status {
+    if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
+    if (data == nullptr || bytes == nullptr) return fail(EPKIT_EP_ERR_INVALID, "out is null");
+    const ep::Buffer::Region arena = buffer->buffer->output_arena();
+    *data = arena.data;
+    *bytes = arena.bytes;
+    return EPKIT_EP_OK;
   });
 }
 

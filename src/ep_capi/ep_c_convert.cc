@@ -61,6 +61,7 @@ ep::BufferOptions to_options(const epkit_ep_options& o) {
   out.timeout_s = o.timeout_s;
   out.ranks_per_node = o.ranks_per_node;
   out.low_latency_bytes = static_cast<std::size_t>(o.low_latency_bytes);
+  out.output_arena_bytes = static_cast<std::size_t>(o.output_arena_bytes);
   return out;
 }
 

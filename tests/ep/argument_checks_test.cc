@@ -87,6 +87,25 @@ TEST(IntranodeOptionChecks, NumBytes) {
                         heap_layout(o, 2).total));
 }
 
+TEST(IntranodeOptionChecks, OutputArenaBytes) {
+  BufferOptions o = small_options();
+  o.output_arena_bytes = (std::size_t{1} << 40) + 1;
+  EXPECT_EQ(refusal(check_buffer_options(o, 2)),
+            fmt::format("BufferOptions.output_arena_bytes = {}: at most 1 TiB",
+                        o.output_arena_bytes));
+  // The arena comes last, on a 2 MiB boundary, on top of num_bytes.
+  o.output_arena_bytes = std::size_t{3} << 20;
+  const HeapLayout h = heap_layout(o, 2);
+  EXPECT_EQ(h.arena % (std::size_t{2} << 20), 0u);
+  EXPECT_GE(h.arena, h.core);
+  EXPECT_EQ(h.total, h.arena + h.arena_bytes);
+  o.num_bytes = h.core;
+  EXPECT_TRUE(check_buffer_options(o, 2));
+  BufferOptions none = small_options();
+  EXPECT_EQ(heap_layout(none, 2).total, heap_layout(none, 2).core);
+  EXPECT_EQ(heap_layout(none, 2).arena_bytes, 0u);
+}
+
 // ---- intranode: layout ----------------------------------------------------
 
 TEST(LayoutChecks, Accepts) {

@@ -83,6 +83,15 @@ TEST(EpCapi, InternodeSizesAndRankCounts) {
   EXPECT_NE(last_error().find("whole nodes"), std::string::npos) << last_error();
 }
 
+TEST(EpCapi, OutputArenaNeedsABufferAndIsOffByDefault) {
+  epkit_ep_options o{};
+  ASSERT_EQ(epkit_ep_default_options(&o), EPKIT_EP_OK);
+  EXPECT_EQ(o.output_arena_bytes, 0u);
+  void* data = reinterpret_cast<void*>(1);
+  std::uint64_t bytes = 1;
+  EXPECT_EQ(epkit_ep_output_arena(nullptr, &data, &bytes), EPKIT_EP_ERR_INVALID);
+}
+
 TEST(EpCapi, StructSizesForBindings) {
   EXPECT_EQ(epkit_ep_struct_size("options"), sizeof(epkit_ep_options));
   EXPECT_EQ(epkit_ep_struct_size("combine_args"), sizeof(epkit_ep_combine_args));
@@ -90,6 +99,9 @@ TEST(EpCapi, StructSizesForBindings) {
   EXPECT_EQ(epkit_ep_struct_size("tensor"), sizeof(epkit_ep_tensor));
   EXPECT_EQ(epkit_ep_struct_size("ll_dispatch_args"), sizeof(epkit_ep_ll_dispatch_args));
   EXPECT_EQ(epkit_ep_struct_size("ll_combine_out"), sizeof(epkit_ep_ll_combine_out));
+  EXPECT_EQ(epkit_ep_struct_size("dispatch_into"), sizeof(epkit_ep_dispatch_into));
+  EXPECT_EQ(epkit_ep_struct_size("dispatch_args"), sizeof(epkit_ep_dispatch_args));
+  EXPECT_EQ(epkit_ep_struct_size("dispatch_out"), sizeof(epkit_ep_dispatch_out));
   EXPECT_EQ(epkit_ep_struct_size("no_such_struct"), 0u);
   EXPECT_EQ(epkit_ep_struct_size(nullptr), 0u);
 }

@@ -85,6 +85,12 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   bo.max_topk = topk;
   bo.timeout_s = std::getenv("EP_SMOKE_KILL") != nullptr ? 3 : 10;
   if (nodes > 1) bo.ranks_per_node = ranks / nodes;
+  // One node: an output arena, for the dispatch whose outputs the senders
+  // write directly (below).
+  const std::size_t arena_half =
+      (static_cast<std::size_t>(ranks) * tokens * (hidden * 2 + topk * 12 + 4) + (4 << 20)) /
+      (2 << 20) * (2 << 20);
+  if (nodes == 1) bo.output_arena_bytes = 2 * arena_half;
   auto buffer = ep::Buffer::create(boot, bo);
   CHECK_OK(buffer);
   std::fprintf(stderr, "rank %d: buffer made\n", rank);
@@ -212,6 +218,88 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   if (*comb2 != *comb) {
     std::fprintf(stderr, "rank %d: combine from outside the heap differs\n", rank);
     ++bad;
+  }
+  // Outputs in the arena: the same dispatch with every result placed there
+  // by DispatchArgs::into must be written there directly (no result left
+  // in the Buffer), bit for bit what the Buffer's regions held, and a
+  // combine of that recv_x (read in place) must give the same sum.
+  if (const ep::Buffer::Region arena = buf.output_arena(); arena.data != nullptr) {
+    auto* at = static_cast<std::uint8_t*>(arena.data);
+    auto carve = [&](ep::DType dtype, std::int64_t nrows, std::int64_t ncols) {
+      auto v = ncols == 0 ? ep::TensorView::vector(at, dtype, nrows)
+                          : ep::TensorView::matrix(at, dtype, nrows, ncols);
+      at += (static_cast<std::size_t>(nrows) * (ncols == 0 ? 1 : ncols) * ep::dtype_size(dtype) +
+             255) / 256 * 256;
+      return v;
+    };
+    auto pm_out = ep::DeviceTensor::zeros(ep::DType::int32, ranks, ranks);
+    CHECK_OK(pm_out);
+    std::int64_t asked = -1;
+    ep::DispatchArgs ia = da;
+    ia.into = [&](std::int64_t n) -> epkit::Result<ep::DispatchOutputs> {
+      asked = n;
+      at = static_cast<std::uint8_t*>(arena.data);
+      ep::DispatchOutputs o;
+      o.recv_x = carve(ep::DType::bf16, n, hidden);
+      o.recv_topk_idx = carve(ep::DType::int64, n, topk);
+      o.recv_topk_weights = carve(ep::DType::fp32, n, topk);
+      o.recv_src_idx = carve(ep::DType::int32, n, 0);
+      o.rank_prefix_matrix = pm_out->view;
+      return o;
+    };
+    auto di = buf.dispatch(ia);
+    CHECK_OK(di);
+    cudaDeviceSynchronize();
+    const unsigned want = ep::k_out_recv_x | ep::k_out_recv_topk_idx | ep::k_out_recv_topk_weights |
+                          ep::k_out_recv_src_idx | ep::k_out_rank_prefix_matrix;
+    if (asked != rows || di->written != want || di->recv_x.data != arena.data) {
+      std::fprintf(stderr, "rank %d: into asked for %lld rows (want %d), wrote %#x (want %#x)\n",
+                   rank, static_cast<long long>(asked), rows, di->written, want);
+      ++bad;
+    }
+    auto got = ep::to_host(di->recv_x);
+    CHECK_OK(got);
+    auto pm2 = ep::to_host(pm_out->view);
+    CHECK_OK(pm2);
+    if (*got != *recv || *pm2 != *prefix) {
+      std::fprintf(stderr, "rank %d: rows written into the arena differ\n", rank);
+      ++bad;
+    }
+    ep::CombineArgs ci = ca;
+    ci.x = di->recv_x;
+    ci.topk_weights = di->recv_topk_weights;
+    ci.handle = di->handle;
+    auto c3 = buf.combine(ci);
+    CHECK_OK(c3);
+    cudaDeviceSynchronize();
+    auto comb3 = ep::to_host(c3->combined_x);
+    CHECK_OK(comb3);
+    if (*comb3 != *comb) {
+      std::fprintf(stderr, "rank %d: combine of the arena's recv_x differs\n", rank);
+      ++bad;
+    }
+    // Cached: x and the source index into the arena again.
+    ep::DispatchArgs cia;
+    cia.x = x->view;
+    cia.handle = di->handle;
+    cia.config = da.config;
+    cia.into = [&](std::int64_t n) -> epkit::Result<ep::DispatchOutputs> {
+      at = static_cast<std::uint8_t*>(arena.data) + arena_half;
+      ep::DispatchOutputs o;
+      o.recv_x = carve(ep::DType::bf16, n, hidden);
+      o.recv_src_idx = carve(ep::DType::int32, n, 0);
+      return o;
+    };
+    auto dc = buf.dispatch(cia);
+    CHECK_OK(dc);
+    cudaDeviceSynchronize();
+    auto got2 = ep::to_host(dc->recv_x);
+    CHECK_OK(got2);
+    if (dc->written != (ep::k_out_recv_x | ep::k_out_recv_src_idx) || *got2 != *recv) {
+      std::fprintf(stderr, "rank %d: cached dispatch into the arena: wrote %#x, rows %s\n", rank,
+                   dc->written, *got2 == *recv ? "equal" : "differ");
+      ++bad;
+    }
   }
   std::printf("rank %d: %d rows received, %d bad values\n", rank, rows, bad);
 

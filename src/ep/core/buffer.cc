@@ -49,6 +49,15 @@ HeapLayout heap_layout(const BufferOptions& o, int ranks) {
   h.stage_x = take(h.rows * h.row_bytes);
   h.stage_w = take(h.rows * topk * sizeof(float));
   h.low_latency = take(o.low_latency_bytes);
+  h.core = at;
+  if (o.output_arena_bytes != 0) {
+    // Last, on a 2 MiB boundary of the heap: a caching allocator put over
+    // it asks for segments in 2 MiB units.
+    constexpr std::size_t k_granule = std::size_t{2} << 20;
+    at = (at + k_granule - 1) & ~(k_granule - 1);
+    h.arena = take(o.output_arena_bytes);
+    h.arena_bytes = o.output_arena_bytes;
+  }
   h.total = at;
   return h;
 }
@@ -384,6 +393,11 @@ Result<void> BufferImpl::wait_counts(std::uint64_t seq) {
   }
   std::atomic_thread_fence(std::memory_order_acquire);
   return {};
+}
+
+Buffer::Region BufferImpl::output_arena() const {
+  if (m_heap.arena_bytes == 0) return {};
+  return {m_peers[m_rank] + m_heap.arena, m_heap.arena_bytes};
 }
 
 Result<TensorView> BufferImpl::combine_input(std::int64_t rows, std::int64_t hidden) {

@@ -28,6 +28,9 @@ struct HeapLayout {
   std::size_t recv_x = 0, recv_scales = 0, recv_topk = 0, recv_weights = 0, recv_src = 0;
   std::size_t stage_x = 0, stage_w = 0;
   std::size_t low_latency = 0;  // the low-latency region (BufferOptions::low_latency_bytes)
+  std::size_t core = 0;         // bytes before the arena: what num_bytes bounds
+  std::size_t arena = 0;        // the output arena (BufferOptions::output_arena_bytes)
+  std::size_t arena_bytes = 0;
   std::size_t total = 0;
 };
 
@@ -97,6 +100,7 @@ class BufferImpl final : public Buffer {
   Result<CombineResult> combine(const CombineArgs& args) override;
   Result<TensorView> combine_input(std::int64_t rows, std::int64_t hidden) override;
   Result<TensorView> combine_weights_input(std::int64_t rows, std::int64_t topk) override;
+  Region output_arena() const override;
   Result<void> barrier() override;
   Result<void> synchronize() override;
   Result<LowLatencyDispatchResult> low_latency_dispatch(
@@ -142,6 +146,12 @@ class BufferImpl final : public Buffer {
   /// every rank's receive regions, the config.
   k::DispatchParams dispatch_params(const DispatchArgs& args, const std::int32_t* send_row,
                                     const std::int32_t* prefix) const;
+  /// Asks args.into for the results' memory (rows received) and points the
+  /// kernel's published offsets at what lies in the arena; returns the
+  /// DispatchOutput bits it will write. `cached`: x, scales and source index
+  /// only.
+  unsigned place_outputs(const DispatchArgs& args, std::int64_t rows, bool cached,
+                         k::DispatchParams& dp, DispatchOutputs& into) const;
 
   // Low-latency mode (ep/lowlatency/buffer_low_latency*.cc).
   /// The region for a call's shape, or why the call cannot have it.

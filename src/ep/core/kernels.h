@@ -40,7 +40,15 @@ struct alignas(256) Meta {
   std::int64_t combine_x_stride;  // bytes
   std::int64_t combine_w_offset;  // -1: no weights
   std::int64_t combine_w_stride;  // elements
+  // Published by this rank before an intranode dispatch's entry barrier:
+  // where in its heap the senders write each result (DispatchField order),
+  // the Buffer's receive regions or the caller's tensors in the arena.
+  std::int64_t dispatch_offsets[5];
 };
+
+/// The results a dispatch writes into each destination (Meta::dispatch_offsets).
+enum DispatchField : int { k_field_x, k_field_scales, k_field_topk, k_field_weights, k_field_src };
+constexpr int k_dispatch_fields = 5;
 
 /// Host-mapped: how kernels tell the host the counts (no cudaMemcpy, no
 /// device sync) and why they stopped.

@@ -120,6 +120,7 @@ BufferOptions forwarding_options(const BufferOptions& o, int num_ranks) {
   f.max_tokens = o.max_tokens * nodes;
   f.ranks_per_node = 0;
   f.num_bytes = 0;
+  f.output_arena_bytes = 0;  // an internode dispatch leaves its results in the Buffer
   // A rank stuck on the network gives up after timeout_s and tells its node
   // whom to blame; its node's peers must still be waiting then.
   f.timeout_s = 2 * o.timeout_s + 1;

@@ -38,7 +38,70 @@ k::DispatchParams BufferImpl::dispatch_params(const DispatchArgs& a, const std::
   dp.num_warps = a.config.num_warps;
   dp.chunk = a.config.nvl_chunk;
   dp.num_blocks = a.config.num_sms;
+  // An internode node's forwarding dispatch runs its barriers apart and
+  // writes the fixed regions; an intranode one publishes where its results
+  // go (the regions, or the caller's tensors in the arena).
+  dp.read_offsets = !m_notify_apart;
+  for (int r = 0; r < m_ranks; ++r) {
+    dp.meta[r] = meta(r);
+    dp.heap[r] = m_peers[r];
+  }
+  dp.own_offsets[k::k_field_x] = static_cast<std::int64_t>(m_heap.recv_x);
+  dp.own_offsets[k::k_field_scales] = static_cast<std::int64_t>(m_heap.recv_scales);
+  dp.own_offsets[k::k_field_topk] = static_cast<std::int64_t>(m_heap.recv_topk);
+  dp.own_offsets[k::k_field_weights] = static_cast<std::int64_t>(m_heap.recv_weights);
+  dp.own_offsets[k::k_field_src] = static_cast<std::int64_t>(m_heap.recv_src);
   return dp;
+}
+
+unsigned BufferImpl::place_outputs(const DispatchArgs& a, std::int64_t rows, bool cached,
+                                   k::DispatchParams& dp, DispatchOutputs& into) const {
+  if (!a.into || !dp.read_offsets) return 0;
+  auto asked = a.into(rows);
+  if (!asked) return 0;  // not fatal (see DispatchArgs::into): the regions then
+  into = std::move(*asked);
+  std::uint8_t* own = m_peers[m_rank];
+  const std::uint8_t* arena = own + m_heap.arena;
+  unsigned written = 0;
+  // A result goes into the caller's memory when that is exactly its shape,
+  // contiguous and inside the arena (what peers can reach).
+  auto take = [&](const TensorView& v, k::DispatchField field, unsigned bit, DType dtype,
+                  std::int64_t cols) {
+    const bool matrix = field != k::k_field_src;
+    if (v.dtype != dtype || v.ndim != (matrix ? 2 : 1) || v.shape[0] != rows) return;
+    if (matrix && (v.shape[1] != cols || (rows > 1 && v.strides[0] != cols))) return;
+    if (rows > 1 && !matrix && v.strides[0] != 1) return;
+    const std::int64_t bytes = rows * (matrix ? cols : 1) * static_cast<std::int64_t>(dtype_size(dtype));
+    if (bytes > 0) {
+      const auto* p = static_cast<const std::uint8_t*>(v.data);
+      if (p == nullptr || !aligned16(p) || p < arena ||
+          p + bytes > arena + m_heap.arena_bytes)
+        return;
+      dp.own_offsets[field] = p - own;
+    }
+    written |= bit;
+  };
+  const std::int64_t hidden = a.x.cols();
+  take(into.recv_x, k::k_field_x, k_out_recv_x, a.x.dtype, hidden);
+  if (a.x.dtype == DType::fp8_e4m3)
+    take(into.recv_x_scales, k::k_field_scales, k_out_recv_x_scales, DType::fp32,
+         hidden / k::k_scale_block);
+  take(into.recv_src_idx, k::k_field_src, k_out_recv_src_idx, DType::int32, 1);
+  if (cached) return written;
+  if (given(a.topk_idx)) {
+    take(into.recv_topk_idx, k::k_field_topk, k_out_recv_topk_idx, a.topk_idx.dtype,
+         a.topk_idx.cols());
+    if (given(a.topk_weights))
+      take(into.recv_topk_weights, k::k_field_weights, k_out_recv_topk_weights, DType::fp32,
+           a.topk_idx.cols());
+  }
+  const TensorView& pm = into.rank_prefix_matrix;
+  if (pm.data != nullptr && pm.dtype == DType::int32 && pm.ndim == 2 && pm.shape[0] == m_ranks &&
+      pm.shape[1] == m_ranks && pm.strides[0] == m_ranks && pm.strides[1] == 1) {
+    dp.prefix_out = static_cast<std::int32_t*>(pm.data);
+    written |= k_out_rank_prefix_matrix;
+  }
+  return written;
 }
 
 Result<Layout> BufferImpl::layout(const TensorView& topk, int num_experts,
@@ -144,7 +207,14 @@ Result<DispatchResult> BufferImpl::dispatch_segments(const DispatchArgs& a, cons
   }
 
   k::DispatchParams dp = dispatch_params(a, send_row, prefix);
-  dp.entry_barrier = false;  // the count exchange was one
+  // The count exchange was a barrier; a dispatch that publishes where its
+  // results go needs one more after that (the caller chose the memory
+  // once it knew the counts).
+  dp.entry_barrier = dp.read_offsets;
+  dp.entry_epoch = 2;
+  dp.exit_epoch = dp.read_offsets ? 3 : 2;
+  DispatchOutputs into;
+  const unsigned written = place_outputs(a, rows, false, dp, into);
   if (with_topk) {
     dp.topk = a.topk_idx.data;
     dp.topk_int64 = a.topk_idx.dtype == DType::int64;
@@ -168,18 +238,29 @@ Result<DispatchResult> BufferImpl::dispatch_segments(const DispatchArgs& a, cons
   handle->send_row = TensorView::matrix(send_row, DType::int32, tokens, m_ranks);
 
   std::uint8_t* own = m_peers[m_rank];
-  out.recv_x = TensorView::matrix(own + m_heap.recv_x, x.dtype, rows, hidden);
+  out.recv_x = (written & k_out_recv_x) != 0
+                   ? into.recv_x
+                   : TensorView::matrix(own + m_heap.recv_x, x.dtype, rows, hidden);
   if (fp8)
-    out.recv_x_scales =
-        TensorView::matrix(own + m_heap.recv_scales, DType::fp32, rows, hidden / k::k_scale_block);
+    out.recv_x_scales = (written & k_out_recv_x_scales) != 0
+                            ? into.recv_x_scales
+                            : TensorView::matrix(own + m_heap.recv_scales, DType::fp32, rows,
+                                                 hidden / k::k_scale_block);
   if (with_topk) {
     out.recv_topk_idx =
-        TensorView::matrix(own + m_heap.recv_topk, a.topk_idx.dtype, rows, num_topk);
+        (written & k_out_recv_topk_idx) != 0
+            ? into.recv_topk_idx
+            : TensorView::matrix(own + m_heap.recv_topk, a.topk_idx.dtype, rows, num_topk);
     if (with_weights)
       out.recv_topk_weights =
-          TensorView::matrix(own + m_heap.recv_weights, DType::fp32, rows, num_topk);
+          (written & k_out_recv_topk_weights) != 0
+              ? into.recv_topk_weights
+              : TensorView::matrix(own + m_heap.recv_weights, DType::fp32, rows, num_topk);
   }
-  out.recv_src_idx = TensorView::vector(own + m_heap.recv_src, DType::int32, rows);
+  out.recv_src_idx = (written & k_out_recv_src_idx) != 0
+                         ? into.recv_src_idx
+                         : TensorView::vector(own + m_heap.recv_src, DType::int32, rows);
+  out.written = written;
   out.recv_tokens_per_expert =
       TensorView::vector(m_recv_per_expert, DType::int32, num_experts / m_ranks);
   out.handle = std::move(handle);
@@ -201,18 +282,27 @@ Result<DispatchResult> BufferImpl::dispatch_cached(const DispatchArgs& a) {
     dp.entry_barrier = false;
   }
   const bool fp8 = a.x.dtype == DType::fp8_e4m3;
+  const int rows = h.num_worst_tokens > 0 ? h.num_worst_tokens : h.num_recv_tokens;
+  DispatchOutputs into;
+  const unsigned written = place_outputs(a, rows, true, dp, into);
   if (cudaError_t rc = k::launch_dispatch(dp, m_stream); rc != cudaSuccess)
     return failure(rc, "cached dispatch");
   auto event = leave(a.order);
   if (!event) return event.error();
-  const int rows = h.num_worst_tokens > 0 ? h.num_worst_tokens : h.num_recv_tokens;
   DispatchResult out;
   std::uint8_t* own = m_peers[m_rank];
-  out.recv_x = TensorView::matrix(own + m_heap.recv_x, a.x.dtype, rows, hidden);
+  out.recv_x = (written & k_out_recv_x) != 0
+                   ? into.recv_x
+                   : TensorView::matrix(own + m_heap.recv_x, a.x.dtype, rows, hidden);
   if (fp8)
-    out.recv_x_scales =
-        TensorView::matrix(own + m_heap.recv_scales, DType::fp32, rows, hidden / k::k_scale_block);
-  out.recv_src_idx = TensorView::vector(own + m_heap.recv_src, DType::int32, rows);
+    out.recv_x_scales = (written & k_out_recv_x_scales) != 0
+                            ? into.recv_x_scales
+                            : TensorView::matrix(own + m_heap.recv_scales, DType::fp32, rows,
+                                                 hidden / k::k_scale_block);
+  out.recv_src_idx = (written & k_out_recv_src_idx) != 0
+                         ? into.recv_src_idx
+                         : TensorView::vector(own + m_heap.recv_src, DType::int32, rows);
+  out.written = written;
   out.handle = a.handle;
   out.event = std::move(*event);
   return out;

@@ -24,12 +24,18 @@ Result<HeapLayout> check_buffer_options(const BufferOptions& o, int ranks) {
         "BufferOptions.low_latency_bytes = {}: at least {} (Buffer::low_latency_size_hint gives "
         "what a shape needs), or 0 for no low-latency region",
         o.low_latency_bytes, sizeof(k::LowLatencyHeader)));
+  if (o.output_arena_bytes > (std::size_t{1} << 40))
+    return invalid(fmt::format("BufferOptions.output_arena_bytes = {}: at most 1 TiB",
+                               o.output_arena_bytes));
   const HeapLayout heap = heap_layout(o, ranks);
-  if (o.num_bytes != 0 && o.num_bytes < heap.total)
+  // The arena comes on top of num_bytes (it holds the caller's outputs,
+  // which DeepEP allocates outside its buffer too).
+  const std::size_t need = heap.core;
+  if (o.num_bytes != 0 && o.num_bytes < need)
     return invalid(fmt::format(
         "the Buffer needs {} bytes per GPU for {} ranks x {} tokens x hidden {} (top-{}), but "
         "num_bytes allows {}",
-        heap.total, ranks, o.max_tokens, o.max_hidden, o.max_topk, o.num_bytes));
+        need, ranks, o.max_tokens, o.max_hidden, o.max_topk, o.num_bytes));
   return heap;
 }
 

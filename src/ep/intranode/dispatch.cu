@@ -1,7 +1,9 @@
 // dispatch: every rank writes each of its tokens straight into the rows that
 // token takes in its destinations' receive buffers (send_row, from the
 // notify kernel or a cached handle). One copy: no ring buffer, no receiver
-// copy-out; the receive buffers are the outputs.
+// copy-out; the receive buffers are the outputs: the Buffer's regions, or
+// the caller's tensors when it placed them in the output arena (each rank
+// publishes where, in its Meta, before the entry barrier).
 //
 // A warp moves one token: it loads `Chunk` 16-byte vectors per lane from x
 // (local HBM) and stores them to every destination rank of that token, so
@@ -21,11 +23,48 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
 
   const std::uint64_t base = epoch_base(p.sync);
   if (p.entry_barrier) {
+    if (p.read_offsets) {
+      // Where our results go this call (the Buffer's regions or the
+      // caller's tensors in the arena), for the senders to read after the
+      // barrier.
+      if (blockIdx.x == 0 && threadIdx.x < k_dispatch_fields)
+        p.meta[me]->dispatch_offsets[threadIdx.x] = p.own_offsets[threadIdx.x];
+      __threadfence_system();
+      __syncthreads();
+    }
     // The receive buffers may still be read by their owners until they
     // reach this call; block 0 says we are here, every block waits.
-    if (threadIdx.x < 32) rank_barrier_warp(p.sync, base + 1, blockIdx.x == 0);
+    if (threadIdx.x < 32) rank_barrier_warp(p.sync, base + p.entry_epoch, blockIdx.x == 0);
     __syncthreads();
   }
+
+  // Each destination's regions for this call.
+  __shared__ std::uint8_t* region[k_dispatch_fields][k_max_ranks];
+  for (int i = threadIdx.x; i < n * k_dispatch_fields; i += blockDim.x) {
+    const int r = i / k_dispatch_fields;
+    const int f = i % k_dispatch_fields;
+    std::uint8_t* at = nullptr;
+    if (p.read_offsets) {
+      const volatile Meta* m = p.meta[r];
+      at = p.heap[r] + m->dispatch_offsets[f];
+    } else {
+      switch (f) {
+        case k_field_x: at = p.recv_x[r]; break;
+        case k_field_scales: at = reinterpret_cast<std::uint8_t*>(p.recv_scales[r]); break;
+        case k_field_topk: at = static_cast<std::uint8_t*>(p.recv_topk[r]); break;
+        case k_field_weights: at = reinterpret_cast<std::uint8_t*>(p.recv_weights[r]); break;
+        default: at = reinterpret_cast<std::uint8_t*>(p.recv_src[r]); break;
+      }
+    }
+    region[f][r] = at;
+  }
+  if (p.prefix_out != nullptr && blockIdx.x == 0)
+    for (int i = threadIdx.x; i < n * n; i += blockDim.x) p.prefix_out[i] = p.rank_prefix_matrix[i];
+  __syncthreads();
+  float* const* recv_scales = reinterpret_cast<float* const*>(region[k_field_scales]);
+  void* const* recv_topk = reinterpret_cast<void* const*>(region[k_field_topk]);
+  float* const* recv_weights = reinterpret_cast<float* const*>(region[k_field_weights]);
+  std::int32_t* const* recv_src = reinterpret_cast<std::int32_t* const*>(region[k_field_src]);
 
   if (p.num_worst_tokens > 0 && p.num_topk > 0) {
     // Rows past the received ones are ours alone: mark them empty.
@@ -34,10 +73,10 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < pad; i += gridDim.x * blockDim.x) {
       std::int64_t slot = static_cast<std::int64_t>(received) * p.num_topk + i;
       if (p.topk_int64)
-        static_cast<std::int64_t*>(p.recv_topk[me])[slot] = -1;
+        static_cast<std::int64_t*>(recv_topk[me])[slot] = -1;
       else
-        static_cast<std::int32_t*>(p.recv_topk[me])[slot] = -1;
-      if (p.weights != nullptr) p.recv_weights[me][slot] = 0.0f;
+        static_cast<std::int32_t*>(recv_topk[me])[slot] = -1;
+      if (p.weights != nullptr) recv_weights[me][slot] = 0.0f;
     }
   }
 
@@ -62,7 +101,7 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
       for (int d = 0; d < k_max_ranks; ++d) {
         if (rows[d] < 0) continue;
         int4* dst =
-            reinterpret_cast<int4*>(p.recv_x[d] + static_cast<std::int64_t>(rows[d]) * p.row_bytes);
+            reinterpret_cast<int4*>(region[k_field_x][d] + static_cast<std::int64_t>(rows[d]) * p.row_bytes);
 #pragma unroll
         for (int u = 0; u < Chunk; ++u) {
           int i = base + u * 32 + lane;
@@ -76,7 +115,7 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
 #pragma unroll
       for (int d = 0; d < k_max_ranks; ++d)
         if (rows[d] >= 0)
-          p.recv_scales[d][static_cast<std::int64_t>(rows[d]) * p.num_scales + i] = s;
+          recv_scales[d][static_cast<std::int64_t>(rows[d]) * p.num_scales + i] = s;
     }
     if (lane < p.num_topk) {
       std::int64_t e = p.topk_int64
@@ -90,19 +129,19 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
         std::int64_t local = e >= first && e < first + p.experts_per_rank ? e - first : -1;
         std::int64_t slot = static_cast<std::int64_t>(rows[d]) * p.num_topk + lane;
         if (p.topk_int64)
-          static_cast<std::int64_t*>(p.recv_topk[d])[slot] = local;
+          static_cast<std::int64_t*>(recv_topk[d])[slot] = local;
         else
-          static_cast<std::int32_t*>(p.recv_topk[d])[slot] = static_cast<std::int32_t>(local);
-        if (p.weights != nullptr) p.recv_weights[d][slot] = local >= 0 ? w : 0.0f;
+          static_cast<std::int32_t*>(recv_topk[d])[slot] = static_cast<std::int32_t>(local);
+        if (p.weights != nullptr) recv_weights[d][slot] = local >= 0 ? w : 0.0f;
       }
     }
     if (lane == 0) {
 #pragma unroll
       for (int d = 0; d < k_max_ranks; ++d)
-        if (rows[d] >= 0) p.recv_src[d][rows[d]] = t;
+        if (rows[d] >= 0) recv_src[d][rows[d]] = t;
     }
   }
-  grid_exit_barrier(p.sync, base + 2);
+  grid_exit_barrier(p.sync, base + p.exit_epoch);
 }
 
 }  // namespace

@@ -43,8 +43,24 @@ constexpr int k_offsets_ints = k_max_nodes * k_max_ranks + 2;
 cudaError_t launch_notify(const NotifyParams& p, cudaStream_t stream);
 
 struct DispatchParams {
-  SyncParams sync;            // entry barrier epoch + 1 (when entry_barrier), exit epoch + 2
+  SyncParams sync;
   bool entry_barrier = true;  // false: the notify kernel before it was one
+  // Barrier epochs past epoch_base: after a notify kernel (epoch + 1) a
+  // dispatch that publishes its offsets has its own entry barrier at + 2.
+  int entry_epoch = 1;
+  int exit_epoch = 2;
+  /// Block 0 publishes own_offsets in this rank's Meta before the entry
+  /// barrier, and every block takes each destination's regions from its
+  /// Meta after it (heap[r] + offset) instead of recv_* below. Needs the
+  /// entry barrier. Intranode Buffers; an internode node's forwarding
+  /// dispatch writes the fixed regions.
+  bool read_offsets = false;
+  std::int64_t own_offsets[k_dispatch_fields] = {};
+  Meta* meta[k_max_ranks] = {};
+  std::uint8_t* heap[k_max_ranks] = {};
+  /// Optional int32 [ranks, ranks], anywhere: block 0 copies
+  /// rank_prefix_matrix there (a caller's tensor, no copy launch).
+  std::int32_t* prefix_out = nullptr;
   const std::uint8_t* x = nullptr;
   std::int64_t x_stride = 0;  // bytes between tokens
   int row_bytes = 0;          // hidden * element size, multiple of 16
@@ -61,7 +77,8 @@ struct DispatchParams {
   const std::int32_t* send_row = nullptr;  // [tokens, ranks]
   int num_tokens = 0;
   int experts_per_rank = 0;
-  // Every rank's receive regions (mapped); rows are packed.
+  // Every rank's receive regions (mapped); rows are packed. With
+  // read_offsets only this rank's entry is used (its own padding rows).
   std::uint8_t* recv_x[k_max_ranks] = {};
   float* recv_scales[k_max_ranks] = {};
   void* recv_topk[k_max_ranks] = {};
