@@ -113,7 +113,7 @@ def _sources():
     """The package's files: Python, the extension's source, and the C ABI
     header from the checkout (the extension includes it)."""
     files = {}
-    for pattern in ("*.py", "*.cc"):
+    for pattern in ("*.py", "*.cc", "*.h"):
         for path in sorted((HERE / "epkit").rglob(pattern)):
             files[path.relative_to(HERE).as_posix()] = path.read_bytes()
     header = HERE.parent / "include" / "epkit" / "ep_c.h"
@@ -152,7 +152,7 @@ def build_sdist(sdist_directory, config_settings=None):
     name = f"{NAME}-{VERSION}"
     with tarfile.open(pathlib.Path(sdist_directory) / f"{name}.tar.gz", "w:gz") as tar:
         for rel in ["pyproject.toml", "_build/epkit_backend.py"] + [
-                p.relative_to(HERE).as_posix() for pattern in ("*.py", "*.cc")
+                p.relative_to(HERE).as_posix() for pattern in ("*.py", "*.cc", "*.h")
                 for p in sorted((HERE / "epkit").rglob(pattern))]:
             tar.add(HERE / rel, arcname=f"{name}/{rel}")
         data = METADATA.encode()

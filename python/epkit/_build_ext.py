@@ -61,7 +61,8 @@ def compiled_on_first_use():
     import torch
 
     include = default_include()
-    digest = hashlib.sha256(SOURCE.read_bytes() + (include / "epkit" / "ep_c.h").read_bytes()).hexdigest()[:16]
+    sources = b"".join(p.read_bytes() for p in sorted((HERE / "csrc").iterdir()) if p.suffix in (".cc", ".h"))
+    digest = hashlib.sha256(sources + (include / "epkit" / "ep_c.h").read_bytes()).hexdigest()[:16]
     root = pathlib.Path(os.environ.get("EPKIT_CACHE") or pathlib.Path.home() / ".cache" / "epkit")
     folder = root / f"ext-torch{torch.__version__}-{digest}"
     folder.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ import os
 import pathlib
 from typing import List, Optional
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 LIBRARY_NAME = "libepkit_ep.so"
 
 OK, ERR_INVALID, ERR_UNAVAILABLE, ERR_CUDA, ERR_TIMEOUT, ERR_BOOTSTRAP, ERR_INTERNAL = range(7)
@@ -25,7 +25,7 @@ class Options(ctypes.Structure):
     _fields_ = [("max_tokens", ctypes.c_int32), ("max_hidden", ctypes.c_int32),
                 ("max_topk", ctypes.c_int32), ("num_bytes", ctypes.c_uint64),
                 ("timeout_s", ctypes.c_double), ("ranks_per_node", ctypes.c_int32),
-                ("low_latency_bytes", ctypes.c_uint64)]
+                ("low_latency_bytes", ctypes.c_uint64), ("output_arena_bytes", ctypes.c_uint64)]
 
 
 class Config(ctypes.Structure):
@@ -44,12 +44,20 @@ class LayoutOut(ctypes.Structure):
                 ("event", ctypes.c_void_p)]
 
 
+class DispatchInto(ctypes.Structure):
+    _fields_ = [("recv_x", Tensor), ("recv_x_scales", Tensor), ("recv_topk_idx", Tensor),
+                ("recv_topk_weights", Tensor), ("recv_src_idx", Tensor), ("rank_prefix_matrix", Tensor)]
+
+
+# The ctypes path never asks for its outputs' memory (the extension does):
+# the field stays NULL.
 class DispatchArgs(ctypes.Structure):
     _fields_ = [("x", Tensor), ("x_scales", Tensor), ("topk_idx", Tensor), ("topk_weights", Tensor),
                 ("num_tokens_per_rank", Tensor), ("is_token_in_rank", Tensor),
                 ("num_tokens_per_expert", Tensor), ("handle", ctypes.c_void_p),
                 ("expert_alignment", ctypes.c_int32), ("num_worst_tokens", ctypes.c_int32),
-                ("config", Config), ("order", Order)]
+                ("config", Config), ("order", Order), ("into", ctypes.c_void_p),
+                ("into_user", ctypes.c_void_p)]
 
 
 class DispatchOut(ctypes.Structure):
@@ -58,7 +66,7 @@ class DispatchOut(ctypes.Structure):
                 ("recv_tokens_per_expert", Tensor),
                 ("num_recv_tokens_per_expert", ctypes.POINTER(ctypes.c_int32)),
                 ("num_local_experts", ctypes.c_int32), ("num_recv_tokens", ctypes.c_int32),
-                ("handle", ctypes.c_void_p), ("event", ctypes.c_void_p)]
+                ("handle", ctypes.c_void_p), ("event", ctypes.c_void_p), ("written", ctypes.c_uint32)]
 
 
 class CombineArgs(ctypes.Structure):
@@ -111,7 +119,7 @@ class LLCombineOut(ctypes.Structure):
 
 # What epkit_ep_struct_size is asked for when the library loads.
 STRUCTS = {"tensor": Tensor, "options": Options, "config": Config, "order": Order, "layout_out": LayoutOut,
-           "dispatch_args": DispatchArgs, "dispatch_out": DispatchOut, "combine_args": CombineArgs,
+           "dispatch_into": DispatchInto, "dispatch_args": DispatchArgs, "dispatch_out": DispatchOut, "combine_args": CombineArgs,
            "combine_out": CombineOut, "handle_info": HandleInfo, "ll_handle": LLHandle,
            "ll_dispatch_args": LLDispatchArgs, "ll_dispatch_out": LLDispatchOut, "ll_combine_args": LLCombineArgs,
            "ll_combine_out": LLCombineOut}
@@ -143,6 +151,7 @@ _SIGNATURES = {
                                   _P(LayoutOut)]),
     "epkit_ep_dispatch": (_S, [ctypes.c_void_p, _P(DispatchArgs), _P(DispatchOut)]),
     "epkit_ep_combine": (_S, [ctypes.c_void_p, _P(CombineArgs), _P(CombineOut)]),
+    "epkit_ep_output_arena": (_S, [ctypes.c_void_p, _P(ctypes.c_void_p), _P(ctypes.c_uint64)]),
     "epkit_ep_combine_input": (_S, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, _P(Tensor)]),
     "epkit_ep_barrier": (_S, [ctypes.c_void_p]),
     "epkit_ep_synchronize": (_S, [ctypes.c_void_p]),

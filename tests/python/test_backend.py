@@ -40,6 +40,7 @@ class Wheel(unittest.TestCase):
         self.assertIn("linux_", name)
         self.assertEqual(files["epkit/lib/libepkit_ep.so"], b"\x7fELF stand-in")
         self.assertIn("PYBIND11_MODULE(_C", files["epkit/csrc/torch_ext.cc"].decode())
+        self.assertIn("class OutputArena", files["epkit/csrc/arena.h"].decode())
         self.assertIn("EPKIT_EP_ABI_VERSION", files["epkit/include/epkit/ep_c.h"].decode())
         for module in ("epkit/__init__.py", "epkit/_native.py", "epkit/_build_ext.py",
                        "epkit/deep_ep/buffer.py"):

@@ -13,18 +13,25 @@
 // from there, so the ctypes fallback and this path share one Buffer.
 // Built against the installed PyTorch by epkit/_build_ext.py.
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <epkit/ep_c.h>
 #include <pybind11/stl.h>
+#include <sys/types.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "arena.h"
 
 namespace py = pybind11;
 
@@ -121,6 +128,37 @@ class HandleRef {
   epkit_ep_handle* m_h;
 };
 
+// The live Buffers' output arenas, for epkit_arena_free (which only gets a
+// pointer), and the one the allocation under way on this thread draws from.
+std::mutex g_arenas_mutex;
+std::vector<std::shared_ptr<epkit_ext::OutputArena>> g_arenas;
+thread_local epkit_ext::OutputArena* t_arena = nullptr;
+
+/// Allocations on `stream` in this scope come from the Buffer's MemPool,
+/// whose segments epkit_arena_alloc carves from its arena.
+class PoolScope {
+ public:
+  PoolScope(c10::DeviceIndex device, c10::cuda::MempoolId_t pool, cudaStream_t stream,
+            epkit_ext::OutputArena* arena)
+      : m_device(device), m_pool(pool) {
+    c10::cuda::CUDACachingAllocator::beginAllocateToPool(
+        device, pool, [stream](cudaStream_t s) { return s == stream; });
+    t_arena = arena;
+  }
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+  ~PoolScope() {
+    t_arena = nullptr;
+    // begin took a reference to the pool (as torch.cuda.use_mem_pool does).
+    c10::cuda::CUDACachingAllocator::endAllocateToPool(m_device, m_pool);
+    c10::cuda::CUDACachingAllocator::releasePool(m_device, m_pool);
+  }
+
+ private:
+  c10::DeviceIndex m_device;
+  c10::cuda::MempoolId_t m_pool;
+};
+
 /// With allocate_on_comm_stream, outputs come from the Buffer's stream's
 /// pool (DeepEP's rule); otherwise from the caller's current stream's.
 class AllocationScope {
@@ -147,9 +185,37 @@ class Engine {
     if (m_rt == nullptr) value_error("epkit._C.Engine: no Buffer");
   }
 
+  ~Engine() { drop_arena(); }
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
   void close() {
+    drop_arena();
     m_rt = nullptr;
     m_views.clear();
+  }
+
+  /// Dispatch outputs from now on come from `pool` (a torch.cuda.MemPool
+  /// over epkit_arena_alloc/free, made by the Python Buffer), inside the
+  /// Buffer's output arena: the senders write them directly.
+  void use_arena(const py::tuple& pool_id) {
+    void* data = nullptr;
+    std::uint64_t bytes = 0;
+    check(epkit_ep_output_arena(live(), &data, &bytes));
+    if (data == nullptr || bytes < epkit_ext::OutputArena::k_granule)
+      value_error("the Buffer has no output arena");
+    if (pool_id.size() != 2) value_error("use_arena takes a MemPool's id (a pair)");
+    drop_arena();
+    m_arena = std::make_shared<epkit_ext::OutputArena>(data, static_cast<std::size_t>(bytes));
+    m_pool = c10::cuda::MempoolId_t{pool_id[0].cast<unsigned long long>(),
+                                    pool_id[1].cast<unsigned long long>()};
+    std::lock_guard<std::mutex> lock(g_arenas_mutex);
+    g_arenas.push_back(m_arena);
+  }
+
+  /// Bytes of the arena in segments (what the pool holds, live or cached).
+  std::int64_t arena_in_use() const {
+    return m_arena ? static_cast<std::int64_t>(m_arena->in_use()) : -1;
   }
 
   py::tuple layout(const at::Tensor& topk_idx, std::int64_t num_experts, std::int64_t previous,
@@ -209,9 +275,25 @@ class Engine {
     a.expert_alignment = static_cast<std::int32_t>(expert_alignment);
     a.num_worst_tokens = static_cast<std::int32_t>(num_worst_tokens);
     a.config = config_of(num_sms, num_warps, nvl_chunk);
-    // The copy into the caller's tensors finishes the operation: the
-    // dispatch itself neither makes the caller's stream wait nor an event.
+    // The copy of what the senders could not write finishes the operation
+    // (nothing, usually): the dispatch itself neither makes the caller's
+    // stream wait nor an event.
     a.order = order_of(previous, true, false);
+    // The outputs are allocated once the engine knows the row count (the
+    // into callback), from the arena's pool when there is one.
+    Outputs o;
+    o.engine = this;
+    o.cached = cached;
+    o.alloc_on_comm = alloc_on_comm;
+    o.x_type = x.scalar_type();
+    o.hidden = x.dim() == 2 ? x.size(1) : 0;
+    o.scales = x_scales.has_value();
+    o.topk = !cached && topk_idx.has_value() && topk_idx->dim() == 2;
+    o.num_topk = o.topk ? topk_idx->size(1) : 0;
+    o.topk_type = o.topk ? topk_idx->scalar_type() : at::kLong;
+    o.weights = o.topk && topk_weights.has_value();
+    a.into = &Engine::into_callback;
+    a.into_user = &o;
     epkit_ep_dispatch_out out{};
     check(epkit_ep_dispatch(rt, &a, &out));
     HandleRef ref(out.handle);
@@ -227,6 +309,8 @@ class Engine {
       check(epkit_ep_handle_info_get(ref.get(), &info));
       views[5] = m_nodes > 1 ? info.recv_gbl_rank_prefix_sum : info.rank_prefix_matrix;
     }
+    // Results the engine wrote into o's tensors are final; the others are
+    // copied out of the Buffer into tensors of their own (one launch).
     std::array<at::Tensor, 6> tensors;
     std::array<epkit_ep_tensor, 6> dst{};
     std::array<epkit_ep_tensor, 6> src{};
@@ -235,7 +319,16 @@ class Engine {
       AllocationScope scope(alloc_on_comm, m_comm);
       for (std::size_t i = 0; i < views.size(); ++i) {
         if (!present(views[i])) continue;
-        tensors[i] = empty(shape_of(views[i]), scalar_type(views[i].dtype));
+        if ((out.written & (1u << i)) != 0) {
+          tensors[i] = o.t[i];
+          continue;
+        }
+        const std::vector<std::int64_t> shape = shape_of(views[i]);
+        const at::ScalarType type = scalar_type(views[i].dtype);
+        tensors[i] = o.t[i].defined() && o.t[i].sizes() == at::IntArrayRef(shape) &&
+                             o.t[i].scalar_type() == type
+                         ? o.t[i]
+                         : empty(shape, type);
         dst[static_cast<std::size_t>(n)] = describe(tensors[i], "output");
         src[static_cast<std::size_t>(n)] = views[i];
         ++n;
@@ -362,6 +455,82 @@ class Engine {
   }
 
  private:
+  /// One dispatch's outputs, asked for by the engine once it knows the rows.
+  struct Outputs {
+    Engine* engine = nullptr;
+    bool cached = false;
+    bool alloc_on_comm = false;
+    bool scales = false;
+    bool topk = false;
+    bool weights = false;
+    at::ScalarType x_type = at::kBFloat16;
+    at::ScalarType topk_type = at::kLong;
+    std::int64_t hidden = 0;
+    std::int64_t num_topk = 0;
+    std::array<at::Tensor, 6> t;  // DeepEP's order; [5] the prefix matrix
+  };
+
+  // Called by the engine inside epkit_ep_dispatch (this thread, GIL held):
+  // nothing may escape into C.
+  static int into_callback(void* user, std::int64_t rows, epkit_ep_dispatch_into* into) {
+    auto* o = static_cast<Outputs*>(user);
+    try {
+      o->engine->allocate(*o, rows, *into);
+      return 0;
+    } catch (...) {
+      o->t = {};
+      std::memset(into, 0, sizeof(*into));
+      return 1;
+    }
+  }
+
+  void allocate(Outputs& o, std::int64_t rows, epkit_ep_dispatch_into& into) {
+    AllocationScope scope(o.alloc_on_comm, m_comm);
+    auto make = [&] {
+      o.t[0] = empty({rows, o.hidden}, o.x_type);
+      if (o.scales) o.t[1] = empty({rows, o.hidden / 128}, at::kFloat);
+      if (o.topk) {
+        o.t[2] = empty({rows, o.num_topk}, o.topk_type);
+        if (o.weights) o.t[3] = empty({rows, o.num_topk}, at::kFloat);
+      }
+      o.t[4] = empty({rows}, at::kInt);
+    };
+    bool pooled = false;
+    if (m_arena && m_arena_pause == 0) {
+      const cudaStream_t stream = at::cuda::getCurrentCUDAStream(m_device).stream();
+      try {
+        PoolScope pool(m_device, m_pool, stream, m_arena.get());
+        make();
+        pooled = true;
+        m_arena_misses = 0;
+      } catch (const c10::OutOfMemoryError&) {
+        // The arena is full: the caller holds many outputs (training keeps
+        // them for the backward pass). These outputs go elsewhere and are
+        // copied; the pool is tried again after a pause that doubles while
+        // it stays full (each miss costs the caching allocator a search).
+        o.t = {};
+        m_arena_pause = std::min(1 << std::min(m_arena_misses, 10), 1024);
+        ++m_arena_misses;
+      }
+    } else if (m_arena_pause > 0) {
+      --m_arena_pause;
+    }
+    if (!pooled) make();
+    if (!o.cached && m_nodes == 1) o.t[5] = empty({m_ranks, m_ranks}, at::kInt);
+    epkit_ep_tensor* slots[6] = {&into.recv_x,         &into.recv_x_scales, &into.recv_topk_idx,
+                                 &into.recv_topk_weights, &into.recv_src_idx,
+                                 &into.rank_prefix_matrix};
+    for (std::size_t i = 0; i < o.t.size(); ++i)
+      if (o.t[i].defined()) *slots[i] = describe(o.t[i], "output");
+  }
+
+  void drop_arena() {
+    if (!m_arena) return;
+    std::lock_guard<std::mutex> lock(g_arenas_mutex);
+    g_arenas.erase(std::remove(g_arenas.begin(), g_arenas.end(), m_arena), g_arenas.end());
+    m_arena.reset();
+  }
+
   epkit_ep_buffer* live() const {
     if (m_rt == nullptr) value_error("the Buffer was destroyed");
     return m_rt;
@@ -458,6 +627,10 @@ class Engine {
 
   static constexpr std::size_t k_max_views = 32;
   std::vector<std::pair<epkit_ep_tensor, at::Tensor>> m_views;
+  std::shared_ptr<epkit_ext::OutputArena> m_arena;
+  c10::cuda::MempoolId_t m_pool{0, 0};
+  int m_arena_pause = 0;   // dispatches left before the pool is tried again
+  int m_arena_misses = 0;  // misses in a row
   epkit_ep_buffer* m_rt;
   c10::DeviceIndex m_device;
   c10::cuda::CUDAStream m_comm;
@@ -472,6 +645,30 @@ void hook_call(std::int64_t hook) {
 
 }  // namespace
 
+// The segment allocator of the MemPool over a Buffer's output arena, for
+// torch.cuda.memory.CUDAPluggableAllocator (which looks these names up in
+// this file). Segments are asked for only while a dispatch allocates its
+// outputs (PoolScope sets the arena); they come back at any time.
+extern "C" __attribute__((visibility("default"))) void* epkit_arena_alloc(ssize_t size, int device,
+                                                                          cudaStream_t stream) {
+  (void)device;
+  (void)stream;
+  epkit_ext::OutputArena* arena = t_arena;
+  return arena != nullptr && size > 0 ? arena->allocate(static_cast<std::size_t>(size)) : nullptr;
+}
+
+extern "C" __attribute__((visibility("default"))) void epkit_arena_free(void* ptr, ssize_t size,
+                                                                        int device,
+                                                                        cudaStream_t stream) {
+  (void)size;
+  (void)device;
+  (void)stream;
+  std::lock_guard<std::mutex> lock(g_arenas_mutex);
+  for (const auto& arena : g_arenas)
+    if (arena->release(ptr)) return;
+  // A segment of a Buffer destroyed since: its memory went with the Buffer.
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "epkit.deep_ep's per-call path over the engine's C ABI";
   py::object engine_error = py::module_::import("epkit._native").attr("EngineError");
@@ -480,6 +677,8 @@ PYBIND11_MODULE(_C, m) {
   py::class_<Engine>(m, "Engine")
       .def(py::init<std::int64_t, int, std::int64_t, int, int>())
       .def("close", &Engine::close)
+      .def("use_arena", &Engine::use_arena)
+      .def("arena_in_use", &Engine::arena_in_use)
       .def("layout", &Engine::layout)
       .def("dispatch", &Engine::dispatch)
       .def("combine", &Engine::combine)

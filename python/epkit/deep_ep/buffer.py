@@ -165,7 +165,11 @@ class Buffer:
     epkit-only keyword arguments: max_tokens (largest token count a rank
     passes; default: as many as num_nvl_bytes, plus num_rdma_bytes across
     nodes, holds), max_hidden, max_topk, zero_copy (outputs are views into
-    the Buffer), timeout_s, ranks_per_node."""
+    the Buffer), timeout_s, ranks_per_node, output_pool_bytes (the output
+    arena: memory beside num_nvl_bytes where a dispatch's outputs are
+    allocated so that the senders write them directly; default: one
+    dispatch at the Buffer's largest size; 0: none, outputs are copied out
+    of the Buffer)."""
 
     num_sms: int = 20
     #: The extension's per-Buffer object (epkit._C.Engine), None on the ctypes path.
@@ -180,7 +184,7 @@ class Buffer:
                  use_fabric: bool = False, explicitly_destroy: bool = False, enable_shrink: bool = False,
                  comm=None, *, max_tokens: Optional[int] = None, max_hidden: int = 7168, max_topk: int = 8,
                  zero_copy: bool = False, timeout_s: Optional[float] = None,
-                 ranks_per_node: Optional[int] = None) -> None:
+                 ranks_per_node: Optional[int] = None, output_pool_bytes: Optional[int] = None) -> None:
         self.runtime = None
         if enable_shrink:
             raise _not_implemented("shrink mode (enable_shrink=True)")
@@ -229,6 +233,16 @@ class Buffer:
         options.max_tokens = max_tokens if max_tokens is not None else self._tokens_fitting(options)
         options.num_bytes = int(self._budget())
         self.max_tokens, self.max_hidden, self.max_topk = options.max_tokens, max_hidden, max_topk
+        module, why_not = _extension() if not zero_copy else (None, "zero_copy=True uses the Buffer's views")
+        # The output arena serves the extension's dispatch outputs on one node.
+        pooled = module is not None and self.num_nodes == 1 and num_nvl_bytes > 0
+        require(output_pool_bytes is None or 0 <= output_pool_bytes <= 1 << 40,
+                f"output_pool_bytes = {output_pool_bytes}: 0 to 1 TiB")
+        if output_pool_bytes is None:
+            output_pool_bytes = self._default_pool_bytes() if pooled else 0
+        options.output_arena_bytes = int(output_pool_bytes) if pooled else 0
+        #: Bytes of the output arena (0: dispatch outputs are copied out of the Buffer).
+        self.output_pool_bytes = options.output_arena_bytes
 
         self._device = torch.cuda.current_device()
         lib.check(lib.set_device(self._device))
@@ -266,12 +280,39 @@ class Buffer:
                         _native.INT64: torch.int64, _native.BOOL: torch.bool}
         self._cuda = torch.device("cuda", self._device)
         self._engine = None
-        module, why_not = _extension() if not zero_copy else (None, "zero_copy=True uses the Buffer's views")
+        self._pool = None
         if module is not None:
             self._engine = module.Engine(self.runtime, self._device, self._comm_ptr, self.group_size,
                                          self.num_nodes)
         #: "extension" (epkit._C) or "ctypes: <why not the extension>".
         self.path = "extension" if self._engine is not None else f"ctypes: {why_not}"
+        if self._engine is not None and self.output_pool_bytes > 0:
+            self._use_pool(module)
+
+    def _default_pool_bytes(self) -> int:
+        """One dispatch's outputs at the Buffer's largest size (every rank
+        sending max_tokens rows), plus the caching allocator's rounding of
+        its five tensors to 20 MiB segments."""
+        rows = self.group_size * self.max_tokens
+        row = self.max_hidden * 2 + self.max_hidden // 128 * 4 + self.max_topk * 12 + 4
+        granule = 2 << 20
+        total = rows * row + 5 * (20 << 20)
+        return (total + granule - 1) // granule * granule
+
+    def _use_pool(self, module) -> None:
+        """A torch.cuda.MemPool over the Buffer's output arena: dispatch
+        outputs come from it (PyTorch's caching allocator, its stream rules
+        and record_stream) and lie where the senders can write them."""
+        torch = self._torch
+        try:
+            allocator = torch.cuda.memory.CUDAPluggableAllocator(
+                module.__file__, "epkit_arena_alloc", "epkit_arena_free")
+            pool = torch.cuda.MemPool(allocator.allocator())
+            self._engine.use_arena(pool.id)
+        except Exception as e:  # noqa: BLE001 - said in path; outputs are copied then
+            self.path += f" (outputs copied: no MemPool over the arena: {e})"
+            return
+        self._pool, self._pool_allocator = pool, allocator
 
     def _budget(self) -> int:
         """Bytes the engine may take: num_nvl_bytes, and across nodes also
@@ -314,6 +355,9 @@ class Buffer:
         engine, self._engine = getattr(self, "_engine", None), None
         if engine is not None:
             engine.close()
+        # Outputs still held from the pool lived in the Buffer's memory (as
+        # zero-copy views do): they are gone with it.
+        self._pool = None
         if runtime:
             self._lib.check(self._lib.synchronize(runtime))
             self._lib.buffer_destroy(runtime)
