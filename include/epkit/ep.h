@@ -182,6 +182,10 @@ struct LayoutOutputs {
   TensorView num_tokens_per_expert;
   TensorView is_token_in_rank;
   TensorView num_tokens_per_rdma_rank;
+  /// topk_idx's dtype [tokens, topk]: a copy of topk_idx, written by the
+  /// layout kernel as it reads it (DeepEP V2's handle copy, without a copy
+  /// launch of its own).
+  TensorView topk_idx_copy;
 };
 
 /// Where each of this rank's tokens went; what combine and cached dispatch

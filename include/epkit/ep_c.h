@@ -114,6 +114,9 @@ typedef struct epkit_ep_layout_out {
    * Buffers; absent otherwise) */
   epkit_ep_tensor num_tokens_per_rdma_rank;
   void* event; /* cudaEvent_t when order.want_event */
+  /* topk_idx's dtype [tokens, topk]: a copy of topk_idx written by the layout
+   * kernel; only through epkit_ep_layout_into's `into` (ep.h LayoutOutputs) */
+  epkit_ep_tensor topk_idx_copy;
 } epkit_ep_layout_out;
 
 /* Caller memory for a dispatch's results (ep.h DispatchOutputs): each

@@ -41,7 +41,7 @@ class Order(ctypes.Structure):
 class LayoutOut(ctypes.Structure):
     _fields_ = [("num_tokens_per_rank", Tensor), ("num_tokens_per_expert", Tensor),
                 ("is_token_in_rank", Tensor), ("num_tokens_per_rdma_rank", Tensor),
-                ("event", ctypes.c_void_p)]
+                ("event", ctypes.c_void_p), ("topk_idx_copy", Tensor)]
 
 
 class DispatchInto(ctypes.Structure):

@@ -360,7 +360,8 @@ epkit_ep_status epkit_ep_layout_into(epkit_ep_buffer* buffer, const epkit_ep_ten
                 &mine.num_tokens_per_expert},
                {&into->is_token_in_rank, "into.is_token_in_rank", &mine.is_token_in_rank},
                {&into->num_tokens_per_rdma_rank, "into.num_tokens_per_rdma_rank",
-                &mine.num_tokens_per_rdma_rank}});
+                &mine.num_tokens_per_rdma_rank},
+               {&into->topk_idx_copy, "into.topk_idx_copy", &mine.topk_idx_copy}});
           s != EPKIT_EP_OK)
         return s;
     }
@@ -370,6 +371,7 @@ epkit_ep_status epkit_ep_layout_into(epkit_ep_buffer* buffer, const epkit_ep_ten
     out->num_tokens_per_expert = from_view(layout->num_tokens_per_expert);
     out->is_token_in_rank = from_view(layout->is_token_in_rank);
     out->num_tokens_per_rdma_rank = from_view(layout->num_tokens_per_rdma_rank);
+    out->topk_idx_copy = from_view(mine.topk_idx_copy);
     return take_event(layout->event, *order, &out->event);
   });
 }

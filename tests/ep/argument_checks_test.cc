@@ -393,23 +393,30 @@ TEST(CombineChecks, CallerOutputs) {
 }
 
 TEST(LayoutChecks, CallerOutputs) {
+  const TensorView topk = TensorView::matrix(k_mem, DType::int64, 16, 6);
   LayoutOutputs into;
   into.num_tokens_per_rank = TensorView::vector(k_mem, DType::int32, 4);
   into.num_tokens_per_expert = TensorView::vector(k_mem, DType::int32, 8);
   into.is_token_in_rank = TensorView::matrix(k_mem, DType::boolean, 16, 4);
-  EXPECT_EQ(refusal(check_layout_outputs(into, 16, 4, 8, 1)), "(accepted)");
+  EXPECT_EQ(refusal(check_layout_outputs(into, topk, 4, 8, 1)), "(accepted)");
   into.is_token_in_rank = TensorView::matrix(k_mem, DType::boolean, 16, 5);
-  EXPECT_EQ(refusal(check_layout_outputs(into, 16, 4, 8, 1)),
+  EXPECT_EQ(refusal(check_layout_outputs(into, topk, 4, 8, 1)),
             "layout: is_token_in_rank (bool[16, 5]) must be a contiguous bool[16, 4]");
   into.is_token_in_rank = {};
   into.num_tokens_per_expert = TensorView::vector(k_mem, DType::int64, 8);
-  EXPECT_EQ(refusal(check_layout_outputs(into, 16, 4, 8, 1)),
+  EXPECT_EQ(refusal(check_layout_outputs(into, topk, 4, 8, 1)),
             "layout: num_tokens_per_expert (int64[8]) must be a contiguous int32[8]");
   into.num_tokens_per_expert = {};
   into.num_tokens_per_rdma_rank = TensorView::vector(k_mem, DType::int32, 2);
-  EXPECT_EQ(refusal(check_layout_outputs(into, 16, 4, 8, 1)),
+  EXPECT_EQ(refusal(check_layout_outputs(into, topk, 4, 8, 1)),
             "layout: num_tokens_per_rdma_rank is for internode Buffers only");
-  EXPECT_EQ(refusal(check_layout_outputs(into, 16, 4, 8, 2)), "(accepted)");
+  EXPECT_EQ(refusal(check_layout_outputs(into, topk, 4, 8, 2)), "(accepted)");
+  // The copy of topk_idx (ElasticBuffer's handle copy): topk_idx's dtype and shape.
+  into.topk_idx_copy = TensorView::matrix(k_mem, DType::int64, 16, 6);
+  EXPECT_EQ(refusal(check_layout_outputs(into, topk, 4, 8, 2)), "(accepted)");
+  into.topk_idx_copy = TensorView::matrix(k_mem, DType::int32, 16, 6);
+  EXPECT_EQ(refusal(check_layout_outputs(into, topk, 4, 8, 2)),
+            "layout: topk_idx_copy (int32[16, 6]) must be a contiguous int64[16, 6]");
 }
 
 TEST(CombineChecks, XDType) {

@@ -218,21 +218,24 @@ class Engine {
     return m_arena ? static_cast<std::int64_t>(m_arena->in_use()) : -1;
   }
 
+  /// copy_topk: also a copy of topk_idx, written by the layout kernel
+  /// (ElasticBuffer's handle copy without a launch of its own).
   py::tuple layout(const at::Tensor& topk_idx, std::int64_t num_experts, std::int64_t previous,
-                   bool async_finish, bool alloc_on_comm) {
+                   bool async_finish, bool alloc_on_comm, bool copy_topk) {
     epkit_ep_buffer* rt = live();
     epkit_ep_tensor idx = describe(topk_idx, "topk_idx");
     if (topk_idx.dim() != 2) value_error("topk_idx must be a matrix [tokens, topk]");
     if (num_experts < 1 || num_experts > (1 << 20))
       value_error("num_experts must be positive (got " + std::to_string(num_experts) + ")");
     const std::int64_t tokens = topk_idx.size(0);
-    at::Tensor per_rank, per_expert, in_rank, per_node;
+    at::Tensor per_rank, per_expert, in_rank, per_node, copy;
     {
       AllocationScope scope(alloc_on_comm, m_comm);
       per_rank = empty({m_ranks}, at::kInt);
       per_expert = empty({num_experts}, at::kInt);
       in_rank = empty({tokens, m_ranks}, at::kBool);
       if (m_nodes > 1) per_node = empty({m_nodes}, at::kInt);
+      if (copy_topk) copy = empty({tokens, topk_idx.size(1)}, topk_idx.scalar_type());
     }
     epkit_ep_layout_out into{};
     into.num_tokens_per_rank = describe(per_rank, "num_tokens_per_rank");
@@ -240,13 +243,14 @@ class Engine {
     into.is_token_in_rank = describe(in_rank, "is_token_in_rank");
     if (per_node.defined())
       into.num_tokens_per_rdma_rank = describe(per_node, "num_tokens_per_rdma_rank");
+    if (copy.defined()) into.topk_idx_copy = describe(copy, "topk_idx_copy");
     epkit_ep_order order = order_of(previous, async_finish, async_finish);
     epkit_ep_layout_out out{};
     check(epkit_ep_layout_into(rt, &idx, static_cast<std::int32_t>(num_experts), &order, &into,
                                &out));
-    record(async_finish, alloc_on_comm, {topk_idx}, {per_rank, per_expert, in_rank, per_node});
+    record(async_finish, alloc_on_comm, {topk_idx}, {per_rank, per_expert, in_rank, per_node, copy});
     return py::make_tuple(per_rank, optional(per_node), per_expert, in_rank,
-                          reinterpret_cast<std::int64_t>(out.event));
+                          reinterpret_cast<std::int64_t>(out.event), optional(copy));
   }
 
   py::tuple dispatch(const at::Tensor& x, const OptTensor& x_scales, std::int64_t handle,

@@ -514,8 +514,8 @@ class Buffer:
         if engine is not None:
             if allocate_on_comm_stream:
                 _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
-            per_rank, per_node, per_expert, in_rank, event = engine.layout(
-                topk_idx, num_experts, _event_ptr(previous_event), async_finish, allocate_on_comm_stream)
+            per_rank, per_node, per_expert, in_rank, event, _ = engine.layout(
+                topk_idx, num_experts, _event_ptr(previous_event), async_finish, allocate_on_comm_stream, False)
             return per_rank, per_node, per_expert, in_rank, _event(event)
         _checks.layout(topk_idx, num_experts)
         _checks.order_flags(previous_event, async_finish, allocate_on_comm_stream)
@@ -530,6 +530,18 @@ class Buffer:
              out.is_token_in_rank), stream, async_finish, allocate_on_comm_stream, out.event)
         self._record(async_finish, allocate_on_comm_stream, (topk_idx,), (per_rank, per_node, per_expert, in_rank))
         return per_rank, per_node, per_expert, in_rank, EventOverlap(event)
+
+    def _layout_and_copy(self, topk_idx, num_experts: int):
+        """get_dispatch_layout (no event, current stream) plus a copy of
+        topk_idx (for ElasticBuffer's handle): the extension's layout kernel
+        writes the copy as it reads topk_idx, so the copy costs no launch."""
+        engine = self._engine
+        if engine is not None:
+            per_rank, per_node, per_expert, in_rank, _, copy = engine.layout(topk_idx, num_experts, 0, False, False,
+                                                                             True)
+            return per_rank, per_node, per_expert, in_rank, copy
+        per_rank, per_node, per_expert, in_rank, _ = self.get_dispatch_layout(topk_idx, num_experts)
+        return per_rank, per_node, per_expert, in_rank, topk_idx.clone()
 
     def dispatch(self, x, handle: Optional[Tuple] = None, num_tokens_per_rank=None, num_tokens_per_rdma_rank=None,
                  is_token_in_rank=None, num_tokens_per_expert=None, topk_idx=None, topk_weights=None,

@@ -916,7 +916,12 @@ class ElasticBuffer:
         num_tokens, num_topk = ts[0], ts[1]
         weights = topk_weights if topk_weights is not None else \
             torch.zeros(topk_idx.shape, dtype=torch.float32, device=topk_idx.device)
-        per_rank, per_node, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk_idx, num_experts)
+        if do_handle_copy:
+            # The handle's copy of topk_idx comes from the layout kernel.
+            per_rank, per_node, per_expert, in_rank, handle_idx = buffer._layout_and_copy(topk_idx, num_experts)
+        else:
+            per_rank, per_node, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk_idx, num_experts)
+            handle_idx = topk_idx
         worst_tokens = worst_expanded = 0
         if not do_cpu_sync:
             worst_tokens, worst_expanded = worst_case_rows(p.num_ranks, num_max_tokens_per_rank, num_topk,
@@ -969,7 +974,7 @@ class ElasticBuffer:
         if recv_sf is not None:
             recv_sf = self._sf_layout(torch, recv_sf, use_tma_aligned_col_major_sf)
 
-        r.topk_idx = handle_idx = topk_idx.clone() if do_handle_copy else topk_idx
+        r.topk_idx = handle_idx
         # EPHandle(...)'s fields, set at once (host cost; the simulation
         # checks they are __init__'s).
         new = _new_object(EPHandle)

@@ -106,6 +106,7 @@ struct LayoutParams {
   std::int32_t* num_tokens_per_rank = nullptr;  // [ranks], zeroed by the launcher
   std::int32_t* num_tokens_per_expert = nullptr;  // [experts], zeroed by the launcher
   bool* is_token_in_rank = nullptr;               // [tokens, ranks]
+  void* topk_copy = nullptr;                      // optional, topk's dtype [tokens, topk], packed
   Mailbox* mailbox = nullptr;
 };
 cudaError_t launch_layout(const LayoutParams& p, cudaStream_t stream);

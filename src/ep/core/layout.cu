@@ -36,6 +36,13 @@ __global__ void __launch_bounds__(Single ? k_single_threads : k_layout_threads)
       std::int64_t e = p.topk_int64
                            ? static_cast<const std::int64_t*>(p.topk)[t * p.topk_stride + k]
                            : static_cast<const std::int32_t*>(p.topk)[t * p.topk_stride + k];
+      if (p.topk_copy != nullptr) {
+        const std::int64_t at = static_cast<std::int64_t>(t) * p.num_topk + k;
+        if (p.topk_int64)
+          static_cast<std::int64_t*>(p.topk_copy)[at] = e;
+        else
+          static_cast<std::int32_t*>(p.topk_copy)[at] = static_cast<std::int32_t>(e);
+      }
       if (e < 0) continue;  // -1: this slot routes nowhere
       if (e >= p.num_experts) {
         // Reported to the host (first one wins); the slot is ignored.

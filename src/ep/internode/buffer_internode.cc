@@ -274,7 +274,7 @@ Result<Layout> InternodeBuffer::layout(const TensorView& topk, int num_experts,
   EPKIT_TRY(usable());
   auto params = layout_params(topk, num_experts, m_ranks, m_opts.max_tokens);
   if (!params) return params.error();
-  EPKIT_TRY(check_layout_outputs(into, topk.rows(), m_ranks, num_experts, m_nodes));
+  EPKIT_TRY(check_layout_outputs(into, topk, m_ranks, num_experts, m_nodes));
   EPKIT_TRY(m_local->enter(order));
   k::LayoutParams p = *params;
   p.ranks_per_node = m_per_node;
@@ -290,6 +290,7 @@ Result<Layout> InternodeBuffer::layout(const TensorView& topk, int num_experts,
   p.num_tokens_per_node = per_node;
   p.num_tokens_per_expert = per_expert;
   p.is_token_in_rank = in_rank;
+  p.topk_copy = into.topk_idx_copy.data;
   p.mailbox = m_local->m_mailbox_dev;
   if (cudaError_t rc = k::launch_layout(p, m_local->comm_stream()); rc != cudaSuccess)
     return m_local->failure(rc, "layout");

@@ -108,12 +108,13 @@ Result<Layout> BufferImpl::layout(const TensorView& topk, int num_experts,
                                   const StreamOrder& order, const LayoutOutputs& into) {
   auto params = layout_params(topk, num_experts, m_ranks, m_opts.max_tokens);
   if (!params) return params.error();
-  EPKIT_TRY(check_layout_outputs(into, topk.rows(), m_ranks, num_experts, 1));
+  EPKIT_TRY(check_layout_outputs(into, topk, m_ranks, num_experts, 1));
   EPKIT_TRY(enter(order));
   k::LayoutParams p = *params;
   p.num_tokens_per_rank = output_or(into.num_tokens_per_rank, m_tokens_per_rank);
   p.num_tokens_per_expert = output_or(into.num_tokens_per_expert, m_tokens_per_expert);
   p.is_token_in_rank = output_or(into.is_token_in_rank, m_token_in_rank);
+  p.topk_copy = into.topk_idx_copy.data;
   p.mailbox = m_mailbox_dev;
   if (cudaError_t rc = k::launch_layout(p, m_stream); rc != cudaSuccess)
     return failure(rc, "layout");

@@ -175,8 +175,9 @@ Result<void> check_combine(const CombineArgs& a, int ranks, const BufferOptions&
                               given(a.topk_weights) ? a.topk_weights.cols() : 0);
 }
 
-Result<void> check_layout_outputs(const LayoutOutputs& into, std::int64_t tokens, int ranks,
+Result<void> check_layout_outputs(const LayoutOutputs& into, const TensorView& topk, int ranks,
                                   int experts, int nodes) {
+  const std::int64_t tokens = topk.rows();
   auto check = [](const TensorView& v, const char* name, DType dtype, std::int64_t rows,
                   std::int64_t cols, bool matrix) -> Result<void> {
     if (v.data == nullptr) return {};
@@ -197,6 +198,7 @@ Result<void> check_layout_outputs(const LayoutOutputs& into, std::int64_t tokens
     return invalid("layout: num_tokens_per_rdma_rank is for internode Buffers only");
   EPKIT_TRY(check(into.num_tokens_per_rdma_rank, "num_tokens_per_rdma_rank", DType::int32, nodes,
                   1, false));
+  EPKIT_TRY(check(into.topk_idx_copy, "topk_idx_copy", topk.dtype, tokens, topk.cols(), true));
   return {};
 }
 

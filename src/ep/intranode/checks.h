@@ -26,7 +26,7 @@ Result<void> check_dispatch(const DispatchArgs& args, int ranks, const BufferOpt
                             std::optional<int> segment_experts = std::nullopt);
 /// A layout's caller-owned outputs (LayoutOutputs) against their shapes:
 /// each given one contiguous, of the layout's dtype and size.
-Result<void> check_layout_outputs(const LayoutOutputs& into, std::int64_t tokens, int ranks,
+Result<void> check_layout_outputs(const LayoutOutputs& into, const TensorView& topk, int ranks,
                                   int experts, int nodes);
 /// combine()'s checks (check_combine_extras included).
 Result<void> check_combine(const CombineArgs& args, int ranks, const BufferOptions& options);

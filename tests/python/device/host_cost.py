@@ -12,13 +12,19 @@ with the receive hook (the hook call counted with its operation).
 calls doing the same work in the same process: a V2 dispatch against V1's
 get_dispatch_layout + dispatch, a V2 cached dispatch and combine against V1's.
 
+--profile (with --elastic) prints, on rank 0, where a V1 dispatch and a V2
+dispatch spend their host time (cProfile, top functions by own time).
+
 Usage: python host_cost.py --module epkit.deep_ep --num-processes 2
-       [--tokens 8] [--iters 400] [--low-latency] [--elastic] [--port P]
+       [--tokens 8] [--iters 400] [--low-latency] [--elastic [--profile]] [--port P]
 Rank 0 prints one line: `host_cost <module> <json>` (microseconds).
 """
 
 import argparse
+import cProfile
 import importlib
+import io
+import pstats
 import json
 import statistics
 import time
@@ -107,6 +113,23 @@ def low_latency(deep_ep, group, tokens, iters, rank, num_ranks):
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def profiled(name, call, iters, rank):
+    """median_us, under cProfile on rank 0 when asked (--profile)."""
+    if not PROFILE or rank != 0:
+        return median_us(call, iters)
+    profile = cProfile.Profile()
+    profile.enable()
+    value = median_us(call, iters)
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(22)
+    print(f"== profile {name} ({iters + iters // 10} calls)\n{text.getvalue()}", flush=True)
+    return value
+
+
+PROFILE = False
+
+
 def elastic(deep_ep, group, tokens, iters, rank, num_ranks):
     x, topk_idx, topk_weights = inputs(tokens, rank)
     v1 = deep_ep.Buffer(group, int(256e6), 0, explicitly_destroy=True)
@@ -116,7 +139,7 @@ def elastic(deep_ep, group, tokens, iters, rank, num_ranks):
         return v1.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
                            num_tokens_per_expert=per_expert, topk_idx=topk_idx, topk_weights=topk_weights)
     recv_x, _, _, _, handle, _ = v1_dispatch()
-    out = {"v1_dispatch": median_us(v1_dispatch, iters),
+    out = {"v1_dispatch": profiled("v1_dispatch", v1_dispatch, iters, rank),
            "v1_cached_dispatch": median_us(lambda: v1.dispatch(x, handle=handle), iters),
            "v1_combine": median_us(lambda: v1.combine(recv_x, handle), iters)}
     dist.barrier()
@@ -126,8 +149,8 @@ def elastic(deep_ep, group, tokens, iters, rank, num_ranks):
     recv = v2.dispatch(x, topk_idx=topk_idx, topk_weights=topk_weights, num_experts=EXPERTS)
     v2_handle = recv[3]
     out.update({
-        "v2_dispatch": median_us(lambda: v2.dispatch(x, topk_idx=topk_idx, topk_weights=topk_weights,
-                                                     num_experts=EXPERTS), iters),
+        "v2_dispatch": profiled("v2_dispatch", lambda: v2.dispatch(x, topk_idx=topk_idx, topk_weights=topk_weights,
+                                                                   num_experts=EXPERTS), iters, rank),
         "v2_cached_dispatch": median_us(lambda: v2.dispatch(x, handle=v2_handle), iters),
         "v2_combine": median_us(lambda: v2.combine(recv[0], v2_handle), iters)})
     dist.barrier()
@@ -136,6 +159,8 @@ def elastic(deep_ep, group, tokens, iters, rank, num_ranks):
 
 
 def main(local_rank, num_ranks, args):
+    global PROFILE
+    PROFILE = args.profile
     deep_ep = importlib.import_module(args.module)
     group = common.init(local_rank, num_ranks, args.port)
     rank = dist.get_rank()
@@ -160,5 +185,6 @@ if __name__ == "__main__":
     parser.add_argument("--iters", type=int, default=400)
     parser.add_argument("--low-latency", action="store_true")
     parser.add_argument("--elastic", action="store_true")
+    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     torch.multiprocessing.spawn(main, args=(args.num_processes, args), nprocs=args.num_processes)
