@@ -128,6 +128,21 @@ class SimBuffer:
                          for t in in_rank[:, self.rank].nonzero().flatten()]
         return recv_x, recv_idx, recv_w, counts, h, None
 
+    # The V1 Buffer's entries for ElasticBuffer (the extension's fast calls):
+    # as the public methods here.
+    def _cached_recv_x(self, x, handle, config):
+        return self.dispatch(x, handle=handle, config=config)[0]
+
+    def _dispatch_plain(self, x, x_scales, per_rank, per_node, in_rank, per_expert, topk_idx, topk_weights,
+                        expert_alignment, num_worst_tokens, config):
+        return self.dispatch(x if x_scales is None else (x, x_scales), num_tokens_per_rank=per_rank,
+                             num_tokens_per_rdma_rank=per_node, is_token_in_rank=in_rank,
+                             num_tokens_per_expert=per_expert, topk_idx=topk_idx, topk_weights=topk_weights,
+                             expert_alignment=expert_alignment, num_worst_tokens=num_worst_tokens, config=config)
+
+    def _combine_plain(self, x, handle, topk_weights, bias, config):
+        return self.combine(x, handle, topk_weights=topk_weights, bias=bias, config=config)[:2]
+
     def combine(self, x, handle, topk_weights=None, bias=None, config=None):
         b0, b1 = bias if isinstance(bias, tuple) else (bias, None)
         if (b0 is not None or b1 is not None) and self.nodes == 1:
@@ -465,6 +480,15 @@ class Replay:
 
     def combine(self, x, handle, **kwargs):
         return self._call("combine", lambda: self.inner.combine(x, handle, **kwargs))
+
+    def _cached_recv_x(self, x, handle, config):
+        return self._call("cached_x", lambda: self.inner._cached_recv_x(x, handle, config))
+
+    def _dispatch_plain(self, *args):
+        return self._call("dispatch", lambda: self.inner._dispatch_plain(*args))
+
+    def _combine_plain(self, x, handle, topk_weights, bias, config):
+        return self._call("combine_plain", lambda: self.inner._combine_plain(x, handle, topk_weights, bias, config))
 
 
 def one_rank(tokens=8, topk=4, experts=8, max_tokens=12, replay=False, multiple_reduction=True):

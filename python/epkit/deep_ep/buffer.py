@@ -543,6 +543,39 @@ class Buffer:
         per_rank, per_node, per_expert, in_rank, _ = self.get_dispatch_layout(topk_idx, num_experts)
         return per_rank, per_node, per_expert, in_rank, topk_idx.clone()
 
+    # ElasticBuffer's per-call entries: what its own checks proved is not
+    # walked again, the extension is called directly, no event is made (the
+    # current stream, no previous event). Each falls back to the public
+    # method where the extension is not used or a check of V1's applies.
+
+    def _cached_recv_x(self, x, handle, config: Config):
+        """A BF16 cached dispatch's recv_x."""
+        engine = self._engine
+        if engine is None or self.num_nodes > 1 or config.num_sms % 2 != 0:
+            return self.dispatch(x, handle=handle, config=config)[0]
+        return engine.dispatch(x, None, _native_handle(handle).ptr, None, None, None, None, None, 1, 0,
+                               config.num_sms, config.num_warps, config.nvl_chunk, 0, False, False)[0]
+
+    def _dispatch_plain(self, x, x_scales, per_rank, per_node, in_rank, per_expert, topk_idx, topk_weights,
+                        expert_alignment: int, num_worst_tokens: int, config: Config):
+        """A non-cached dispatch: dispatch's result (its event unasked for)."""
+        if self._engine is None or self.num_nodes > 1:
+            return self.dispatch(x if x_scales is None else (x, x_scales), num_tokens_per_rank=per_rank,
+                                 num_tokens_per_rdma_rank=per_node, is_token_in_rank=in_rank,
+                                 num_tokens_per_expert=per_expert, topk_idx=topk_idx, topk_weights=topk_weights,
+                                 expert_alignment=expert_alignment, num_worst_tokens=num_worst_tokens, config=config)
+        return self._dispatch_fast(False, x, x_scales, None, None, per_rank, None, in_rank, per_expert, topk_idx,
+                                   topk_weights, expert_alignment, num_worst_tokens, config, None, False, False)
+
+    def _combine_plain(self, x, handle, topk_weights, bias, config: Config):
+        """combine's (combined_x, combined_topk_weights)."""
+        engine = self._engine
+        if engine is None or self.num_nodes > 1 or config.num_sms % 2 != 0:
+            return self.combine(x, handle, topk_weights=topk_weights, bias=bias, config=config)[:2]
+        b0, b1 = (None, None) if bias is None else Buffer._unpack_bias(bias)
+        return engine.combine(x, topk_weights, _native_handle(handle).ptr, b0, b1, config.num_sms, config.num_warps,
+                              config.nvl_chunk, 0, False, False)[:2]
+
     def dispatch(self, x, handle: Optional[Tuple] = None, num_tokens_per_rank=None, num_tokens_per_rdma_rank=None,
                  is_token_in_rank=None, num_tokens_per_expert=None, topk_idx=None, topk_weights=None,
                  expert_alignment: int = 1, num_worst_tokens: int = 0, config: Optional[Config] = None,

@@ -872,7 +872,7 @@ class ElasticBuffer:
                 previous_event_before_epilogue.current_stream_wait()
             config = self._configs.get(num_sms) or self._config(num_sms)
             if topk_weights is None and not handle.do_expand and not isinstance(x, tuple):
-                return buffer.dispatch(x, handle=handle._v1, config=config)[0], handle._routing.recv_topk_idx, \
+                return buffer._cached_recv_x(x, handle._v1, config), handle._routing.recv_topk_idx, \
                     None, handle, _event_of(async_with_compute_stream)
             return self._cached_dispatch(buffer, x, topk_weights, handle, config, do_zero_padding,
                                          use_tma_aligned_col_major_sf, async_with_compute_stream)
@@ -926,10 +926,8 @@ class ElasticBuffer:
         if not do_cpu_sync:
             worst_tokens, worst_expanded = worst_case_rows(p.num_ranks, num_max_tokens_per_rank, num_topk,
                                                            num_experts // p.num_ranks, expert_alignment)
-        recv_x, recv_topk_idx, recv_w, counts_list, v1, _ = buffer.dispatch(
-            x if sf is None else (x, sf), num_tokens_per_rank=per_rank, num_tokens_per_rdma_rank=per_node,
-            is_token_in_rank=in_rank, num_tokens_per_expert=per_expert, topk_idx=topk_idx, topk_weights=weights,
-            expert_alignment=expert_alignment, num_worst_tokens=worst_tokens, config=config)
+        recv_x, recv_topk_idx, recv_w, counts_list, v1, _ = buffer._dispatch_plain(
+            x, sf, per_rank, per_node, in_rank, per_expert, topk_idx, weights, expert_alignment, worst_tokens, config)
         recv_sf = None
         if sf is not None:
             recv_x, recv_sf = recv_x
@@ -1129,8 +1127,8 @@ class ElasticBuffer:
         if not handle.do_expand and (p.engine_sum.get((handle._num_topk, with_bias)) or
                                      self._engine_sums(p, handle._num_topk, with_bias)):
             # The engine's own sum gives V2's bits (or the caller asked for it).
-            combined, combined_w, _ = buffer.combine(x, handle._v1, topk_weights=topk_weights,
-                                                     bias=bias if with_bias else None, config=config)
+            combined, combined_w = buffer._combine_plain(x, handle._v1, topk_weights, bias if with_bias else None,
+                                                         config)
         else:
             combined, combined_w = self._combine_in_order(buffer, x, handle, topk_weights, bias, biases, config)
         return combined, combined_w, _event_of(async_with_compute_stream)
