@@ -1,7 +1,7 @@
-// epkit bench nccl <collective>: nccl-tests' flags, table and bus-bandwidth
-// factors, with a data check on every GPU and a --min-busbw pass/fail exit.
-// epkit bench ep: DeepEP's test_intranode.py tuning run for the EP engine
-// (test_internode.py's RDMA and NVL figures when the launch spans nodes).
+// The per-rank body (bench_ep_rank, bench_ep_ll_rank) stays here until the
+// harness takes the EP bench's rank code.
+#include "cli/commands/bench/bench_ep.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -14,15 +14,10 @@
 
 #include "bench/ep_bench.h"
 #include "bench/ep_bench_ll.h"
-#include "bench/p2p.h"
-#include "bench/sweep.h"
-#include "cli/command.h"
 #include "cli/gpu_launch.h"
-#include "host/dl/nccl.h"
 #include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
-#include "bench/nccl_runner.h"
 #include "cli/node_nics.h"
 #include "ep_harness/bench/ep_bench_runner.h"
 #include "ep_harness/bench/ll_runner.h"
@@ -31,126 +26,6 @@
 
 namespace epkit::cli {
 namespace {
-
-struct NcclBenchOptions {
-  std::string collective;
-  std::string min_bytes = "32M";
-  std::string max_bytes = "32M";
-  std::size_t factor = 2;
-  int iters = 20;
-  int warmup = 5;
-  int check = 1;
-  std::string type = "float";
-  int root = 0;
-  std::optional<double> min_busbw;
-};
-
-struct Parsed {
-  bench::Collective kind;
-  bench::DataType type;
-  std::size_t min_bytes;
-  std::size_t max_bytes;
-};
-
-Result<Parsed> parse(const NcclBenchOptions& o) {
-  auto kind = bench::parse_collective(o.collective);
-  if (!kind) return kind.error();
-  auto type = bench::parse_type(o.type);
-  if (!type) return type.error();
-  auto lo = bench::parse_size(o.min_bytes);
-  if (!lo) return lo.error();
-  auto hi = bench::parse_size(o.max_bytes);
-  if (!hi) return hi.error();
-  // The sweep's own rules (-b <= -e, -f >= 2) checked once here, so a usage
-  // error is said once by the command rather than by every rank it spawned.
-  if (auto sweep = bench::size_sweep(*lo, *hi, o.factor, type->size, 1); !sweep) {
-    return sweep.error();
-  }
-  return Parsed{*kind, *type, *lo, *hi};
-}
-
-#ifdef EPKIT_WITH_CUDA
-
-int bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
-               const NcclBenchOptions& o, const GpuLaunchOptions& lo, const Parsed& p) {
-  auto fail = [&](int code, const std::string& why) {
-    io.line("FAIL: " + why);
-    return code;
-  };
-  auto sizes = bench::size_sweep(p.min_bytes, p.max_bytes, o.factor, p.type.size,
-                                 bench::element_granularity(p.kind, launch.world_size));
-  if (!sizes) return fail(k_exit_usage, sizes.error().message);
-  std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = open_gpu_rank(host, launch, io, lo.timeout_s, joined); rc != k_gpu_ok) return rc;
-  auto& r = *joined;
-  bench::RunOptions ro;
-  ro.kind = p.kind;
-  ro.type = p.type;
-  ro.sizes = *sizes;
-  ro.iters = o.iters;
-  ro.warmup = o.warmup;
-  ro.check = o.check != 0;
-  ro.root = o.root;
-  ro.timeout_s = lo.timeout_s;
-  const auto begin = std::chrono::steady_clock::now();
-  if (launch.rank == 0) {
-    ro.progress = [&](std::size_t done, std::size_t total) {
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-      if (s > 3.0 && done < total) {
-        std::fprintf(stderr, "epkit bench: %zu of %zu sizes done (%.0f s)\n", done, total, s);
-      }
-    };
-  }
-  auto rows = bench::run_sweep(*r.session, r.store(), ro);
-  if (!rows) {
-    r.session->abort();
-    return fail(exit_code_for(rows.error()), rows.error().message);
-  }
-  int code = k_gpu_ok;
-  if (launch.rank == 0) {
-    double avg = bench::average_busbw(*rows);
-    std::uint64_t wrong = bench::total_wrong(*rows);
-    if (wrong != 0) {
-      code = k_gpu_wrong_data;
-    } else if (o.min_busbw && avg < *o.min_busbw) {
-      code = k_gpu_below_busbw;
-    }
-    const auto& f0 = r.facts.front();
-    if (lo.json) {
-      nlohmann::json j = {{"collective", bench::to_string(p.kind)},
-                          {"nranks", launch.world_size},
-                          {"nnodes", launch.nnodes},
-                          {"nccl_version", f0.nccl_version},
-                          {"gpu", r.gpu.name},
-                          {"iters", o.iters},
-                          {"warmup", o.warmup},
-                          {"avg_busbw_gbps", avg},
-                          {"wrong", wrong},
-                          {"exit_code", code}};
-      j["min_busbw_gbps"] = o.min_busbw ? nlohmann::json(*o.min_busbw) : nlohmann::json(nullptr);
-      nlohmann::json rj = nlohmann::json::array();
-      for (const auto& row : *rows) rj.push_back(bench::to_json(row));
-      j["rows"] = rj;
-      io.summary << util::dump_json(j, 2) << "\n";
-    } else {
-      io.summary << fmt::format(
-          "# epkit bench nccl {}: {} ranks on {} node{}, NCCL {}, {}, -n {} -w {} -c {}\n",
-          bench::to_string(p.kind), launch.world_size, launch.nnodes, launch.nnodes == 1 ? "" : "s",
-          f0.nccl_version, r.gpu.name, o.iters, o.warmup, o.check);
-      io.summary << bench::table_header();
-      for (const auto& row : *rows) io.summary << bench::table_row(row);
-      io.summary << bench::table_footer(*rows);
-      if (o.min_busbw) {
-        io.summary << fmt::format("# Min bus bandwidth    : {:.4f} {}\n", *o.min_busbw,
-                                  avg < *o.min_busbw ? "FAILED" : "OK");
-      }
-    }
-    io.summary.flush();
-  }
-  return close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
-}
-
-#endif
 
 struct EpBenchCliOptions {
   /// "normal" (DeepEP's test_intranode.py) or "low-latency"
@@ -405,157 +280,53 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
   return run_gpu_command(io, "bench", common, lo, child, main);
 }
 
-int run_p2p_command(Io& io, const std::string& size, int iters, bool json) {
-  auto bytes = bench::parse_size(size);
-  if (!bytes) return refuse_run(io, "bench p2p", json, k_exit_usage, bytes.error().message);
-  if (*bytes < 16) {
-    return refuse_run(io, "bench p2p", json, k_exit_usage, "-b must be at least 16 bytes");
-  }
-#ifdef EPKIT_WITH_CUDA
-  bench::P2pOptions po;
-  po.bytes = *bytes / 16 * 16;
-  po.iters = iters;
-  auto matrices = bench::run_p2p(po);
-  if (!matrices) {
-    return refuse_run(
-        io, "bench p2p", json,
-        matrices.error().code == ErrorCode::unavailable ? k_gpu_unavailable : k_gpu_nccl_error,
-        matrices.error().message);
-  }
-  if (json) {
-    nlohmann::json j = {{"bytes", po.bytes}, {"iters", po.iters}};
-    nlohmann::json ms = nlohmann::json::array();
-    for (const auto& m : *matrices)
-      ms.push_back({{"mode", bench::to_string(m.mode)}, {"gbps", m.gbps}});
-    j["matrices"] = ms;
-    io.out << util::dump_json(j, 2) << "\n";
-  } else {
-    io.out << fmt::format("epkit bench p2p: {} bytes per copy, {} iterations\n\n", po.bytes,
-                          po.iters);
-    for (const auto& m : *matrices) io.out << bench::render_p2p(m) << "\n";
-  }
-  return k_gpu_ok;
-#else
-  (void)iters;
-  return refuse_run(io, "bench p2p", json, k_gpu_unavailable, host::dl::nccl_not_built().message);
-#endif
-}
-
 }  // namespace
 
-Command make_bench_command() {
-  return {
-      "bench", "GPU benchmarks: NCCL collectives (nccl-tests' table)", [](CLI::App& app) -> Runner {
-        auto common = std::make_shared<CommonOptions>();
-        auto lo = std::make_shared<GpuLaunchOptions>();
-        auto o = std::make_shared<NcclBenchOptions>();
-        app.require_subcommand(1);
-        CLI::App* nccl = app.add_subcommand(
-            "nccl", "all_reduce, all_gather, reduce_scatter, alltoall, sendrecv or broadcast");
-        nccl->add_option("collective", o->collective, "The collective")->required();
-        nccl->add_option("-b,--minbytes", o->min_bytes, "Smallest size (default 32M)");
-        nccl->add_option("-e,--maxbytes", o->max_bytes, "Largest size (default 32M)");
-        nccl->add_option("-f,--stepfactor", o->factor, "Size multiplier (default 2)");
-        nccl->add_option("-n,--iters", o->iters, "Timed iterations (default 20)")
-            ->check(CLI::Range(1, 1000000));
-        nccl->add_option("-w,--warmup_iters", o->warmup, "Warm-up iterations (default 5)")
-            ->check(CLI::Range(0, 1000000));
-        nccl->add_option("-c,--check", o->check, "Check the data (default 1)")
-            ->check(CLI::Range(0, 1));
-        nccl->add_option("-d,--datatype", o->type, "float, double, int32 or int64");
-        nccl->add_option("-r,--root", o->root, "Broadcast root (default 0)")
-            ->check(CLI::Range(0, 1 << 20));
-        nccl->add_option("--min-busbw", o->min_busbw,
-                         "Exit 13 when the average bus bandwidth (GB/s) is below this")
-            ->check(finite_range(0.0, 1e9));
-        add_gpu_launch_options(*nccl, *lo);
-        CLI::App* p2p = app.add_subcommand(
-            "p2p", "GPU x GPU copy bandwidth matrix: copy engine and SM kernel, uni/bidirectional");
-        auto p2p_size = std::make_shared<std::string>("256M");
-        auto p2p_iters = std::make_shared<int>(10);
-        auto p2p_json = std::make_shared<bool>(false);
-        p2p->add_option("-b,--bytes", *p2p_size, "Bytes per copy (default 256M)");
-        p2p->add_option("-n,--iters", *p2p_iters, "Timed copies per pair (default 10)")
-            ->check(CLI::Range(1, 100000));
-        p2p->add_flag("--json", *p2p_json, "Write the matrices as JSON");
-        nccl->footer(
-            "Exit codes: 0 OK, 10 wrong data, 11 NCCL/CUDA error, 12 no GPU/libnccl, "
-            "13 below --min-busbw, 75 peer lost, 124 timeout, 64 usage.");
-        CLI::App* ep = app.add_subcommand(
-            "ep", "EP engine: checks against the reference, then DeepEP's tuning sweep");
-        auto eo = std::make_shared<EpBenchCliOptions>();
-        auto ep_lo = std::make_shared<GpuLaunchOptions>();
-        ep->add_option("--mode", eo->mode,
-                       "normal (DeepEP's test_intranode.py) or low-latency "
-                       "(test_low_latency.py; default normal)")
-            ->check(CLI::IsMember({"normal", "low-latency"}));
-        CLI::Option* tokens = ep->add_option("--tokens", eo->tokens,
-                                             "Tokens per rank (default 4096; low-latency 128)")
-                                  ->check(CLI::Range(1, 1 << 20));
-        ep->add_option("--hidden", eo->hidden, "Hidden size, a multiple of 128 (default 7168)")
-            ->check(CLI::Range(128, 1 << 16));
-        ep->add_option("--topk", eo->topk, "Experts per token (default 8)")
-            ->check(CLI::Range(1, 1024));
-        CLI::Option* experts = ep->add_option("--experts", eo->experts,
-                                              "Experts in all (default 256; low-latency 288)")
-                                   ->check(CLI::Range(1, 1 << 16));
-        ep->add_option("--sms", eo->sms,
-                       "SM counts to sweep: --sms 24,12 or repeated (default 24); low-latency: "
-                       "one value, the kernels' blocks (ranks sharing a GPU: sms x ranks <= "
-                       "its SMs)")
-            ->delimiter(',');
-        ep->add_option("--chunks", eo->chunks, "NVL chunks to sweep (default 1,2,4,8)")
-            ->delimiter(',');
-        ep->add_option("--warmup", eo->warmup, "Untimed calls per configuration (default 20)")
-            ->check(CLI::Range(0, 1000000));
-        ep->add_option("--iters", eo->iters, "Timed calls per configuration (default 50)")
-            ->check(CLI::Range(1, 1000000));
-        ep->add_option("--seed", eo->seed, "Seed of the random inputs (default 0)");
-        ep->add_option("--dump", eo->dump,
-                       "Write every rank's inputs and outputs as .npy under this folder");
-        add_gpu_launch_options(*ep, *ep_lo);
-        ep->footer(
-            "Exit codes: 0 OK, 10 the engine differs from the reference, 11 NCCL/CUDA error, "
-            "12 no GPU/libnccl or the engine cannot run here, 75 peer lost, 124 timeout, "
-            "64 usage.");
-        return [common, lo, o, p2p, p2p_size, p2p_iters, p2p_json, ep, eo, ep_lo, tokens,
-                experts](Io& io) -> int {
-          if (p2p->parsed()) return run_p2p_command(io, *p2p_size, *p2p_iters, *p2p_json);
-          if (ep->parsed()) {
+BenchSubcommand add_bench_ep(CLI::App& bench) {
+  CLI::App* ep = bench.add_subcommand(
+      "ep", "EP engine: checks against the reference, then DeepEP's tuning sweep");
+  auto common = std::make_shared<CommonOptions>();
+  auto eo = std::make_shared<EpBenchCliOptions>();
+  auto lo = std::make_shared<GpuLaunchOptions>();
+  ep->add_option("--mode", eo->mode,
+                 "normal (DeepEP's test_intranode.py) or low-latency "
+                 "(test_low_latency.py; default normal)")
+      ->check(CLI::IsMember({"normal", "low-latency"}));
+  CLI::Option* tokens =
+      ep->add_option("--tokens", eo->tokens, "Tokens per rank (default 4096; low-latency 128)")
+          ->check(CLI::Range(1, 1 << 20));
+  ep->add_option("--hidden", eo->hidden, "Hidden size, a multiple of 128 (default 7168)")
+      ->check(CLI::Range(128, 1 << 16));
+  ep->add_option("--topk", eo->topk, "Experts per token (default 8)")->check(CLI::Range(1, 1024));
+  CLI::Option* experts =
+      ep->add_option("--experts", eo->experts, "Experts in all (default 256; low-latency 288)")
+          ->check(CLI::Range(1, 1 << 16));
+  ep->add_option("--sms", eo->sms,
+                 "SM counts to sweep: --sms 24,12 or repeated (default 24); low-latency: "
+                 "one value, the kernels' blocks (ranks sharing a GPU: sms x ranks <= "
+                 "its SMs)")
+      ->delimiter(',');
+  ep->add_option("--chunks", eo->chunks, "NVL chunks to sweep (default 1,2,4,8)")->delimiter(',');
+  ep->add_option("--warmup", eo->warmup, "Untimed calls per configuration (default 20)")
+      ->check(CLI::Range(0, 1000000));
+  ep->add_option("--iters", eo->iters, "Timed calls per configuration (default 50)")
+      ->check(CLI::Range(1, 1000000));
+  ep->add_option("--seed", eo->seed, "Seed of the random inputs (default 0)");
+  ep->add_option("--dump", eo->dump,
+                 "Write every rank's inputs and outputs as .npy under this folder");
+  add_gpu_launch_options(*ep, *lo);
+  ep->footer(
+      "Exit codes: 0 OK, 10 the engine differs from the reference, 11 NCCL/CUDA error, "
+      "12 no GPU/libnccl or the engine cannot run here, 75 peer lost, 124 timeout, "
+      "64 usage.");
+  return {ep, [common, lo, eo, tokens, experts](Io& io) -> int {
             // DeepEP's test_low_latency.py sizes, unless given.
             if (eo->mode == "low-latency") {
               if (tokens->count() == 0) eo->tokens = bench::EpLlShape{}.tokens;
               if (experts->count() == 0) eo->experts = bench::EpLlShape{}.experts;
             }
-            return run_ep_command(io, *common, *ep_lo, eo);
-          }
-          auto p = parse(*o);
-          if (!p) return refuse_run(io, "bench nccl", lo->json, k_exit_usage, p.error().message);
-          std::vector<std::string> child = {"nccl",      o->collective,
-                                            "-b",        o->min_bytes,
-                                            "-e",        o->max_bytes,
-                                            "-f",        std::to_string(o->factor),
-                                            "-n",        std::to_string(o->iters),
-                                            "-w",        std::to_string(o->warmup),
-                                            "-c",        std::to_string(o->check),
-                                            "-d",        o->type,
-                                            "-r",        std::to_string(o->root),
-                                            "--timeout", fmt::format("{}", lo->timeout_s)};
-          if (lo->json) child.push_back("--json");
-          if (o->min_busbw) {
-            child.push_back("--min-busbw");
-            child.push_back(fmt::format("{}", *o->min_busbw));
-          }
-          RankMain main;
-#ifdef EPKIT_WITH_CUDA
-          Parsed parsed = *p;
-          main = [o, lo, parsed](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
-            return bench_rank(h, l, rio, *o, *lo, parsed);
-          };
-#endif
-          return run_gpu_command(io, "bench", *common, *lo, child, main);
-        };
-      }};
+            return run_ep_command(io, *common, *lo, eo);
+          }};
 }
 
 }  // namespace epkit::cli
