@@ -278,8 +278,8 @@ TEST(EpConformance, InternodeTwoNodesTwoRanksEach) {
 TEST(EpBench, InternodeTwoNodesTwoRanksEach) {
   need_gpus(1);
   auto r =
-      shell(two_fake_nodes("--nproc-per-node 2 --tokens 1024 --sms 24 --chunks 4 --warmup 2 "
-                           "--iters 5 --timeout 300" +
+      shell(two_fake_nodes("--nproc-per-node 2 --tokens 1024 --sms 24 --chunks 4 -w 2 "
+                           "-n 5 --timeout 300" +
                                std::string(gpu_count() < 4 ? " --oversubscribe" : ""),
                            29635, "bench ep"));
   EXPECT_EQ(r.code, 0) << r.out;

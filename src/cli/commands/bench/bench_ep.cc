@@ -263,8 +263,8 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
   pass("--experts", std::to_string(o->experts));
   pass("--sms", fmt::format("{}", fmt::join(o->sms, ",")));
   pass("--chunks", fmt::format("{}", fmt::join(o->chunks, ",")));
-  pass("--warmup", std::to_string(o->warmup));
-  pass("--iters", std::to_string(o->iters));
+  pass("-w", std::to_string(o->warmup));
+  pass("-n", std::to_string(o->iters));
   pass("--seed", std::to_string(o->seed));
   pass("--timeout", fmt::format("{}", lo.timeout_s));
   if (lo.json) child.push_back("--json");
@@ -307,9 +307,12 @@ BenchSubcommand add_bench_ep(CLI::App& bench) {
                  "its SMs)")
       ->delimiter(',');
   ep->add_option("--chunks", eo->chunks, "NVL chunks to sweep (default 1,2,4,8)")->delimiter(',');
-  ep->add_option("--warmup", eo->warmup, "Untimed calls per configuration (default 20)")
+  // nccl-tests' spelling (-w, -n), as `bench nccl` and `bench p2p` take it;
+  // --warmup stays for scripts written before.
+  ep->add_option("-w,--warmup_iters,--warmup", eo->warmup,
+                 "Untimed calls per configuration (default 20)")
       ->check(CLI::Range(0, 1000000));
-  ep->add_option("--iters", eo->iters, "Timed calls per configuration (default 50)")
+  ep->add_option("-n,--iters", eo->iters, "Timed calls per configuration (default 50)")
       ->check(CLI::Range(1, 1000000));
   ep->add_option("--seed", eo->seed, "Seed of the random inputs (default 0)");
   ep->add_option("--dump", eo->dump,

@@ -154,7 +154,7 @@ BenchSubcommand add_bench_nccl(CLI::App& bench) {
   nccl->add_option("-f,--stepfactor", o->factor, "Size multiplier (default 2)");
   nccl->add_option("-n,--iters", o->iters, "Timed iterations (default 20)")
       ->check(CLI::Range(1, 1000000));
-  nccl->add_option("-w,--warmup_iters", o->warmup, "Warm-up iterations (default 5)")
+  nccl->add_option("-w,--warmup_iters,--warmup", o->warmup, "Warm-up iterations (default 5)")
       ->check(CLI::Range(0, 1000000));
   nccl->add_option("-c,--check", o->check, "Check the data (default 1)")->check(CLI::Range(0, 1));
   nccl->add_option("-d,--datatype", o->type, "float, double, int32 or int64");
