@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <utility>
 #include <vector>
 
 #ifdef EPKIT_WITH_CUDA
@@ -20,16 +21,21 @@ namespace epkit::runtime {
 
 // The file is made by mkstemp under $TMPDIR: a name another user could guess
 // would let them plant a link there for NCCL to write through. NCCL reads its
-// settings from the process environment, so they are set there (a write,
-// not a read of the user's environment).
+// settings from the process environment, so they are set there
+// (host::set_process_env).
 std::string capture_nccl_log(const host::Host& host, int rank) {
   if (host.env().has("NCCL_DEBUG")) return {};
   auto made = host::make_temp_file(host.env(), fmt::format("epkit-nccl-{}-{}-", ::getpid(), rank));
   if (!made) return {};  // transports then show as unknown
   const std::string& path = *made;
-  ::setenv("NCCL_DEBUG", "INFO", 1);
-  ::setenv("NCCL_DEBUG_SUBSYS", "INIT,P2P,NET", 1);
-  ::setenv("NCCL_DEBUG_FILE", path.c_str(), 1);
+  for (const auto& [name, value] : {std::pair<const char*, std::string>{"NCCL_DEBUG", "INFO"},
+                                    {"NCCL_DEBUG_SUBSYS", "INIT,P2P,NET"},
+                                    {"NCCL_DEBUG_FILE", path}}) {
+    if (!host::set_process_env(name, value)) {
+      std::remove(path.c_str());
+      return {};  // transports then show as unknown
+    }
+  }
   return path;
 }
 
