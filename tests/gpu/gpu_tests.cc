@@ -180,7 +180,7 @@ TEST(EpkitBench, P2pMatrixHasEveryMode) {
 }
 
 // The EP conformance suite: 1 layout case, DeepEP's 24-case sweep and 10 edge
-// cases (see ep/conformance.cc); every one must pass on every rank.
+// cases (see ep_harness/conformance.cc); every one must pass on every rank.
 constexpr std::size_t k_ep_cases = 37;
 
 void expect_ep_passed(const Shell& r, int ranks) {

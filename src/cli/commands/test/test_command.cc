@@ -4,7 +4,7 @@
 // checked payload and a barrier); this prints "[host:rank] OK" or the reason,
 // and rank 0 summarises versions and the transport NCCL chose per peer.
 //
-// epkit test ep: the EP engine's conformance suite (ep/conformance.h), one
+// epkit test ep: the EP engine's conformance suite (ep_harness/conformance.h), one
 // line per case on rank 0 and a summary with the seed that reproduces it.
 #include <fmt/format.h>
 
