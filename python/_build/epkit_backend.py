@@ -13,18 +13,42 @@ and shipped too; otherwise it is compiled on first use (docs/python.md).
 """
 
 import base64
+import importlib.util
 import hashlib
 import os
 import pathlib
 import platform
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
 
-NAME, VERSION = "epkit", "0.1.0"
 HERE = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _project_version():
+    """CMake's project version of the checkout around this folder (the one
+    source, read by epkit/_version.py's rule); in an sdist, which has no
+    CMakeLists.txt, the epkit/_version_built.py it carries."""
+    spec = importlib.util.spec_from_file_location("_epkit_version", HERE / "epkit" / "_version.py")
+    rules = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rules)
+    found = rules.checkout_version(HERE.parent)
+    if found:
+        return found
+    built = HERE / "epkit" / "_version_built.py"
+    if built.is_file():
+        # Written by build_sdist below; read as data, never run.
+        found = re.fullmatch(r'VERSION = "([0-9]+(?:\.[0-9]+){0,3})"\n', built.read_text(encoding="utf-8"))
+        if found:
+            return found.group(1)
+    raise RuntimeError(f"epkit: no version: neither {HERE.parent / 'CMakeLists.txt'} nor {built}")
+
+
+NAME, VERSION = "epkit", _project_version()
+VERSION_FILE = f'VERSION = "{VERSION}"\n'.encode()
 METADATA = f"""Metadata-Version: 2.1
 Name: {NAME}
 Version: {VERSION}
@@ -119,6 +143,7 @@ def _sources():
     header = HERE.parent / "include" / "epkit" / "ep_c.h"
     if header.is_file():
         files["epkit/include/epkit/ep_c.h"] = header.read_bytes()
+    files["epkit/_version_built.py"] = VERSION_FILE
     return files
 
 
@@ -155,9 +180,9 @@ def build_sdist(sdist_directory, config_settings=None):
                 p.relative_to(HERE).as_posix() for pattern in ("*.py", "*.cc", "*.h")
                 for p in sorted((HERE / "epkit").rglob(pattern))]:
             tar.add(HERE / rel, arcname=f"{name}/{rel}")
-        data = METADATA.encode()
-        pkg_info = tarfile.TarInfo(f"{name}/PKG-INFO")
-        pkg_info.size = len(data)
         import io
-        tar.addfile(pkg_info, io.BytesIO(data))
+        for rel, data in (("PKG-INFO", METADATA.encode()), ("epkit/_version_built.py", VERSION_FILE)):
+            member = tarfile.TarInfo(f"{name}/{rel}")
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
     return f"{name}.tar.gz"

@@ -5,7 +5,10 @@ DeepEP V1 commit 29d31c0) over epkit's engine. Importing needs neither
 PyTorch nor a GPU; `epkit.why_unavailable()` says what is missing.
 """
 
-__version__ = "0.1.0"
+from ._version import version as _version
+
+# CMake's project version (the one source): see _version.py.
+__version__ = _version()
 
 
 def library_path():

@@ -55,16 +55,16 @@ step test_ep "$EPKIT" test ep --nproc-per-node "$RANKS" --oversubscribe --timeou
 step test_ep_ll "$EPKIT" test ep --mode low-latency --nproc-per-node "$RANKS" --oversubscribe \
   --timeout 300
 step bench_ep "$EPKIT" bench ep --nproc-per-node "$RANKS" --oversubscribe --sms 24 --chunks 4 \
-  --warmup 3 --iters 10 --timeout 300
+  -w 3 -n 10 --timeout 300
 step bench_ep_ll "$EPKIT" bench ep --mode low-latency --nproc-per-node "$RANKS" --oversubscribe \
-  --warmup 3 --iters 20 --timeout 300
+  -w 3 -n 20 --timeout 300
 
 # Two nodes of 2 ranks faked on this machine: one node agent per NCCL_HOSTID,
 # so the internode Buffer's network leg runs over NCCL's sockets. Node 1's
 # lines go to bench_ep_nodes_node1.txt.
 two_node_bench() {
   local common=(bench ep --nnodes 2 --nproc-per-node 2 --oversubscribe
-    --master 127.0.0.1:29651 --tokens 1024 --sms 24 --chunks 4 --warmup 3 --iters 10 --timeout 300)
+    --master 127.0.0.1:29651 --tokens 1024 --sms 24 --chunks 4 -w 3 -n 10 --timeout 300)
   NCCL_HOSTID=fake-b "$EPKIT" "${common[@]}" --node-rank 1 >"$OUT/bench_ep_nodes_node1.txt" 2>&1 &
   local node1=$!
   NCCL_HOSTID=fake-a "$EPKIT" "${common[@]}" --node-rank 0

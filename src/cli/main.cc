@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "host/env.h"
 
 namespace {
 
@@ -22,6 +23,6 @@ namespace {
 int main(int argc, char** argv) {
   std::set_terminate(on_terminate);
   epkit::cli::Io io{std::cout, std::cerr, false};
-  io.color = isatty(STDOUT_FILENO) != 0 && std::getenv("NO_COLOR") == nullptr;
+  io.color = isatty(STDOUT_FILENO) != 0 && !epkit::host::Env::from_process().has("NO_COLOR");
   return epkit::cli::run_cli(argc, argv, io);
 }

@@ -31,6 +31,14 @@ Env Env::from_process() {
   return env;
 }
 
+Result<void> set_process_env(const std::string& name, const std::string& value) {
+  if (::setenv(name.c_str(), value.c_str(), 1) != 0) {
+    return make_error(ErrorCode::internal,
+                      fmt::format("setenv {}: {}", name, std::strerror(errno)));
+  }
+  return {};
+}
+
 Result<std::string> read_env_file(const std::string& path) {
   auto text = read_regular_file(path, fmt::format("env file {}", path), Env::k_max_file_bytes,
                                 OverLimit::fail);

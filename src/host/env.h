@@ -54,6 +54,13 @@ class Env {
   std::string m_origin = "process environment";
 };
 
+/// Sets `name` in this process's environment, for a library that reads its
+/// settings from there itself (NCCL: NCCL_DEBUG*, NCCL_HOSTID) rather than
+/// from an Env. Every write to the process environment goes through here, as
+/// every read goes through Env::from_process; an internal error naming the
+/// variable when setenv refuses (a name with '=', out of memory).
+Result<void> set_process_env(const std::string& name, const std::string& value);
+
 /// The text of an env file: a regular file of at most Env::k_max_file_bytes
 /// (a folder, fifo or device is an invalid error naming it).
 Result<std::string> read_env_file(const std::string& path);

@@ -167,7 +167,14 @@ class Analyzer {
     std::uint64_t line_no;
   };
 
+  /// Labels listed per finding.
+  static constexpr std::size_t k_max_finding_ranks = 16;
+
   Analyzer() = default;
+  // Rank identification (analyzer_ranks.cc).
+  /// A line without a launcher prefix: the rank DeepEP or NVSHMEM names in
+  /// the message, set as its launcher rank.
+  static void rank_from_message(LineInfo& info);
   int rank_of(const LineInfo& info);
   int new_rank(std::string label);
   void add(Rule rule, Location at, int rank, std::string detail = {});

@@ -114,4 +114,25 @@ std::string printable(std::string_view raw, std::size_t max_bytes) {
   return out;
 }
 
+std::string_view source_path_of(std::string_view m) {
+  std::string_view head = m.substr(0, 256);
+  for (std::string_view ext : {".cpp:", ".cu:", ".h:", ".cuh:", ".c:", ".hpp:"}) {
+    std::size_t at = find_bytes(head, ext);
+    if (at == std::string_view::npos) continue;
+    std::string_view path = head.substr(0, at + ext.size() - 1);
+    if (path.find(' ') != std::string_view::npos) continue;
+    return path;
+  }
+  return {};
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (const auto& s : items) {
+    if (!out.empty()) out += sep;
+    out += s;
+  }
+  return out;
+}
+
 }  // namespace epkit::logs

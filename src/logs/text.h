@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace epkit::logs {
 
@@ -24,6 +25,15 @@ std::optional<std::int64_t> number_after(std::string_view s, std::string_view ke
 std::string_view word_after(std::string_view s, std::string_view key);
 
 std::string_view trim(std::string_view s);
+
+/// The source path an NVSHMEM error line starts with:
+/// "/build/nvshmem/src/host/init/init.cu:1020: non-zero status: 7 ..." or
+/// ".../init.cu:nvshmemi_common_init:1020: ..." -> the path before the line
+/// number, or "" when the line does not start that way.
+std::string_view source_path_of(std::string_view m);
+
+/// The items with `sep` between them.
+std::string join(const std::vector<std::string>& items, std::string_view sep);
 
 /// Log bytes made fit to print and to put in JSON: invalid UTF-8 sequences
 /// and control characters become U+FFFD, and text beyond `max_bytes` is cut

@@ -3,9 +3,12 @@
 // up as a named error, not as a hang).
 #pragma once
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 namespace epkit::runtime {
 
@@ -55,5 +58,10 @@ class Deadline {
  private:
   Clock::time_point m_at;
 };
+
+/// "12.3 s": how the store's server and client write a wait in messages.
+inline std::string seconds_text(Millis ms) {
+  return fmt::format("{:.1f} s", static_cast<double>(ms.count()) / 1000.0);
+}
 
 }  // namespace epkit::runtime

@@ -36,14 +36,9 @@ std::string shared_gpu_nccl_host_id(const host::Env& env, const std::string& hos
 }
 
 Result<void> claim_nccl_host_identity(const host::Env& env, const std::string& hostname, int rank) {
-  // The one write to the process environment epkit makes: NCCL reads its
-  // settings from there, not from our Env object.
-  std::string id = shared_gpu_nccl_host_id(env, hostname, rank);
-  if (::setenv("NCCL_HOSTID", id.c_str(), 1) != 0) {
-    return make_error(ErrorCode::internal,
-                      fmt::format("setenv NCCL_HOSTID: {}", std::strerror(errno)));
-  }
-  return {};
+  // NCCL reads its settings from the process environment, not from our Env
+  // object.
+  return host::set_process_env("NCCL_HOSTID", shared_gpu_nccl_host_id(env, hostname, rank));
 }
 
 MpsState detect_mps(const host::Env& env, const host::Sysroot& fs) {

@@ -180,7 +180,7 @@ TEST(EpkitBench, P2pMatrixHasEveryMode) {
 }
 
 // The EP conformance suite: 1 layout case, DeepEP's 24-case sweep and 10 edge
-// cases (see ep/conformance.cc); every one must pass on every rank.
+// cases (see ep_harness/conformance.cc); every one must pass on every rank.
 constexpr std::size_t k_ep_cases = 37;
 
 void expect_ep_passed(const Shell& r, int ranks) {
@@ -278,8 +278,8 @@ TEST(EpConformance, InternodeTwoNodesTwoRanksEach) {
 TEST(EpBench, InternodeTwoNodesTwoRanksEach) {
   need_gpus(1);
   auto r =
-      shell(two_fake_nodes("--nproc-per-node 2 --tokens 1024 --sms 24 --chunks 4 --warmup 2 "
-                           "--iters 5 --timeout 300" +
+      shell(two_fake_nodes("--nproc-per-node 2 --tokens 1024 --sms 24 --chunks 4 -w 2 "
+                           "-n 5 --timeout 300" +
                                std::string(gpu_count() < 4 ? " --oversubscribe" : ""),
                            29635, "bench ep"));
   EXPECT_EQ(r.code, 0) << r.out;

@@ -141,5 +141,17 @@ TEST(Env, SplitsPathLists) {
   EXPECT_EQ(split_path_list("/a::/b:"), (std::vector<std::string>{"/a", "/b"}));
 }
 
+// The one writer of the process environment: what it sets, from_process
+// reads; a name setenv refuses is an error naming it, not a silent no-op.
+TEST(Env, SetProcessEnvIsSeenByFromProcess) {
+  ASSERT_TRUE(set_process_env("EPKIT_TEST_SET_PROCESS_ENV", "a b=c").ok());
+  EXPECT_EQ(Env::from_process().get("EPKIT_TEST_SET_PROCESS_ENV"), "a b=c");
+  auto bad = set_process_env("EPKIT=BAD", "1");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::internal);
+  EXPECT_NE(bad.error().message.find("setenv EPKIT=BAD"), std::string::npos) << bad.error().message;
+  EXPECT_FALSE(Env::from_process().has("EPKIT"));
+}
+
 }  // namespace
 }  // namespace epkit::host

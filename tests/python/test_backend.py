@@ -53,5 +53,48 @@ class Wheel(unittest.TestCase):
             self.build("/nonexistent/no-such-lib.so")
 
 
+class Version(unittest.TestCase):
+    """CMake's project version is the one source: the wheel's metadata, the
+    package's __version__ and an sdist (which has no CMakeLists.txt) all
+    carry it."""
+
+    def cmake_version(self):
+        import re
+        text = (PYTHON.parent / "CMakeLists.txt").read_text()
+        return re.search(r"project\(epkit VERSION ([0-9.]+)", text).group(1)
+
+    def test_wheel_and_package_say_cmakes_version(self):
+        want = self.cmake_version()
+        self.assertEqual(epkit_backend.VERSION, want)
+        with tempfile.TemporaryDirectory() as d:
+            lib = pathlib.Path(d) / "libepkit_ep.so"
+            lib.write_bytes(b"\x7fELF stand-in")
+            name, files = Wheel.build(self, lib)
+        self.assertIn(f"epkit-{want}-", name)
+        self.assertIn(f"Version: {want}\n", files[f"epkit-{want}.dist-info/METADATA"].decode())
+        self.assertEqual(files["epkit/_version_built.py"].decode(), f'VERSION = "{want}"\n')
+        sys.path.insert(0, str(PYTHON))
+        try:
+            import epkit
+            self.assertEqual(epkit.__version__, want)
+        finally:
+            sys.path.remove(str(PYTHON))
+
+    def test_sdist_carries_the_version_it_was_made_with(self):
+        import importlib.util
+        import tarfile
+        want = self.cmake_version()
+        with tempfile.TemporaryDirectory() as d:
+            name = epkit_backend.build_sdist(d)
+            with tarfile.open(pathlib.Path(d) / name) as tar:
+                tar.extractall(d, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(d)
+            root = pathlib.Path(d) / f"epkit-{want}"
+            self.assertFalse((root / "CMakeLists.txt").exists())
+            spec = importlib.util.spec_from_file_location("sdist_backend", root / "_build" / "epkit_backend.py")
+            backend = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(backend)
+            self.assertEqual(backend.VERSION, want)
+
+
 if __name__ == "__main__":
     unittest.main()

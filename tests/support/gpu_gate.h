@@ -1,5 +1,5 @@
 // Whether a GPU test program runs, skips or fails. The one rule every GPU
-// test program follows (docs/testing.md):
+// test program follows (docs/architecture.md, "Tests"; docs/gpu-commands.md, "Tests"):
 // - a machine without a GPU device skips (exit 77, SKIP in ctest) and says
 //   why: no CUDA in this build, no /dev/nvidia* device node, or CUDA's
 //   cudaErrorNoDevice;

@@ -3,7 +3,10 @@
 Replace `import deep_ep` with `import epkit.deep_ep as deep_ep`. Normal
 mode (layout, dispatch, cached dispatch, combine) is supported on one node
 (1-8 ranks) and across nodes (nodes of up to 8 ranks, the network leg over
-NCCL: internode_dispatch / internode_combine); low-latency mode raises
+NCCL: internode_dispatch / internode_combine). Low-latency mode
+(low_latency_dispatch / low_latency_combine, CUDA-graph capturable) is
+supported on one node; across nodes, and the features not built (shrink
+mode, fabric memory, the LogFMT combine, the mask-buffer calls), raise
 NotImplementedError naming the feature. DeepEP V2's ElasticBuffer (commit
 dd758ca: dispatch and combine) is built on Buffer (elastic.py). Importing
 needs no PyTorch; `topk_idx_t`, Buffer and ElasticBuffer do.

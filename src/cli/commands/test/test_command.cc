@@ -1,22 +1,19 @@
 // epkit test: proves every GPU of the job can talk to every other within a
-// bounded time. Per rank: a device allocation, a checked all-reduce, a ring
-// send/recv with a checked payload and a barrier; "[host:rank] OK" or the
-// reason; rank 0 summarises versions and the transport NCCL chose per peer.
+// bounded time. Per rank the runtime's connectivity test
+// (runtime/connectivity.h: a checked all-reduce, a ring send/recv with a
+// checked payload and a barrier); this prints "[host:rank] OK" or the reason,
+// and rank 0 summarises versions and the transport NCCL chose per peer.
 //
-// epkit test ep: the EP engine's conformance suite (ep/conformance.h), one
+// epkit test ep: the EP engine's conformance suite (ep_harness/conformance.h), one
 // line per case on rank 0 and a summary with the seed that reproduces it.
 #include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "cli/command.h"
 #include "cli/commands/test/ep_reproduce.h"
@@ -26,13 +23,10 @@
 #include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
-#include <cuda_runtime_api.h>
-
-#include "base/cuda_error.h"
 #include "cli/node_nics.h"
 #include "ep_harness/conformance.h"
+#include "runtime/connectivity.h"
 #include "runtime/gpu_rank.h"
-#include "runtime/nccl_transports.h"
 #endif
 
 namespace epkit::cli {
@@ -59,121 +53,9 @@ constexpr double k_ep_default_timeout_s = 120.0;
 
 #ifdef EPKIT_WITH_CUDA
 
-constexpr std::size_t k_count = 1 << 20;  // 4 MiB per buffer: big enough to use every channel
-
-// Device memory owned for the life of the test.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  ~DeviceBuffer() {
-    if (ptr != nullptr) cudaFree(ptr);
-  }
-};
-
-std::int32_t ring_value(int rank, std::size_t i) {
-  return static_cast<std::int32_t>((static_cast<std::size_t>(rank) * 1000003u + i) & 0x7fffffff);
-}
-
-struct RankResult {
-  bool ok = true;
-  int exit_code = k_gpu_ok;
-  std::string reason;
-  std::size_t wrong_allreduce = 0;
-  std::size_t wrong_ring = 0;
-};
-
-// The collectives of the test, on a joined rank with NCCL started.
-Result<RankResult> run_collectives(runtime::GpuRank& r, double timeout_s) {
-  auto& s = *r.session;
-  const auto& api = s.api();
-  const int n = s.world_size();
-  const int me = s.rank();
-  RankResult out;
-  DeviceBuffer reduce;
-  DeviceBuffer send;
-  DeviceBuffer recv;
-  EPKIT_TRY(cuda_ok(cudaMalloc(&reduce.ptr, k_count * sizeof(float)), "cudaMalloc"));
-  EPKIT_TRY(cuda_ok(cudaMalloc(&send.ptr, k_count * sizeof(std::int32_t)), "cudaMalloc"));
-  EPKIT_TRY(cuda_ok(cudaMalloc(&recv.ptr, k_count * sizeof(std::int32_t)), "cudaMalloc"));
-
-  // All-reduce of rank + 1 everywhere: every element must be n(n+1)/2
-  // (exact in float for any realistic world size).
-  std::vector<float> values(k_count, static_cast<float>(me + 1));
-  EPKIT_TRY(cuda_ok(
-      cudaMemcpy(reduce.ptr, values.data(), k_count * sizeof(float), cudaMemcpyHostToDevice),
-      "cudaMemcpy"));
-  EPKIT_TRY(s.check(
-      api.all_reduce(reduce.ptr, reduce.ptr, k_count, ncclFloat32, ncclSum, s.comm(), s.stream()),
-      "ncclAllReduce"));
-  EPKIT_TRY(s.wait("all_reduce", runtime::Deadline::after_seconds(timeout_s)));
-  EPKIT_TRY(cuda_ok(
-      cudaMemcpy(values.data(), reduce.ptr, k_count * sizeof(float), cudaMemcpyDeviceToHost),
-      "cudaMemcpy"));
-  const float expect = static_cast<float>(n) * static_cast<float>(n + 1) / 2.0f;
-  for (float v : values) out.wrong_allreduce += v != expect ? 1 : 0;
-
-  // Ring: send to the next rank, receive from the previous one.
-  std::vector<std::int32_t> payload(k_count);
-  for (std::size_t i = 0; i < k_count; ++i) payload[i] = ring_value(me, i);
-  EPKIT_TRY(cuda_ok(
-      cudaMemcpy(send.ptr, payload.data(), k_count * sizeof(std::int32_t), cudaMemcpyHostToDevice),
-      "cudaMemcpy"));
-  const int next = (me + 1) % n;
-  const int prev = (me + n - 1) % n;
-  EPKIT_TRY(s.check(api.group_start(), "ncclGroupStart"));
-  auto sent =
-      s.check(api.send(send.ptr, k_count, ncclInt32, next, s.comm(), s.stream()), "ncclSend");
-  auto got =
-      s.check(api.recv(recv.ptr, k_count, ncclInt32, prev, s.comm(), s.stream()), "ncclRecv");
-  EPKIT_TRY(s.check(api.group_end(), "ncclGroupEnd"));
-  EPKIT_TRY(sent);
-  EPKIT_TRY(got);
-  EPKIT_TRY(s.wait("ring", runtime::Deadline::after_seconds(timeout_s)));
-  EPKIT_TRY(cuda_ok(
-      cudaMemcpy(payload.data(), recv.ptr, k_count * sizeof(std::int32_t), cudaMemcpyDeviceToHost),
-      "cudaMemcpy"));
-  for (std::size_t i = 0; i < k_count; ++i) out.wrong_ring += payload[i] != ring_value(prev, i);
-
-  if (out.wrong_allreduce != 0 || out.wrong_ring != 0) {
-    out.ok = false;
-    out.exit_code = k_gpu_wrong_data;
-    std::vector<std::string> parts;
-    if (out.wrong_allreduce != 0) {
-      parts.push_back(fmt::format("all-reduce: {} of {} values differ from {}", out.wrong_allreduce,
-                                  k_count, expect));
-    }
-    if (out.wrong_ring != 0) {
-      parts.push_back(fmt::format("ring recv from {}: {} of {} values wrong", s.label(prev),
-                                  out.wrong_ring, k_count));
-    }
-    out.reason = fmt::format("{}", fmt::join(parts, "; "));
-  }
-  EPKIT_TRY(r.store().barrier("test/barrier", runtime::Deadline::after_seconds(timeout_s)));
-  return out;
-}
-
-// Points NCCL's INFO log at a private file so the transports can be read
-// back; left alone when the user set NCCL_DEBUG (their log, their choice).
-// The file is made by mkstemp under $TMPDIR: a name another user could guess
-// would let them plant a link there for NCCL to write through.
-std::string capture_nccl_log(const host::Host& host, int rank) {
-  if (host.env().has("NCCL_DEBUG")) return {};
-  auto made = host::make_temp_file(host.env(), fmt::format("epkit-nccl-{}-{}-", ::getpid(), rank));
-  if (!made) return {};  // transports then show as unknown
-  const std::string& path = *made;
-  ::setenv("NCCL_DEBUG", "INFO", 1);
-  ::setenv("NCCL_DEBUG_SUBSYS", "INIT,P2P,NET", 1);
-  ::setenv("NCCL_DEBUG_FILE", path.c_str(), 1);
-  return path;
-}
-
-nlohmann::json transports_json(const std::string& log_path) {
+nlohmann::json transports_json(const runtime::PeerTransports& transports) {
   nlohmann::json out = nlohmann::json::array();
-  if (log_path.empty()) return out;
-  std::ifstream in(log_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::remove(log_path.c_str());
-  for (const auto& [peers, transport] : runtime::parse_transports(text.str())) {
+  for (const auto& [peers, transport] : transports) {
     out.push_back({{"from", peers.first}, {"to", peers.second}, {"transport", transport}});
   }
   return out;
@@ -255,7 +137,7 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
     return code;
   };
   // Before NCCL loads: it reads NCCL_DEBUG* once.
-  const std::string log_path = capture_nccl_log(host, launch.rank);
+  const std::string log_path = runtime::capture_nccl_log(host, launch.rank);
   auto step = [&] { return runtime::Deadline::after_seconds(opts.timeout_s); };
   std::unique_ptr<runtime::GpuRank> joined;
   if (int rc = open_gpu_rank(host, launch, io, opts.timeout_s, joined); rc != k_gpu_ok) return rc;
@@ -267,7 +149,7 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
       kill && *kill == std::to_string(launch.rank)) {
     std::raise(SIGKILL);
   }
-  auto result = run_collectives(r, opts.timeout_s);
+  auto result = runtime::run_connectivity(r, opts.timeout_s);
   if (!result) {
     r.session->abort();
     return fail(exit_code_for(result.error()), result.error().message);
@@ -282,12 +164,12 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
                          {"compute_capability", cc_text(r.gpu)},
                          {"wrong_all_reduce", result->wrong_allreduce},
                          {"wrong_ring", result->wrong_ring},
-                         {"transports", transports_json(log_path)}};
+                         {"transports", transports_json(runtime::read_nccl_transports(log_path))}};
   auto set =
       r.store().set(fmt::format("test/result/{}", launch.rank),
                     mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), step());
   if (!set) return fail(exit_code_for(set.error()), set.error().message);
-  int code = result->ok ? k_gpu_ok : result->exit_code;
+  int code = result->ok ? k_gpu_ok : k_gpu_wrong_data;
   if (launch.rank == 0) {
     std::vector<nlohmann::json> results;
     for (int q = 0; q < launch.world_size; ++q) {
