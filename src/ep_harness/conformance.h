@@ -16,7 +16,7 @@
 #include "ep_harness/testdata.h"
 #include "runtime/gpu_rank.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 
 enum class ConformanceMode { normal, low_latency };
 
@@ -65,6 +65,6 @@ using LineFn = std::function<void(const std::string&)>;
 Result<ConformanceReport> run_conformance(runtime::GpuRank& rank, const ConformanceOptions& options,
                                           const LineFn& line);
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness
 
 #endif

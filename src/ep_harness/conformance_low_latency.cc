@@ -15,11 +15,11 @@
 #include "ep_harness/low_latency_inputs.h"
 #include "ep_harness/low_latency_reference.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 namespace {
 
 namespace cf = conformance;
-namespace ref = lowlatency_reference;
+namespace ref = low_latency_reference;
 using Bytes = std::vector<std::uint8_t>;
 
 // DeepEP's combine tolerances (test_low_latency.py), unchecked with round_scale.
@@ -43,8 +43,8 @@ Result<Bytes> copy_out(const void* src, std::size_t bytes) {
 }
 
 template <typename T>
-Result<DeviceMemory> device_copy(const LowLatencySuite& s, const std::vector<T>& host) {
-  auto m = DeviceMemory::allocate(host.size() * sizeof(T));
+Result<ep::DeviceMemory> device_copy(const LowLatencySuite& s, const std::vector<T>& host) {
+  auto m = ep::DeviceMemory::allocate(host.size() * sizeof(T));
   if (!m) return m.error();
   EPKIT_TRY(copy_in(s, m->get(), host.data(), host.size() * sizeof(T)));
   return m;
@@ -59,7 +59,7 @@ Bytes bytes_of(const T* data, std::size_t count) {
 
 // Every output is filled with 0xFF bytes after it was read: a later call
 // that leaves it unwritten cannot pass on stale data.
-Result<void> poison(const std::vector<TensorView>& views) {
+Result<void> poison(const std::vector<ep::TensorView>& views) {
   for (const auto& v : views) {
     if (v.data == nullptr || v.numel() == 0) continue;
     const auto bytes = static_cast<std::size_t>(v.numel()) * dtype_size(v.dtype);
@@ -84,8 +84,8 @@ Mode mode_of(const LowLatencyCase& c) {
 struct Inputs {
   LowLatencyInputs mine;
   int tokens = 0;
-  DeviceMemory x, idx, weights;
-  TensorView x_view, idx_view, weights_view;
+  ep::DeviceMemory x, idx, weights;
+  ep::TensorView x_view, idx_view, weights_view;
   cf::GatheredRouting routing;
   std::vector<std::vector<std::uint16_t>> xs;    // by rank: [tokens, hidden]
   std::vector<std::vector<std::uint8_t>> fp8;    // by rank: the cast rows (FP8)
@@ -115,7 +115,7 @@ Result<Inputs> make_inputs(LowLatencySuite& s, const LowLatencyCase& c, int case
   auto x = device_copy(s, in.mine.x);
   if (!x) return x.error();
   in.x = std::move(*x);
-  in.x_view = TensorView::matrix(in.x.get(), DType::bf16, tokens, hidden);
+  in.x_view = ep::TensorView::matrix(in.x.get(), ep::DType::bf16, tokens, hidden);
   if (c.topk32) {
     std::vector<std::int32_t> narrow(in.mine.topk_idx.begin(), in.mine.topk_idx.end());
     auto idx = device_copy(s, narrow);
@@ -126,12 +126,12 @@ Result<Inputs> make_inputs(LowLatencySuite& s, const LowLatencyCase& c, int case
     if (!idx) return idx.error();
     in.idx = std::move(*idx);
   }
-  in.idx_view =
-      TensorView::matrix(in.idx.get(), c.topk32 ? DType::int32 : DType::int64, tokens, topk);
+  in.idx_view = ep::TensorView::matrix(in.idx.get(), c.topk32 ? ep::DType::int32 : ep::DType::int64,
+                                       tokens, topk);
   auto w = device_copy(s, in.mine.topk_weights);
   if (!w) return w.error();
   in.weights = std::move(*w);
-  in.weights_view = TensorView::matrix(in.weights.get(), DType::fp32, tokens, topk);
+  in.weights_view = ep::TensorView::matrix(in.weights.get(), ep::DType::fp32, tokens, topk);
 
   // Every rank's routing and rows, padded to the largest token count.
   const std::string tag = fmt::format("ep/conf/ll/{}/{}", case_no, set);
@@ -197,8 +197,8 @@ struct Received {
   std::vector<std::vector<int>> src_info;  // [count]
 };
 
-Result<Received> read_dispatch(const LowLatencyDispatchResult& d, const Inputs& in,
-                               const DeviceMemory& stats, const Mode& mode) {
+Result<Received> read_dispatch(const ep::LowLatencyDispatchResult& d, const Inputs& in,
+                               const ep::DeviceMemory& stats, const Mode& mode) {
   Received got;
   const auto L = static_cast<std::size_t>(in.want.local_experts);
   const auto R = static_cast<std::size_t>(in.routing.num_ranks);
@@ -318,13 +318,14 @@ void compare_runs(cf::Checks& ck, const Received& a, const Received& b) {
   }
 }
 
-std::vector<TensorView> views_of(const LowLatencyDispatchResult& d) {
+std::vector<ep::TensorView> views_of(const ep::LowLatencyDispatchResult& d) {
   return {d.recv_x, d.recv_x_scales, d.recv_count, d.handle.src_info, d.handle.layout_range};
 }
 
 // Waits for an operation as DeepEP's test does: the hook, or the event of an
 // async call; then any engine failure is reported.
-Result<void> complete(LowLatencySuite& s, LowLatencyHook& hook, const Event& event, bool hooked) {
+Result<void> complete(LowLatencySuite& s, ep::LowLatencyHook& hook, const ep::Event& event,
+                      bool hooked) {
   if (hooked) {
     EPKIT_TRY(hook());
   } else {
@@ -334,9 +335,9 @@ Result<void> complete(LowLatencySuite& s, LowLatencyHook& hook, const Event& eve
   return s.buffer->synchronize();
 }
 
-LowLatencyDispatchArgs dispatch_args(LowLatencySuite& s, const LowLatencyCase& c, const Inputs& in,
-                                     DeviceMemory& stats) {
-  LowLatencyDispatchArgs a;
+ep::LowLatencyDispatchArgs dispatch_args(LowLatencySuite& s, const LowLatencyCase& c,
+                                         const Inputs& in, ep::DeviceMemory& stats) {
+  ep::LowLatencyDispatchArgs a;
   a.x = in.x_view;
   a.topk_idx = in.idx_view;
   a.num_max_dispatch_tokens_per_rank = s.options->shape.num_tokens;
@@ -346,7 +347,7 @@ LowLatencyDispatchArgs dispatch_args(LowLatencySuite& s, const LowLatencyCase& c
   a.round_scale = mode.round_scale;
   a.use_ue8m0 = mode.ue8m0;
   a.cumulative_local_expert_recv_stats =
-      TensorView::vector(stats.get(), DType::int32, in.want.local_experts);
+      ep::TensorView::vector(stats.get(), ep::DType::int32, in.want.local_experts);
   a.return_recv_hook = c.hook;
   a.num_sms = s.options->num_sms;
   a.order.stream = s.stream;
@@ -354,8 +355,8 @@ LowLatencyDispatchArgs dispatch_args(LowLatencySuite& s, const LowLatencyCase& c
   return a;
 }
 
-Result<DeviceMemory> zeroed(std::size_t bytes) {
-  auto m = DeviceMemory::allocate(bytes);
+Result<ep::DeviceMemory> zeroed(std::size_t bytes) {
+  auto m = ep::DeviceMemory::allocate(bytes);
   if (!m) return m.error();
   if (bytes != 0) EPKIT_TRY(cuda_ok(cudaMemset(m->get(), 0, bytes), "cudaMemset"));
   return m;
@@ -406,24 +407,25 @@ void check_combined(cf::Checks& ck, const std::string& what, const Bytes& got, c
 // One combine of a dispatch's rows (each returning its token), from the
 // suite's tensor into `out`, or zero-copy into the Buffer's own output.
 // With a hook the hook is left to the caller (`pending`).
-Result<LowLatencyCombineResult> start_combine(LowLatencySuite& s, const LowLatencyCase& c,
-                                              const Inputs& in, const LowLatencyDispatchResult& d,
-                                              bool zero_copy, DeviceMemory& out) {
+Result<ep::LowLatencyCombineResult> start_combine(LowLatencySuite& s, const LowLatencyCase& c,
+                                                  const Inputs& in,
+                                                  const ep::LowLatencyDispatchResult& d,
+                                                  bool zero_copy, ep::DeviceMemory& out) {
   const int hidden = s.options->shape.hidden;
-  LowLatencyCombineArgs a;
+  ep::LowLatencyCombineArgs a;
   if (zero_copy) {
     auto buffer = s.buffer->get_next_low_latency_combine_buffer(d.handle);
     if (!buffer) return buffer.error();
     EPKIT_TRY(write_expert_outputs(s, buffer->data, in, hidden));
   } else {
     EPKIT_TRY(write_expert_outputs(s, s.combine_x.get(), in, hidden));
-    a.x = TensorView::tensor3(s.combine_x.get(), DType::bf16, in.want.local_experts,
-                              in.want.rows_per_expert, hidden);
-    auto o = DeviceMemory::allocate(static_cast<std::size_t>(in.tokens) * hidden * 2);
+    a.x = ep::TensorView::tensor3(s.combine_x.get(), ep::DType::bf16, in.want.local_experts,
+                                  in.want.rows_per_expert, hidden);
+    auto o = ep::DeviceMemory::allocate(static_cast<std::size_t>(in.tokens) * hidden * 2);
     if (!o) return o.error();
     out = std::move(*o);
-    EPKIT_TRY(poison({TensorView::matrix(out.get(), DType::bf16, in.tokens, hidden)}));
-    a.out = TensorView::matrix(out.get(), DType::bf16, in.tokens, hidden);
+    EPKIT_TRY(poison({ep::TensorView::matrix(out.get(), ep::DType::bf16, in.tokens, hidden)}));
+    a.out = ep::TensorView::matrix(out.get(), ep::DType::bf16, in.tokens, hidden);
   }
   a.zero_copy = zero_copy;
   a.topk_idx = in.idx_view;
@@ -437,7 +439,8 @@ Result<LowLatencyCombineResult> start_combine(LowLatencySuite& s, const LowLaten
 }
 
 Result<void> finish_combine(LowLatencySuite& s, cf::Checks& ck, const std::string& what,
-                            LowLatencyCombineResult& r, const Inputs& in, const LowLatencyCase& c) {
+                            ep::LowLatencyCombineResult& r, const Inputs& in,
+                            const LowLatencyCase& c) {
   EPKIT_TRY(complete(s, r.hook, r.event, c.hook));
   const int hidden = s.options->shape.hidden;
   auto got = copy_out(r.combined_x.data, static_cast<std::size_t>(in.tokens) * hidden * 2);
@@ -447,8 +450,8 @@ Result<void> finish_combine(LowLatencySuite& s, cf::Checks& ck, const std::strin
 }
 
 struct Dispatched {
-  LowLatencyDispatchResult result;
-  DeviceMemory stats;
+  ep::LowLatencyDispatchResult result;
+  ep::DeviceMemory stats;
 };
 
 Result<Dispatched> start_dispatch(LowLatencySuite& s, const LowLatencyCase& c, const Inputs& in) {
@@ -484,7 +487,7 @@ Result<cf::Verdict> run_two_in_flight(LowLatencySuite& s, const LowLatencyCase& 
   if (!got1) return got1.error();
   check_dispatch(ck, "first batch ", *got0, *in0, c, hidden);
   check_dispatch(ck, "second batch ", *got1, *in1, c, hidden);
-  DeviceMemory out0, out1;
+  ep::DeviceMemory out0, out1;
   auto c0 = start_combine(s, c, *in0, d0->result, false, out0);
   if (!c0) return c0.error();
   auto c1 = start_combine(s, c, *in1, d1->result, true, out1);
@@ -526,11 +529,11 @@ Result<cf::Verdict> run_low_latency_case(LowLatencySuite& s, const LowLatencyCas
       kept = std::move(*d);
     }
   }
-  DeviceMemory out;
+  ep::DeviceMemory out;
   auto from_tensor = start_combine(s, c, *in, kept->result, false, out);
   if (!from_tensor) return from_tensor.error();
   EPKIT_TRY(finish_combine(s, ck, "combined_x (zero_copy=False, out=)", *from_tensor, *in, c));
-  DeviceMemory unused;
+  ep::DeviceMemory unused;
   auto zero_copy = start_combine(s, c, *in, kept->result, true, unused);
   if (!zero_copy) return zero_copy.error();
   EPKIT_TRY(finish_combine(s, ck, "combined_x (zero_copy=True)", *zero_copy, *in, c));
@@ -538,4 +541,4 @@ Result<cf::Verdict> run_low_latency_case(LowLatencySuite& s, const LowLatencyCas
   return ck.first;
 }
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

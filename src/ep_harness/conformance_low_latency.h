@@ -11,26 +11,26 @@
 
 #include <epkit/ep.h>
 
-#include "ep/core/device_memory.h"
+#include "ep/testing.h"
 #include "ep_harness/conformance.h"
 #include "ep_harness/conformance/case.h"
 #include "ep_harness/conformance_checks.h"
 #include "ep_harness/reference.h"
 #include "runtime/nccl_session.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 
 struct LowLatencySuite {
   runtime::NcclSession* session = nullptr;
   NcclContext nccl;
-  Buffer* buffer = nullptr;
+  ep::Buffer* buffer = nullptr;
   cudaStream_t stream = nullptr;  // the caller's stream of the engine calls
   const ConformanceOptions* options = nullptr;
   std::uint64_t seed = 0;
   int rank = 0;
   int ranks = 1;
   /// A combine input outside the Buffer, [local experts, ranks * tokens, hidden].
-  DeviceMemory combine_x;
+  ep::DeviceMemory combine_x;
 
   runtime::Deadline step() const { return runtime::Deadline::after_seconds(options->timeout_s); }
 };
@@ -38,6 +38,6 @@ struct LowLatencySuite {
 Result<conformance::Verdict> run_low_latency_case(LowLatencySuite& s, const LowLatencyCase& c,
                                                   int case_no);
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness
 
 #endif

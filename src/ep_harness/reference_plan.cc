@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-namespace epkit::ep {
+namespace epkit::harness {
 namespace {
 
 std::size_t at(int i, int j, int cols) {
@@ -167,4 +167,4 @@ std::vector<int> count_recv_per_expert(const std::vector<std::int64_t>& recv_top
   return out;
 }
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

@@ -10,7 +10,7 @@
 
 #include "ep_harness/reference.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 
 /// One rank's side of a dispatch (and, reversed, of its combine).
 ///
@@ -60,4 +60,4 @@ std::int64_t to_local_expert(std::int64_t idx, int rank, int experts_per_rank);
 std::vector<int> count_recv_per_expert(const std::vector<std::int64_t>& recv_topk, int rows,
                                        int topk_n, int local_experts, int alignment);
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

@@ -8,9 +8,9 @@
 
 #include <cstdint>
 
-#include "ep/core/device_memory.h"
+#include "ep/testing.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 
 struct TestShape {
   int num_tokens = 4096;
@@ -22,13 +22,13 @@ struct TestShape {
 enum class XKind { random, rank_constant };
 
 struct TestInputs {
-  DeviceTensor x;             // BF16 [tokens, hidden]: N(0,1) values, or every element = rank
-  DeviceTensor x_fp8;         // FP8 E4M3 of x, per-128-channel amax / 448 scaling
-  DeviceTensor x_scales;      // FP32 [tokens, hidden / 128], COLUMN-major storage
-  TensorView x_scales_view;   // column-major view of x_scales
-  DeviceTensor topk_idx;      // int64 [tokens, topk]: top-k of |randn| + 1, no repeats
-  DeviceTensor topk_idx32;    // the same as int32
-  DeviceTensor topk_weights;  // FP32 [tokens, topk]: random, or = rank for rank_constant
+  ep::DeviceTensor x;             // BF16 [tokens, hidden]: N(0,1) values, or every element = rank
+  ep::DeviceTensor x_fp8;         // FP8 E4M3 of x, per-128-channel amax / 448 scaling
+  ep::DeviceTensor x_scales;      // FP32 [tokens, hidden / 128], COLUMN-major storage
+  ep::TensorView x_scales_view;   // column-major view of x_scales
+  ep::DeviceTensor topk_idx;      // int64 [tokens, topk]: top-k of |randn| + 1, no repeats
+  ep::DeviceTensor topk_idx32;    // the same as int32
+  ep::DeviceTensor topk_weights;  // FP32 [tokens, topk]: random, or = rank for rank_constant
 };
 
 struct TestInputOptions {
@@ -46,4 +46,4 @@ struct TestInputOptions {
 
 Result<TestInputs> make_test_inputs(const TestInputOptions& options, cudaStream_t stream);
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

@@ -10,7 +10,7 @@
 
 #include "ep_harness/testdata.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 
 struct TestRouting {
   std::vector<std::int64_t> topk_idx;  // [tokens * topk], -1 = masked slot
@@ -31,4 +31,4 @@ Result<void> check_test_options(const TestInputOptions& options);
 /// random, become -1. Weights are N(0,1), or the rank for rank_constant.
 Result<TestRouting> make_test_routing(const TestInputOptions& options);
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

@@ -7,7 +7,7 @@
 
 #include "ep_harness/conformance_checks.h"
 
-namespace epkit::ep::conformance {
+namespace epkit::harness::conformance {
 namespace {
 
 // Two ranks, 4 experts (2 local each), top-2. Rank 0 has 3 tokens, rank 1 two.
@@ -187,4 +187,4 @@ TEST(ConformanceChecks, IntegerListsAndIndexWidths) {
 }
 
 }  // namespace
-}  // namespace epkit::ep::conformance
+}  // namespace epkit::harness::conformance

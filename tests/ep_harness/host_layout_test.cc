@@ -4,7 +4,7 @@
 
 #include "ep_harness/reference.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 namespace {
 
 TEST(HostLayout, CountsTokensPerRankAndExpert) {
@@ -67,6 +67,6 @@ TEST(HostLayout, RejectsUnevenExpertsAndBadIndices) {
 }
 
 }  // namespace
-}  // namespace epkit::ep
+}  // namespace epkit::harness
 
 #endif

@@ -10,10 +10,10 @@
 #include "ep_harness/conformance_checks.h"
 #include "ep_harness/low_latency_inputs.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 namespace {
 
-namespace ref = lowlatency_reference;
+namespace ref = low_latency_reference;
 namespace cf = conformance;
 
 TEST(LowLatencyReference, Fp8RoundsToNearestEvenAndSaturates) {
@@ -196,4 +196,4 @@ TEST(LowLatencyInputs, DeepEpStyleAndDeterministic) {
 }
 
 }  // namespace
-}  // namespace epkit::ep
+}  // namespace epkit::harness

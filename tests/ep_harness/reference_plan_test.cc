@@ -6,7 +6,7 @@
 
 #include <random>
 
-namespace epkit::ep {
+namespace epkit::harness {
 namespace {
 
 // Every rank's layout from every rank's top-k, as the ranks would see them.
@@ -159,6 +159,6 @@ TEST(ReferencePlan, CountsReceivedRowsPerExpertAligned) {
 }
 
 }  // namespace
-}  // namespace epkit::ep
+}  // namespace epkit::harness
 
 #endif

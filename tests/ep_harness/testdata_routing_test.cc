@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <set>
 
-namespace epkit::ep {
+namespace epkit::harness {
 namespace {
 
 TestInputOptions small(int rank) {
@@ -115,6 +115,6 @@ TEST(TestRouting, RejectsShapesItCannotMake) {
 }
 
 }  // namespace
-}  // namespace epkit::ep
+}  // namespace epkit::harness
 
 #endif

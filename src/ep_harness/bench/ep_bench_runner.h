@@ -14,10 +14,10 @@
 #include "bench/ep_bench.h"
 #include "runtime/gpu_rank.h"
 
-namespace epkit::bench {
+namespace epkit::harness {
 
 struct EpBenchOptions {
-  EpShape shape;  // ranks is taken from the launch
+  bench::EpShape shape;  // ranks is taken from the launch
   std::vector<int> sms{24};
   std::vector<int> chunks{1, 2, 4, 8};
   int warmup = 20;
@@ -31,7 +31,7 @@ struct EpBenchOptions {
   /// L2 (DeepEP's bench() zeroes 256 MB).
   std::size_t flush_bytes = std::size_t{256} << 20;
   /// Called on rank 0 after each (op, SM count) has been timed.
-  std::function<void(EpOp op, int sms)> progress;
+  std::function<void(bench::EpOp op, int sms)> progress;
 };
 
 /// The Buffer's options for these sizes. A launch of several nodes with
@@ -50,7 +50,7 @@ Result<std::unique_ptr<ep::Buffer>> make_ep_buffer(runtime::GpuRank& rank,
 /// failed check is not an error: see EpReport::checks_passed. On an
 /// internode Buffer the checks compare recv_gbl_rank_prefix_sum (there is
 /// no recv_src_idx) and the rows carry DeepEP's (RDMA) figures as well.
-Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
-                              const EpBenchOptions& options);
+Result<bench::EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
+                                     const EpBenchOptions& options);
 
-}  // namespace epkit::bench
+}  // namespace epkit::harness

@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "base/cuda_error.h"
-#include "ep/core/device_memory.h"
+#include "ep/testing.h"
 #include "ep_harness/bench/ll_runner.h"
 #include "ep_harness/bench/timing.h"
 #include "ep_harness/bench/verdicts.h"
@@ -21,14 +21,14 @@
 #include "ep_harness/store_bootstrap.h"
 #include "runtime/peer_json.h"
 
-namespace epkit::bench {
+namespace epkit::harness {
 
 using ep::DType;
 using ep::TensorView;
 using runtime::Deadline;
-namespace cf = ep::conformance;
+namespace cf = conformance;
 
-EpLlInputs make_ep_ll_inputs(const EpLlShape& s, std::uint64_t seed, int rank) {
+EpLlInputs make_ep_ll_inputs(const bench::EpLlShape& s, std::uint64_t seed, int rank) {
   std::mt19937_64 rng(seed * 1000003ULL + static_cast<std::uint64_t>(rank) + 1);
   std::normal_distribution<float> normal(0.0F, 1.0F);
   EpLlInputs in;
@@ -59,9 +59,8 @@ EpLlInputs make_ep_ll_inputs(const EpLlShape& s, std::uint64_t seed, int rank) {
 
 Result<std::unique_ptr<ep::Buffer>> make_ep_ll_buffer(runtime::GpuRank& rank,
                                                       const EpLlBenchOptions& o) {
-  ep::StoreBootstrap boot(rank.store(), rank.launch.rank, rank.launch.world_size,
-                          "epbench-ll/buffer",
-                          runtime::Millis(static_cast<std::int64_t>(o.timeout_s * 1000.0)));
+  StoreBootstrap boot(rank.store(), rank.launch.rank, rank.launch.world_size, "epbench-ll/buffer",
+                      runtime::Millis(static_cast<std::int64_t>(o.timeout_s * 1000.0)));
   ep::BufferOptions bo;
   // The normal heap is not used; the smallest shape keeps it small.
   bo.max_tokens = 1;
@@ -108,13 +107,13 @@ struct Routing {
   int me = 0;
   int world = 1;
   int local_experts = 1;
-  const EpLlShape* shape = nullptr;
+  const bench::EpLlShape* shape = nullptr;
   std::vector<EpLlInputs> all;  // every rank's inputs
   // tokens[le][r]: rank r's tokens routed to local expert le, ascending.
   std::vector<std::vector<std::vector<int>>> tokens;
 };
 
-Routing make_routing(const EpLlShape& s, std::uint64_t seed, int me, int world) {
+Routing make_routing(const bench::EpLlShape& s, std::uint64_t seed, int me, int world) {
   Routing r;
   r.me = me;
   r.world = world;
@@ -279,7 +278,7 @@ void check_dispatch(const Received& got, const Routing& rt, bool fp8, std::strin
 }
 
 std::string check_combine(const std::vector<std::uint8_t>& combined, const EpLlInputs& mine,
-                          const EpLlShape& s, double tolerance) {
+                          const bench::EpLlShape& s, double tolerance) {
   std::vector<double> have(static_cast<std::size_t>(s.tokens) * s.hidden);
   std::vector<double> want(have.size());
   for (int t = 0; t < s.tokens; ++t) {
@@ -310,12 +309,12 @@ Result<ep::DeviceMemory> upload(const void* host, std::size_t bytes) {
 
 }  // namespace
 
-Result<EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
-                                   const EpLlBenchOptions& o) {
+Result<bench::EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
+                                          const EpLlBenchOptions& o) {
   const int me = buffer.rank();
   const int world = buffer.num_ranks();
   auto step = [&] { return Deadline::after_seconds(o.timeout_s); };
-  EpLlReport rep;
+  bench::EpLlReport rep;
   rep.shape = o.shape;
   rep.shape.ranks = world;
   rep.sms = o.sms;
@@ -323,7 +322,7 @@ Result<EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
   rep.iters = o.iters;
   rep.seed = o.seed;
   rep.gpu = rank.gpu.name;
-  const EpLlShape& s = rep.shape;
+  const bench::EpLlShape& s = rep.shape;
   if (s.experts % world != 0) {
     return make_error(ErrorCode::invalid,
                       fmt::format("--experts {} does not split over {} ranks", s.experts, world));
@@ -403,7 +402,7 @@ Result<EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
     auto out = ep::to_host(c->combined_x);
     if (!out) return out.error();
     note(verdict[fp8 ? c_comb_fp8 : c_comb_bf16], check_combine(*out, mine, s, fp8 ? 9e-4 : 1e-5));
-    selections[static_cast<std::size_t>(fp8)] = ep_ll_selections(mine.topk_idx);
+    selections[static_cast<std::size_t>(fp8)] = bench::ep_ll_selections(mine.topk_idx);
   }
   for (std::size_t i = 0; i < k_num_checks; ++i) {
     if (!verdict[i].empty()) {
@@ -445,10 +444,10 @@ Result<EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
     if (!hook) return make_error(ErrorCode::internal, "low-latency call returned no hook");
     return hook();
   };
-  std::vector<EpLlRun> runs;
+  std::vector<bench::EpLlRun> runs;
   for (int fp8 = 1; fp8 >= 0; --fp8) {
     const TensorView& in = combine_view[static_cast<std::size_t>(fp8)];
-    EpLlRun run;
+    bench::EpLlRun run;
     run.fp8 = fp8 != 0;
     run.selections = selections[static_cast<std::size_t>(fp8)];
     ep_ll_fill_bytes(run, s.hidden);
@@ -489,14 +488,14 @@ Result<EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
         }
       }
       if (hook) {
-        run.dispatch_send = ep_ll_summarize(samples[0]);
-        run.dispatch_recv = ep_ll_summarize(samples[1]);
-        run.combine_send = ep_ll_summarize(samples[2]);
-        run.combine_recv = ep_ll_summarize(samples[3]);
+        run.dispatch_send = bench::ep_ll_summarize(samples[0]);
+        run.dispatch_recv = bench::ep_ll_summarize(samples[1]);
+        run.combine_send = bench::ep_ll_summarize(samples[2]);
+        run.combine_recv = bench::ep_ll_summarize(samples[3]);
       } else {
-        run.dispatch = ep_ll_summarize(samples[0]);
-        run.combine = ep_ll_summarize(samples[1]);
-        run.pair = ep_ll_summarize(samples[2]);
+        run.dispatch = bench::ep_ll_summarize(samples[0]);
+        run.combine = bench::ep_ll_summarize(samples[1]);
+        run.pair = bench::ep_ll_summarize(samples[2]);
       }
     }
     runs.push_back(run);
@@ -513,7 +512,7 @@ Result<EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
       auto value = rank.store().get(fmt::format("epbench-ll/runs/{}", r), step());
       if (!value) return value.error();
       auto j = runtime::peer::parse(*value);
-      std::vector<EpLlRun> theirs(j.is_array() ? j.size() : 0);
+      std::vector<bench::EpLlRun> theirs(j.is_array() ? j.size() : 0);
       bool ok = j.is_array() && j.size() == runs.size();
       for (std::size_t i = 0; ok && i < theirs.size(); ++i) ok = from_json(j[i], theirs[i]);
       if (!ok) {
@@ -526,4 +525,4 @@ Result<EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
   return rep;
 }
 
-}  // namespace epkit::bench
+}  // namespace epkit::harness

@@ -12,10 +12,10 @@
 #include "bench/ep_bench_ll.h"
 #include "runtime/gpu_rank.h"
 
-namespace epkit::bench {
+namespace epkit::harness {
 
 struct EpLlBenchOptions {
-  EpLlShape shape;  // ranks is taken from the launch
+  bench::EpLlShape shape;  // ranks is taken from the launch
   int sms = 24;
   int warmup = 20;
   int iters = 50;
@@ -36,7 +36,7 @@ struct EpLlInputs {
   std::vector<std::int64_t> topk_idx;
   std::vector<float> topk_weights;
 };
-EpLlInputs make_ep_ll_inputs(const EpLlShape& shape, std::uint64_t seed, int rank);
+EpLlInputs make_ep_ll_inputs(const bench::EpLlShape& shape, std::uint64_t seed, int rank);
 
 /// The Buffer: the low-latency region Buffer::low_latency_size_hint asks
 /// for and the smallest normal heap these sizes allow (collective).
@@ -46,7 +46,7 @@ Result<std::unique_ptr<ep::Buffer>> make_ep_ll_buffer(runtime::GpuRank& rank,
 /// Runs on every rank: the checks (every rank learns every verdict), then,
 /// unless one failed, the timing of FP8 and BF16 dispatch with combine,
 /// without and with the hook. Rank 0's report holds every rank's runs.
-Result<EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
-                                   const EpLlBenchOptions& options);
+Result<bench::EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
+                                          const EpLlBenchOptions& options);
 
-}  // namespace epkit::bench
+}  // namespace epkit::harness

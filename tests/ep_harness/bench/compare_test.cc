@@ -4,15 +4,15 @@
 // rank prefix matrix.
 #ifdef EPKIT_WITH_CUDA
 
+#include "ep_harness/bench/compare.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "ep_harness/bench/compare.h"
-
-namespace epkit::bench::detail {
+namespace epkit::harness::detail {
 namespace {
 
 HostTensor ints(std::vector<std::int32_t> v) {
@@ -72,6 +72,6 @@ TEST(EpBenchCompare, IntranodeStillComparesSourceIndicesAndTheMatrix) {
 }
 
 }  // namespace
-}  // namespace epkit::bench::detail
+}  // namespace epkit::harness::detail
 
 #endif

@@ -257,7 +257,7 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
   std::unique_ptr<runtime::GpuRank> joined;
   if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != k_gpu_ok) return rc;
   auto& r = *joined;
-  bench::EpBenchOptions eo;
+  harness::EpBenchOptions eo;
   eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
   eo.sms = o.sms;
   eo.chunks = o.chunks;
@@ -277,12 +277,12 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
   // Across nodes: the NIC each GPU should use, before the traffic, and the
   // counters judged after it (one watcher per node), as `test ep` does.
   auto nics = start_node_nic_watch(host, launch, r, io);
-  auto buffer = bench::make_ep_buffer(r, eo);
+  auto buffer = harness::make_ep_buffer(r, eo);
   if (!buffer) {
     r.session->abort();
     return fail(buffer_exit_code(buffer.error()), "ep::Buffer::create: " + buffer.error().message);
   }
-  auto report = bench::run_ep_bench(r, **buffer, eo);
+  auto report = harness::run_ep_bench(r, **buffer, eo);
   if (!report) {
     r.session->abort();
     return fail(exit_code_for(report.error()), report.error().message);
@@ -306,19 +306,19 @@ int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, 
   std::unique_ptr<runtime::GpuRank> joined;
   if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != k_gpu_ok) return rc;
   auto& r = *joined;
-  bench::EpLlBenchOptions eo;
+  harness::EpLlBenchOptions eo;
   eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
   eo.sms = o.sms.front();
   eo.warmup = o.warmup;
   eo.iters = o.iters;
   eo.seed = o.seed;
   eo.timeout_s = lo.timeout_s;
-  auto buffer = bench::make_ep_ll_buffer(r, eo);
+  auto buffer = harness::make_ep_ll_buffer(r, eo);
   if (!buffer) {
     r.session->abort();
     return fail(buffer_exit_code(buffer.error()), "ep::Buffer::create: " + buffer.error().message);
   }
-  auto report = bench::run_ep_ll_bench(r, **buffer, eo);
+  auto report = harness::run_ep_ll_bench(r, **buffer, eo);
   if (!report) {
     r.session->abort();
     const Error& e = report.error();
