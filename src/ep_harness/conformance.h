@@ -1,6 +1,6 @@
 // The EP conformance suite (`epkit test ep`): DeepEP V1's intranode test
 // contract (test_intranode.py) run against ep::Buffer, plus bitwise equality
-// with the NCCL reference path (ep/reference.h), run-to-run determinism,
+// with the NCCL reference path (ep_harness/reference.h), run-to-run determinism,
 // poisoned outputs and edge cases. Runs on every rank of a started GPU job.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Device pieces of the reference path (ep/reference.h): packing rows for
+// Device pieces of the reference path (ep_harness/reference.h): packing rows for
 // NCCL and summing the rows combine brings back. Kept apart from the engine's
 // kernels so that the two share no code.
 #pragma once

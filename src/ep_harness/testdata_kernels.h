@@ -1,4 +1,4 @@
-// Device generators of the test inputs (ep/testdata.h): every value is a
+// Device generators of the test inputs (ep_harness/testdata.h): every value is a
 // function of (key, index), so any rank can make any rank's data again.
 #pragma once
 
