@@ -191,7 +191,7 @@ TEST(DispatchChecks, XDType) {
   EXPECT_EQ(dispatch_refusal(a), "dispatch: x is fp32[16, 256], expected bf16 or fp8_e4m3");
 }
 
-// check_rows (src/ep/core/buffer.cc), reached through dispatch's x and combine's x.
+// check_rows (src/ep/intranode/buffer.cc), reached through dispatch's x and combine's x.
 TEST(DispatchChecks, XMissing) {
   DispatchArgs a = good_dispatch();
   a.x = TensorView{};

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ep/core/buffer_impl.h"
+#include "ep/intranode/buffer.h"
 
 namespace epkit::ep {
 namespace kernels {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "ep/core/buffer_impl.h"
+#include "ep/intranode/buffer.h"
 #include "ep/core/device_memory.h"
 #include "ep/internode/kernels.h"
 #include "ep/internode/network.h"

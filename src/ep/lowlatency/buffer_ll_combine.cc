@@ -3,7 +3,7 @@
 // hook) writing into `out` or this rank's buffer.
 #include <fmt/format.h>
 
-#include "ep/core/buffer_impl.h"
+#include "ep/intranode/buffer.h"
 #include "ep/lowlatency/checks.h"
 
 namespace epkit::ep {

@@ -4,7 +4,7 @@
 // clean, and the refusals of Buffers without the mode.
 #include <fmt/format.h>
 
-#include "ep/core/buffer_impl.h"
+#include "ep/intranode/buffer.h"
 #include "ep/lowlatency/checks.h"
 #include "ep/lowlatency/region.h"
 

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "ep/core/buffer_impl.h"
+#include "ep/intranode/buffer.h"
 #include "ep/lowlatency/region.h"
 
 namespace epkit::ep {

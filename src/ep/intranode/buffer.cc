@@ -13,7 +13,7 @@
 #include <memory>
 #include <thread>
 
-#include "ep/core/buffer_impl.h"
+#include "ep/intranode/buffer.h"
 #include "ep/core/hex.h"
 #include "ep/intranode/checks.h"
 

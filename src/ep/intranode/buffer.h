@@ -1,4 +1,4 @@
-// The EP engine's Buffer, shared by its source files: buffer.cc (creation,
+// The EP engine's intranode Buffer, shared by its source files: buffer.cc (creation,
 // streams, barriers, failures), buffer_dispatch.cc (layout and dispatch) and
 // buffer_combine.cc. Internal: users see include/epkit/ep.h.
 #pragma once
