@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "ep/intranode/buffer.h"
 #include "ep/core/device_memory.h"
 #include "ep/internode/kernels.h"
 #include "ep/internode/network.h"
+#include "ep/intranode/buffer.h"
 
 namespace epkit::ep {
 
@@ -32,6 +32,10 @@ struct InternodeLayout {
   std::size_t total = 0;
 };
 InternodeLayout internode_layout(const BufferOptions& options, int num_ranks);
+/// Buffer::create's internode Buffer, and Buffer::bytes_needed's answer for it.
+Result<std::unique_ptr<Buffer>> make_internode_buffer(Bootstrap& bootstrap,
+                                                      const BufferOptions& options);
+std::size_t internode_bytes(const BufferOptions& options, int num_ranks);
 /// The options of the node's intranode Buffer: it forwards up to nodes x
 /// max_tokens rows, and waits longer than the network leg (see blame).
 BufferOptions forwarding_options(const BufferOptions& options, int num_ranks);

@@ -2,7 +2,11 @@
 // by every other rank through CUDA IPC), the communication stream, a
 // host-mapped mailbox for the counts, and the device epoch counter that names
 // each barrier. This file: creation, stream ordering, barriers, failures.
-// Kernels and their launchers live in src/ep/kernels/.
+// Buffer::create (src/ep/buffer.cc) picks this Buffer for a job on one node;
+// its launchers sit beside their kernels in this folder (dispatch, combine) and
+// in src/ep/low_latency/ (the low-latency mode, members of this class).
+#include "ep/intranode/buffer.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -13,7 +17,6 @@
 #include <memory>
 #include <thread>
 
-#include "ep/intranode/buffer.h"
 #include "ep/core/hex.h"
 #include "ep/intranode/checks.h"
 
@@ -60,33 +63,6 @@ HeapLayout heap_layout(const BufferOptions& o, int ranks) {
   }
   h.total = at;
   return h;
-}
-
-Error invalid(std::string message) {
-  return make_error(ErrorCode::invalid, std::move(message));
-}
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
-}
-
-bool given(const TensorView& v) {
-  return v.data != nullptr || (v.ndim == 2 && v.shape[1] > 0);
-}
-
-Result<void> check_rows(const TensorView& v, const char* name, DType dtype) {
-  if (!given(v)) return invalid(fmt::format("{} is missing", name));
-  if (v.data == nullptr && v.rows() != 0)
-    return invalid(fmt::format("{} has rows but no memory", name));
-  if (v.dtype != dtype)
-    return invalid(fmt::format("{} is {}, expected {}", name, v.describe(), to_string(dtype)));
-  if (v.ndim != 2 || v.strides[1] != 1 || v.strides[0] < v.shape[1])
-    return invalid(fmt::format("{} ({}) must be a row-major matrix (strides {}, {})", name,
-                               v.describe(), v.strides[0], v.strides[1]));
-  if (v.rows() == 0) return {};
-  if (!aligned16(v.data) || (v.strides[0] * static_cast<std::int64_t>(dtype_size(dtype))) % 16 != 0)
-    return invalid(fmt::format("{} rows must start on 16-byte boundaries", name));
-  return {};
 }
 
 Result<void> BufferImpl::init(Bootstrap& bootstrap, const BufferOptions& o, int rank_base) {
@@ -302,38 +278,6 @@ void BufferImpl::blame_peers(int global_rank) {
       (void)cudaMemcpy(&meta(r)->blame, &value, sizeof(value), cudaMemcpyHostToDevice);
 }
 
-Stream::~Stream() {
-  for (void* p : m_deferred) cudaFree(p);
-  if (stream != nullptr) cudaStreamDestroy(stream);
-}
-
-namespace {
-bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(stream, &status) != cudaSuccess ||
-         status != cudaStreamCaptureStatusNone;
-}
-}  // namespace
-
-void Stream::free_later(void* memory) {
-  if (!capturing(stream)) {
-    cudaFreeAsync(memory, stream);
-    return;
-  }
-  std::lock_guard<std::mutex> lock(m_mutex);
-  m_deferred.push_back(memory);
-}
-
-void Stream::drain() {
-  std::vector<void*> ready;
-  {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    if (m_deferred.empty() || capturing(stream)) return;
-    ready.swap(m_deferred);
-  }
-  for (void* p : ready) cudaFreeAsync(p, stream);
-}
-
 Result<void> BufferImpl::enter(const StreamOrder& order) {
   if (m_broken)
     return make_error(ErrorCode::unavailable, "the Buffer failed before and cannot be used");
@@ -431,42 +375,6 @@ Result<void> BufferImpl::synchronize() {
   cudaError_t rc = cudaStreamSynchronize(m_stream);
   if (rc != cudaSuccess || m_mailbox->error != 0) return failure(rc, "the communication stream");
   return {};
-}
-
-// ep/internode/buffer_internode.cc
-Result<std::unique_ptr<Buffer>> make_internode_buffer(Bootstrap& bootstrap,
-                                                      const BufferOptions& options);
-std::size_t internode_bytes(const BufferOptions& options, int num_ranks);
-
-namespace {
-bool internode(const BufferOptions& options, int num_ranks) {
-  return options.ranks_per_node > 0 && options.ranks_per_node < num_ranks;
-}
-}  // namespace
-
-std::size_t Buffer::bytes_needed(const BufferOptions& options, int num_ranks) {
-  if (internode(options, num_ranks)) return internode_bytes(options, num_ranks);
-  return heap_layout(options, num_ranks).total;
-}
-
-Result<std::unique_ptr<Buffer>> Buffer::create(Bootstrap& bootstrap, const BufferOptions& options) {
-  if (options.enable_shrink)
-    return invalid(
-        "BufferOptions.enable_shrink: DeepEP's rank masking (shrink mode) is not supported; a "
-        "rank that stops makes the others fail within timeout_s naming it");
-  if (internode(options, bootstrap.world_size())) {
-    if (options.low_latency_bytes != 0)
-      return invalid(
-          "BufferOptions.low_latency_bytes: the low-latency mode is intranode only for now (an "
-          "internode Buffer, ranks_per_node < world size, has no low-latency region)");
-    return make_internode_buffer(bootstrap, options);
-  }
-  if (options.ranks_per_node < 0 || options.ranks_per_node > bootstrap.world_size())
-    return invalid(fmt::format("BufferOptions.ranks_per_node = {} with {} ranks",
-                               options.ranks_per_node, bootstrap.world_size()));
-  auto buffer = std::make_unique<BufferImpl>();
-  EPKIT_TRY(buffer->init(bootstrap, options));
-  return std::unique_ptr<Buffer>(std::move(buffer));
 }
 
 }  // namespace epkit::ep

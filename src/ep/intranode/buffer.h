@@ -13,11 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "ep/core/buffer_parts.h"
 #include "ep/core/device_memory.h"
 #include "ep/intranode/kernels.h"
-#include "ep/lowlatency/kernels.h"
 
 namespace epkit::ep {
+namespace kernels {
+// The low-latency mode's (ep/lowlatency/kernels.h): its launchers are members
+// of this Buffer, defined in that folder, which includes this header.
+struct LowLatencyRegion;
+struct LowLatencyCommon;
+}  // namespace kernels
 namespace k = kernels;
 
 /// Where each region sits in a rank's heap; the same on every rank.
@@ -35,55 +41,6 @@ struct HeapLayout {
 };
 
 HeapLayout heap_layout(const BufferOptions& o, int ranks);
-
-Error invalid(std::string message);
-bool aligned16(const void* p);
-/// Given: it has memory, or it is an empty matrix with a shape (a rank
-/// with no tokens still says how many columns its top-k has).
-bool given(const TensorView& v);
-/// `into`'s memory when given, else the Buffer's own.
-template <typename T>
-T* output_or(const TensorView& into, T* own) {
-  return into.data != nullptr ? static_cast<T*>(into.data) : own;
-}
-/// A row-major matrix of `dtype` whose rows are 16-byte aligned.
-Result<void> check_rows(const TensorView& v, const char* name, DType dtype);
-
-/// The communication stream, shared by the Buffer and its handles: a handle
-/// frees its arrays on it, so it must live as long as the last of them.
-struct Stream {
-  cudaStream_t stream = nullptr;
-  Stream() = default;
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  ~Stream();
-  /// Frees a handle's arrays on the stream, or, while the stream is being
-  /// captured into a CUDA graph, later: a free queued then would be work the
-  /// capture never joins back (cudaErrorStreamCaptureUnjoined), as when a
-  /// caller drops an older handle in the middle of a captured step.
-  void free_later(void* memory);
-  /// Queues the frees put off by free_later, once nothing captures the stream.
-  void drain();
-
- private:
-  std::mutex m_mutex;
-  std::vector<void*> m_deferred;
-};
-
-class Handle final : public DispatchHandle {
- public:
-  Handle(void* memory, std::shared_ptr<Stream> stream)
-      : m_memory(memory), m_stream(std::move(stream)) {}
-  ~Handle() override {
-    if (m_memory != nullptr) m_stream->free_later(m_memory);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-
- private:
-  void* m_memory;
-  std::shared_ptr<Stream> m_stream;
-};
 
 class BufferImpl final : public Buffer {
   friend class InternodeBuffer;  // runs its stream, mailbox and ordering
@@ -177,7 +134,7 @@ class BufferImpl final : public Buffer {
   cudaStream_t m_stream = nullptr;
   cudaEvent_t m_entry_event = nullptr;
   cudaEvent_t m_exit_event = nullptr;  // leave()'s when the caller wants no event
-  k::Mailbox* m_mailbox = nullptr;  // host pointer
+  k::Mailbox* m_mailbox = nullptr;     // host pointer
   k::Mailbox* m_mailbox_dev = nullptr;
   DeviceMemory m_local;  // counters and layout/combine outputs
   std::int32_t* m_grid_counter = nullptr;

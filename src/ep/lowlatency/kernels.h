@@ -1,7 +1,7 @@
 // The low-latency mode's kernels and what they share with the host (plain
-// C++17: included by the launchers and the .cu files): the region's header,
-// where each array of a buffer sits, and the kernel parameters. The protocol
-// is in docs/ep-engine.md, "Low-latency mode".
+// C++17: included by the launchers and the .cu files): where each array of a
+// buffer sits, and the kernel parameters (the region's header is in
+// ep/core/kernels.h). The protocol is in docs/ep-engine.md, "Low-latency mode".
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,20 +16,6 @@ namespace epkit::ep::kernels {
 constexpr int k_ll_max_topk = 16;
 /// Threads of every low-latency block (one block per SM).
 constexpr int k_ll_threads = 1024;
-
-/// The start of a rank's low-latency region. The first part only the owner
-/// touches; the flags are written by the source rank whose index they carry.
-struct alignas(256) LowLatencyHeader {
-  std::uint64_t epoch;         // the last operation's epoch (advanced by its send)
-  std::uint64_t op_epoch[2];   // epoch of the last operation on each buffer
-  std::uint32_t grid_counter;  // blocks of the running send that finished
-  std::uint32_t reserved0;
-  std::uint64_t dispatch_epoch[2];  // epoch of the last dispatch on each buffer
-  std::uint64_t reserved[2];
-  std::uint64_t count_flag[2][k_max_ranks];     // source's counts row is in
-  std::uint64_t dispatch_flag[2][k_max_ranks];  // source's dispatch rows are in
-  std::uint64_t combine_flag[2][k_max_ranks];   // source's combine rows are in
-};
 
 /// Byte offsets of one buffer's arrays from the region's start (the same on
 /// every rank). See docs/ep-engine.md for who writes what.
@@ -78,14 +64,6 @@ struct LowLatencyCommon {
 
 constexpr int k_ll_send = 1;
 constexpr int k_ll_recv = 2;
-
-/// Values of Mailbox::error_value with k_timeout_low_latency: what the
-/// kernel waited for.
-enum LowLatencyWait : std::int32_t {
-  k_ll_wait_counts = 1,
-  k_ll_wait_dispatch = 2,
-  k_ll_wait_combine = 3,
-};
 
 struct LowLatencyDispatchParams {
   LowLatencyCommon c;
