@@ -4,7 +4,7 @@
 
 #include "checks/check.h"
 #include "checks/check_util.h"
-#include "checks/known_vars.h"
+#include "env/known_vars.h"
 #include "env/facts.h"
 #include "env/lint.h"
 #include "env/plan.h"

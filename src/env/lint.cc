@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "checks/known_vars.h"
+#include "env/known_vars.h"
 #include "env/shell.h"
 #include "host/env.h"
 #include "topo/device_filter.h"

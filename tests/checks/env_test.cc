@@ -3,7 +3,7 @@
 #include <set>
 
 #include "checks/check_fixture.h"
-#include "checks/known_vars.h"
+#include "env/known_vars.h"
 #include "topo/probe.h"
 #include "util/text.h"
 

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "checks/known_vars.h"
+#include "env/known_vars.h"
 
 namespace epkit::env {
 namespace {

@@ -1,4 +1,4 @@
-#include "checks/known_vars.h"
+#include "env/known_vars.h"
 
 #include <algorithm>
 #include <array>
