@@ -7,7 +7,7 @@
 
 #include "util/text.h"
 
-namespace epkit::checks {
+namespace epkit::env {
 namespace {
 
 // NCCL 2.28.9 (names the library reads), sorted. Subsystem and enum names
@@ -304,4 +304,4 @@ NearestName nearest_known(std::string_view name) {
   return best;
 }
 
-}  // namespace epkit::checks
+}  // namespace epkit::env

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-namespace epkit::checks {
+namespace epkit::env {
 
 std::span<const std::string_view> known_nccl_vars();
 std::span<const std::string_view> known_nvshmem_vars();
@@ -41,4 +41,4 @@ struct NearestName {
 };
 NearestName nearest_known(std::string_view name);
 
-}  // namespace epkit::checks
+}  // namespace epkit::env
