@@ -1,14 +1,14 @@
 // Buffer::create and Buffer::bytes_needed: the engine's entry, which picks
 // the mode's Buffer from the options: the intranode Buffer
 // (ep/intranode/buffer.h, with the low-latency mode) for a job on one node,
-// the internode one (ep/internode/buffer_internode.h) across nodes.
+// the internode one (ep/internode/buffer.h) across nodes.
 #include "ep/intranode/buffer.h"
 
 #include <fmt/format.h>
 
 #include <memory>
 
-#include "ep/internode/buffer_internode.h"
+#include "ep/internode/buffer.h"
 
 namespace epkit::ep {
 

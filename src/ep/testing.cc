@@ -2,9 +2,9 @@
 // definitions.
 #include "ep/testing.h"
 
-#include "ep/internode/buffer_internode.h"
-#include "ep/lowlatency/kernels.h"
-#include "ep/lowlatency/region.h"
+#include "ep/internode/buffer.h"
+#include "ep/low_latency/kernels.h"
+#include "ep/low_latency/region.h"
 
 namespace epkit::ep::testing {
 

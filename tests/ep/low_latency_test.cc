@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "ep/lowlatency/region.h"
+#include "ep/low_latency/region.h"
 
 namespace epkit::ep {
 namespace {

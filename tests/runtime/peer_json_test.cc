@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "bench/ep_bench_ll.h"
+#include "bench/ep_bench_low_latency.h"
 #include "cli/commands/test/peer_results.h"
 #include "runtime/facts.h"
 

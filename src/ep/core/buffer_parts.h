@@ -1,7 +1,7 @@
 // What every mode's Buffer shares: argument checks and the communication
 // stream, with the dispatch handle that frees its arrays on it. The modes'
 // Buffers: ep/intranode/buffer.h (and the low-latency mode's members),
-// ep/internode/buffer_internode.h.
+// ep/internode/buffer.h.
 #pragma once
 
 #include <epkit/ep.h>

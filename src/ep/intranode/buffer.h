@@ -19,7 +19,7 @@
 
 namespace epkit::ep {
 namespace kernels {
-// The low-latency mode's (ep/lowlatency/kernels.h): its launchers are members
+// The low-latency mode's (ep/low_latency/kernels.h): its launchers are members
 // of this Buffer, defined in that folder, which includes this header.
 struct LowLatencyRegion;
 struct LowLatencyCommon;
@@ -110,7 +110,7 @@ class BufferImpl final : public Buffer {
   unsigned place_outputs(const DispatchArgs& args, std::int64_t rows, bool cached,
                          k::DispatchParams& dp, DispatchOutputs& into) const;
 
-  // Low-latency mode (ep/lowlatency/buffer_low_latency*.cc).
+  // Low-latency mode (ep/low_latency/buffer_low_latency*.cc).
   /// The region for a call's shape, or why the call cannot have it.
   Result<k::LowLatencyRegion> ll_region(const char* op, int max_tokens, int hidden,
                                         int experts) const;

@@ -1,4 +1,4 @@
-// The GPU half of `epkit bench ep` (ep_bench_runner.h): the checks against
+// The GPU half of `epkit bench ep` (run.h): the checks against
 // the reference path (compare.h), the dump (dump.h), then DeepEP-style timing
 // of the engine (timing.h).
 #include <cuda_runtime_api.h>
@@ -13,7 +13,7 @@
 #include "ep/testing.h"
 #include "ep_harness/bench/compare.h"
 #include "ep_harness/bench/dump.h"
-#include "ep_harness/bench/ep_bench_runner.h"
+#include "ep_harness/bench/run.h"
 #include "ep_harness/bench/host_copies.h"
 #include "ep_harness/bench/timing.h"
 #include "ep_harness/bench/verdicts.h"

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/ep_bench.h"
-#include "bench/ep_bench_ll.h"
+#include "bench/ep_bench_low_latency.h"
 #include "bench/p2p.h"
 #include "bench/sweep.h"
 #include "cli/command.h"
@@ -24,8 +24,8 @@
 #ifdef EPKIT_WITH_CUDA
 #include "bench/nccl_runner.h"
 #include "cli/node_nics.h"
-#include "ep_harness/bench/ep_bench_runner.h"
-#include "ep_harness/bench/ll_runner.h"
+#include "ep_harness/bench/run.h"
+#include "ep_harness/bench/low_latency_run.h"
 #include "runtime/gpu_rank.h"
 #endif
 

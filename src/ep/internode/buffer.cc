@@ -1,7 +1,7 @@
 // InternodeBuffer: creation (the node's intranode Buffer, then the rail's
 // network), its memory, layout, barrier and the bounded host waits on the
 // network leg.
-#include "ep/internode/buffer_internode.h"
+#include "ep/internode/buffer.h"
 
 #include <fmt/format.h>
 

@@ -3,7 +3,7 @@
 // next low-latency operation from epoch 1 and no peer writes a flag before
 // the owner cleared it. One warp.
 #include "ep/core/ep_device.cuh"
-#include "ep/lowlatency/kernels.h"
+#include "ep/low_latency/kernels.h"
 
 namespace epkit::ep::kernels {
 namespace {

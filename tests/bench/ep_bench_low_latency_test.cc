@@ -1,6 +1,6 @@
 // The CPU half of `epkit bench ep --mode low-latency`: DeepEP's byte
 // accounting, its lines, the table and the JSON.
-#include "bench/ep_bench_ll.h"
+#include "bench/ep_bench_low_latency.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 // rank adds its tokens' partials in node order (reduce.cu).
 #include <fmt/format.h>
 
-#include "ep/internode/buffer_internode.h"
+#include "ep/internode/buffer.h"
 #include "ep/internode/checks.h"
 
 namespace epkit::ep {

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "ep/internode/buffer_internode.h"
+#include "ep/internode/buffer.h"
 #include "ep/internode/checks.h"
 
 namespace epkit::ep {

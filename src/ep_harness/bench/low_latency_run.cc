@@ -1,4 +1,4 @@
-// `epkit bench ep --mode low-latency` on every rank (ll_runner.h): the data
+// `epkit bench ep --mode low-latency` on every rank (low_latency_run.h): the data
 // checks, then DeepEP-style timing with CUDA events on the caller's stream.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -14,7 +14,7 @@
 
 #include "base/cuda_error.h"
 #include "ep/testing.h"
-#include "ep_harness/bench/ll_runner.h"
+#include "ep_harness/bench/low_latency_run.h"
 #include "ep_harness/bench/timing.h"
 #include "ep_harness/bench/verdicts.h"
 #include "ep_harness/conformance_checks.h"

@@ -7,7 +7,7 @@
 // over the valid k in order, FP32, rounded once to BF16.
 #include <cuda_bf16.h>
 
-#include "ep/lowlatency/ll_device.cuh"
+#include "ep/low_latency/device.cuh"
 
 namespace epkit::ep::kernels {
 namespace {

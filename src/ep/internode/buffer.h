@@ -1,8 +1,8 @@
 // The internode Buffer: nodes x ranks_per_node ranks. It owns an intranode
 // Buffer over its node's ranks (the NVLink legs, with segmented counts) and
 // a Network over its rail (the ranks with its local index on every node).
-// Files: buffer_internode.cc (creation, layout, barrier, the bounded host
-// waits), internode_dispatch.cc, internode_combine.cc. Design:
+// Files: buffer.cc (creation, layout, barrier, the bounded host
+// waits), buffer_dispatch.cc, buffer_combine.cc. Design:
 // docs/ep-internode.md. Internal: users see include/epkit/ep.h.
 #pragma once
 

@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include "ep/intranode/buffer.h"
-#include "ep/lowlatency/checks.h"
-#include "ep/lowlatency/region.h"
+#include "ep/low_latency/checks.h"
+#include "ep/low_latency/region.h"
 
 namespace epkit::ep {
 

@@ -5,7 +5,7 @@
 
 #include <epkit/ep.h>
 
-#include "ep/lowlatency/kernels.h"
+#include "ep/low_latency/kernels.h"
 
 namespace epkit::ep {
 

@@ -2,12 +2,12 @@
 // launchers (buffer_low_latency.cc, buffer_ll_dispatch.cc,
 // buffer_ll_combine.cc) so that tests/ep/argument_checks_test.cc reaches each
 // refusal without a GPU.
-#include "ep/lowlatency/checks.h"
+#include "ep/low_latency/checks.h"
 
 #include <fmt/format.h>
 
 #include "ep/intranode/buffer.h"
-#include "ep/lowlatency/region.h"
+#include "ep/low_latency/region.h"
 
 namespace epkit::ep {
 

@@ -1,11 +1,11 @@
-// The CPU half of `epkit bench ep --mode low-latency` (bench/ep_bench_ll.h).
+// The CPU half of `epkit bench ep --mode low-latency` (bench/ep_bench_low_latency.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <numeric>
 
-#include "bench/ep_bench_ll.h"
+#include "bench/ep_bench_low_latency.h"
 
 namespace epkit::bench {
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "ep/core/ep_device.cuh"
-#include "ep/lowlatency/kernels.h"
+#include "ep/low_latency/kernels.h"
 
 namespace epkit::ep::kernels {
 

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "ep/intranode/buffer.h"
-#include "ep/lowlatency/checks.h"
+#include "ep/low_latency/checks.h"
 
 namespace epkit::ep {
 

@@ -1,5 +1,5 @@
 // The GPU half of `epkit bench ep --mode low-latency` (the CPU half is
-// bench/ep_bench_ll.h): every rank checks the low-latency dispatch and
+// bench/ep_bench_low_latency.h): every rank checks the low-latency dispatch and
 // combine against its own inputs and every other rank's, then times them.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "bench/ep_bench_ll.h"
+#include "bench/ep_bench_low_latency.h"
 #include "runtime/gpu_rank.h"
 
 namespace epkit::harness {

@@ -1,4 +1,4 @@
-#include "ep/lowlatency/region.h"
+#include "ep/low_latency/region.h"
 
 #include <fmt/format.h>
 

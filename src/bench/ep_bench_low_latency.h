@@ -6,7 +6,7 @@
 //
 // This header is the CPU half (byte accounting, statistics, lines, table,
 // JSON), tested without a GPU; the runner is in
-// ep_harness/bench/ll_runner.h.
+// ep_harness/bench/low_latency_run.h.
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
-#include "ep/lowlatency/ll_device.cuh"
+#include "ep/low_latency/device.cuh"
 
 namespace epkit::ep::kernels {
 namespace {
