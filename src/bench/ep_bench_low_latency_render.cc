@@ -9,23 +9,23 @@
 
 namespace epkit::bench {
 
-double ep_ll_dispatch_bytes_per_pair(bool fp8, int hidden) {
+double ep_low_latency_dispatch_bytes_per_pair(bool fp8, int hidden) {
   const double h = hidden;
   // test_low_latency.py counts hidden + hidden / 128 * 4 + 16 for FP8; the
   // BF16 row is 2 x hidden with the same 16 bytes of source information.
   return fp8 ? h + h / 128.0 * 4.0 + 16.0 : h * 2.0 + 16.0;
 }
 
-double ep_ll_combine_bytes_per_pair(int hidden) {
+double ep_low_latency_combine_bytes_per_pair(int hidden) {
   return static_cast<double>(hidden) * 2.0;
 }
 
-std::int64_t ep_ll_selections(const std::vector<std::int64_t>& topk_idx) {
+std::int64_t ep_low_latency_selections(const std::vector<std::int64_t>& topk_idx) {
   return std::count_if(topk_idx.begin(), topk_idx.end(), [](std::int64_t e) { return e != -1; });
 }
 
-EpLlTiming ep_ll_summarize(std::vector<double> s) {
-  EpLlTiming t;
+EpLowLatencyTiming ep_low_latency_summarize(std::vector<double> s) {
+  EpLowLatencyTiming t;
   if (s.empty()) return t;
   std::sort(s.begin(), s.end());
   const std::size_t n = s.size();
@@ -36,23 +36,23 @@ EpLlTiming ep_ll_summarize(std::vector<double> s) {
   return t;
 }
 
-void ep_ll_fill_bytes(EpLlRun& run, int hidden) {
+void ep_low_latency_fill_bytes(EpLowLatencyRun& run, int hidden) {
   const auto pairs = static_cast<double>(run.selections);
-  run.dispatch_bytes = pairs * ep_ll_dispatch_bytes_per_pair(run.fp8, hidden);
-  run.combine_bytes = pairs * ep_ll_combine_bytes_per_pair(hidden);
+  run.dispatch_bytes = pairs * ep_low_latency_dispatch_bytes_per_pair(run.fp8, hidden);
+  run.combine_bytes = pairs * ep_low_latency_combine_bytes_per_pair(hidden);
 }
 
-bool EpLlReport::checks_passed() const {
+bool EpLowLatencyReport::checks_passed() const {
   return ep_checks_passed(checks);
 }
 
-std::string ep_ll_config_line(const EpLlReport& r) {
+std::string ep_low_latency_config_line(const EpLowLatencyReport& r) {
   return fmt::format(
       "[config] num_tokens={}, hidden={}, num_topk={}, num_experts={}, ranks={}, num_sms={}",
       r.shape.tokens, r.shape.hidden, r.shape.topk, r.shape.experts, r.shape.ranks, r.sms);
 }
 
-std::vector<std::string> ep_ll_deepep_lines(const EpLlRun& run, int rank) {
+std::vector<std::string> ep_low_latency_deepep_lines(const EpLowLatencyRun& run, int rank) {
   const std::string p = fmt::format("[rank {}] ", rank);
   return {
       p + fmt::format(
@@ -78,11 +78,11 @@ namespace {
 struct TableRow {
   const char* op;
   const char* hook;
-  const EpLlTiming* t;
+  const EpLowLatencyTiming* t;
   double bytes;  // 0: no bandwidth (the halves of a hooked call)
 };
 
-std::vector<TableRow> table_rows(const EpLlRun& r) {
+std::vector<TableRow> table_rows(const EpLowLatencyRun& r) {
   return {
       {"dispatch+combine", "no", &r.pair, r.dispatch_bytes + r.combine_bytes},
       {"dispatch", "no", &r.dispatch, r.dispatch_bytes},
@@ -100,7 +100,7 @@ const char* dtype_name(bool fp8) {
 
 }  // namespace
 
-std::string ep_ll_table(const EpLlReport& rep) {
+std::string ep_low_latency_table(const EpLowLatencyReport& rep) {
   std::string out;
   out += "#\n";
   out += fmt::format("# {:>16}  {:>6}  {:>4}  {:>10}  {:>10}  {:>10}  {:>8}\n", "op", "dtype",
@@ -122,8 +122,8 @@ std::string ep_ll_table(const EpLlReport& rep) {
   return out;
 }
 
-std::string render_ep_ll_report(const EpLlReport& rep) {
-  std::string out = ep_ll_config_line(rep) + "\n";
+std::string render_ep_low_latency_report(const EpLowLatencyReport& rep) {
+  std::string out = ep_low_latency_config_line(rep) + "\n";
   for (const auto& c : rep.checks) {
     std::string head = fmt::format("[check] {} ({}): ", c.name, c.what);
     if (c.passed()) {
@@ -142,7 +142,7 @@ std::string render_ep_ll_report(const EpLlReport& rep) {
                        fp8 ? ", DeepEP's timing case" : ", no cast");
     for (std::size_t r = 0; r < rep.by_rank.size(); ++r) {
       if (i >= rep.by_rank[r].size()) continue;
-      for (const auto& l : ep_ll_deepep_lines(rep.by_rank[r][i], static_cast<int>(r))) {
+      for (const auto& l : ep_low_latency_deepep_lines(rep.by_rank[r][i], static_cast<int>(r))) {
         out += l + "\n";
       }
     }
@@ -151,19 +151,19 @@ std::string render_ep_ll_report(const EpLlReport& rep) {
   // false alarm (PR 105329).
   if (runs > 0) {
     out += '\n';
-    out += ep_ll_table(rep);
+    out += ep_low_latency_table(rep);
   }
   return out;
 }
 
 namespace {
 
-nlohmann::json timing_json(const EpLlTiming& t) {
+nlohmann::json timing_json(const EpLowLatencyTiming& t) {
   return {
       {"avg_us", t.avg_us}, {"min_us", t.min_us}, {"max_us", t.max_us}, {"median_us", t.median_us}};
 }
 
-bool timing_from(const nlohmann::json& j, EpLlTiming& t) {
+bool timing_from(const nlohmann::json& j, EpLowLatencyTiming& t) {
   if (!j.is_object()) return false;
   for (auto [key, to] : {std::pair{"avg_us", &t.avg_us}, std::pair{"min_us", &t.min_us},
                          std::pair{"max_us", &t.max_us}, std::pair{"median_us", &t.median_us}}) {
@@ -175,21 +175,21 @@ bool timing_from(const nlohmann::json& j, EpLlTiming& t) {
 
 struct Field {
   const char* key;
-  EpLlTiming EpLlRun::*member;
+  EpLowLatencyTiming EpLowLatencyRun::*member;
 };
 constexpr Field k_fields[] = {
-    {"dispatch_combine", &EpLlRun::pair},
-    {"dispatch", &EpLlRun::dispatch},
-    {"combine", &EpLlRun::combine},
-    {"dispatch_send", &EpLlRun::dispatch_send},
-    {"dispatch_recv", &EpLlRun::dispatch_recv},
-    {"combine_send", &EpLlRun::combine_send},
-    {"combine_recv", &EpLlRun::combine_recv},
+    {"dispatch_combine", &EpLowLatencyRun::pair},
+    {"dispatch", &EpLowLatencyRun::dispatch},
+    {"combine", &EpLowLatencyRun::combine},
+    {"dispatch_send", &EpLowLatencyRun::dispatch_send},
+    {"dispatch_recv", &EpLowLatencyRun::dispatch_recv},
+    {"combine_send", &EpLowLatencyRun::combine_send},
+    {"combine_recv", &EpLowLatencyRun::combine_recv},
 };
 
 }  // namespace
 
-nlohmann::json to_json(const EpLlRun& run) {
+nlohmann::json to_json(const EpLowLatencyRun& run) {
   nlohmann::json j = {
       {"dtype", dtype_name(run.fp8)},
       {"selections", run.selections},
@@ -202,7 +202,7 @@ nlohmann::json to_json(const EpLlRun& run) {
   return j;
 }
 
-bool from_json(const nlohmann::json& j, EpLlRun& run) {
+bool from_json(const nlohmann::json& j, EpLowLatencyRun& run) {
   if (!j.is_object() || !j.contains("dtype") || !j["dtype"].is_string() ||
       !j.contains("selections") || !j["selections"].is_number_integer()) {
     return false;
@@ -224,7 +224,7 @@ bool from_json(const nlohmann::json& j, EpLlRun& run) {
   return true;
 }
 
-nlohmann::json ep_ll_report_json(const EpLlReport& rep, int exit_code) {
+nlohmann::json ep_low_latency_report_json(const EpLowLatencyReport& rep, int exit_code) {
   nlohmann::json j = {{"mode", "low-latency"},
                       {"num_tokens", rep.shape.tokens},
                       {"hidden", rep.shape.hidden},

@@ -8,10 +8,12 @@
 
 namespace epkit::ep::testing {
 
-int low_latency_max_topk() { return kernels::k_ll_max_topk; }
+int low_latency_max_topk() {
+  return kernels::k_ll_max_topk;
+}
 
 Result<void> check_low_latency_shape(int max_tokens, int hidden, int num_ranks, int num_experts) {
-  auto region = lowlatency::region_for(max_tokens, hidden, num_ranks, num_experts);
+  auto region = low_latency::region_for(max_tokens, hidden, num_ranks, num_experts);
   if (!region) return region.error();
   return {};
 }

@@ -10,15 +10,15 @@
 namespace epkit::bench {
 namespace {
 
-EpLlTiming timing(double avg) {
+EpLowLatencyTiming timing(double avg) {
   return {avg, avg * 0.5, avg * 2, avg * 0.9};
 }
 
-EpLlRun run(bool fp8) {
-  EpLlRun r;
+EpLowLatencyRun run(bool fp8) {
+  EpLowLatencyRun r;
   r.fp8 = fp8;
   r.selections = 1000;
-  ep_ll_fill_bytes(r, 7168);
+  ep_low_latency_fill_bytes(r, 7168);
   r.pair = timing(100);
   r.dispatch = timing(40);
   r.combine = timing(50);
@@ -29,8 +29,8 @@ EpLlRun run(bool fp8) {
   return r;
 }
 
-EpLlReport report() {
-  EpLlReport rep;
+EpLowLatencyReport report() {
+  EpLowLatencyReport rep;
   rep.shape.ranks = 2;
   rep.checks.push_back({"recv_count", "pairs", {}, {}});
   rep.by_rank = {{run(true), run(false)}, {run(true), run(false)}};
@@ -39,26 +39,26 @@ EpLlReport report() {
 
 TEST(EpBenchLl, BytesAreDeepEpsPerSelectedPair) {
   // test_low_latency.py: hidden + hidden / 128 * 4 + 16 (FP8), hidden * 2.
-  EXPECT_DOUBLE_EQ(ep_ll_dispatch_bytes_per_pair(true, 7168), 7168 + 224 + 16);
-  EXPECT_DOUBLE_EQ(ep_ll_dispatch_bytes_per_pair(false, 7168), 14336 + 16);
-  EXPECT_DOUBLE_EQ(ep_ll_combine_bytes_per_pair(7168), 14336);
-  EXPECT_EQ(ep_ll_selections({0, 5, -1, 3, -1, 7}), 4);
-  EpLlRun r = run(true);
+  EXPECT_DOUBLE_EQ(ep_low_latency_dispatch_bytes_per_pair(true, 7168), 7168 + 224 + 16);
+  EXPECT_DOUBLE_EQ(ep_low_latency_dispatch_bytes_per_pair(false, 7168), 14336 + 16);
+  EXPECT_DOUBLE_EQ(ep_low_latency_combine_bytes_per_pair(7168), 14336);
+  EXPECT_EQ(ep_low_latency_selections({0, 5, -1, 3, -1, 7}), 4);
+  EpLowLatencyRun r = run(true);
   EXPECT_DOUBLE_EQ(r.dispatch_bytes, 1000.0 * 7408);
   EXPECT_DOUBLE_EQ(r.combine_bytes, 1000.0 * 14336);
 }
 
 TEST(EpBenchLl, SummaryHasMeanMinMaxAndNumpysMedian) {
-  EpLlTiming t = ep_ll_summarize({4, 1, 3, 2});
+  EpLowLatencyTiming t = ep_low_latency_summarize({4, 1, 3, 2});
   EXPECT_DOUBLE_EQ(t.avg_us, 2.5);
   EXPECT_DOUBLE_EQ(t.min_us, 1);
   EXPECT_DOUBLE_EQ(t.max_us, 4);
   EXPECT_DOUBLE_EQ(t.median_us, 2.5);
-  EXPECT_DOUBLE_EQ(ep_ll_summarize({}).avg_us, 0);
+  EXPECT_DOUBLE_EQ(ep_low_latency_summarize({}).avg_us, 0);
 }
 
 TEST(EpBenchLl, DeepEpsLinesFromTheMeanTimes) {
-  auto lines = ep_ll_deepep_lines(run(true), 1);
+  auto lines = ep_low_latency_deepep_lines(run(true), 1);
   ASSERT_EQ(lines.size(), 3U);
   // (7408 + 14336) x 1000 B / 100 us = 217.44 GB/s.
   EXPECT_EQ(lines[0],
@@ -73,7 +73,7 @@ TEST(EpBenchLl, DeepEpsLinesFromTheMeanTimes) {
 }
 
 TEST(EpBenchLl, ReportPrintsEveryRanksLinesThenTheTable) {
-  std::string out = render_ep_ll_report(report());
+  std::string out = render_ep_low_latency_report(report());
   EXPECT_EQ(out.rfind("[config] num_tokens=128, hidden=7168, num_topk=8, num_experts=288, ranks=2, "
                       "num_sms=24\n[check] recv_count (pairs): passed on 2 ranks\n\n[FP8 dispatch, "
                       "DeepEP's timing case]\n[rank 0] Dispatch + combine",
@@ -94,11 +94,11 @@ TEST(EpBenchLl, ReportPrintsEveryRanksLinesThenTheTable) {
 }
 
 TEST(EpBenchLl, FailedCheckStopsBeforeTheFigures) {
-  EpLlReport rep = report();
+  EpLowLatencyReport rep = report();
   rep.checks[0].failed_ranks = {1};
   rep.checks[0].first_failure = "rank 1: local expert 3: recv_count 2, expected 3";
   EXPECT_FALSE(rep.checks_passed());
-  std::string out = render_ep_ll_report(rep);
+  std::string out = render_ep_low_latency_report(rep);
   EXPECT_NE(out.find("[check] recv_count (pairs): FAILED on rank 1: rank 1: local expert 3"),
             std::string::npos)
       << out;
@@ -106,7 +106,7 @@ TEST(EpBenchLl, FailedCheckStopsBeforeTheFigures) {
 }
 
 TEST(EpBenchLl, JsonHasTheTableRowsAndRoundTripsRuns) {
-  auto j = ep_ll_report_json(report(), 0);
+  auto j = ep_low_latency_report_json(report(), 0);
   EXPECT_EQ(j["mode"], "low-latency");
   EXPECT_EQ(j["num_experts"], 288);
   ASSERT_EQ(j["rows"].size(), 14U);
@@ -115,7 +115,7 @@ TEST(EpBenchLl, JsonHasTheTableRowsAndRoundTripsRuns) {
   EXPECT_EQ(j["rows"][0]["hook"], false);
   EXPECT_TRUE(j["rows"][3]["gbps"].is_null());
   EXPECT_EQ(j["by_rank"].size(), 2U);
-  EpLlRun back;
+  EpLowLatencyRun back;
   ASSERT_TRUE(from_json(to_json(run(false)), back));
   EXPECT_FALSE(back.fp8);
   EXPECT_EQ(back.selections, 1000);

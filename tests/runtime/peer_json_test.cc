@@ -101,9 +101,9 @@ TEST(PeerJson, TestResultsFromPeersAreCheckedFieldByField) {
 }
 
 TEST(PeerJson, BenchEpLowLatencyTimesWithWrongTypesAreRefused) {
-  bench::EpLlRun run;
+  bench::EpLowLatencyRun run;
   auto j = bench::to_json(run);
-  bench::EpLlRun back;
+  bench::EpLowLatencyRun back;
   ASSERT_TRUE(bench::from_json(j, back));
   j["dispatch_bytes"] = "many";
   EXPECT_NO_THROW(EXPECT_FALSE(bench::from_json(j, back)));

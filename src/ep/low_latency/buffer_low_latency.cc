@@ -40,7 +40,7 @@ Result<void> Buffer::clean_low_latency_buffer(int, int, int) {
 std::size_t Buffer::low_latency_size_hint(int num_max_dispatch_tokens_per_rank, int hidden,
                                           int num_ranks, int num_experts) {
   auto region =
-      lowlatency::region_for(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts);
+      low_latency::region_for(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts);
   return region ? static_cast<std::size_t>(region->total) : 0;
 }
 

@@ -53,7 +53,7 @@ Result<k::LowLatencyRegion> check_ll_region(const char* op, const BufferOptions&
         "{}: the Buffer has no low-latency region (BufferOptions.low_latency_bytes is 0; "
         "Buffer::low_latency_size_hint gives what a shape needs)",
         op));
-  auto region = lowlatency::region_for(max_tokens, hidden, ranks, experts);
+  auto region = low_latency::region_for(max_tokens, hidden, ranks, experts);
   if (!region) return invalid(fmt::format("{}: {}", op, region.error().message));
   if (static_cast<std::size_t>(region->total) > o.low_latency_bytes)
     return invalid(fmt::format(

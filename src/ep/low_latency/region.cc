@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-namespace epkit::ep::lowlatency {
+namespace epkit::ep::low_latency {
 namespace {
 
 constexpr std::int64_t k_align = 256;
@@ -70,4 +70,4 @@ Result<kernels::LowLatencyRegion> region_for(int max_tokens, int hidden, int num
   return r;
 }
 
-}  // namespace epkit::ep::lowlatency
+}  // namespace epkit::ep::low_latency

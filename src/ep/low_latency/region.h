@@ -7,11 +7,11 @@
 
 #include "ep/low_latency/kernels.h"
 
-namespace epkit::ep::lowlatency {
+namespace epkit::ep::low_latency {
 
 /// The region for (max tokens per rank, hidden, ranks, experts), or why the
 /// shape is not one the low-latency mode takes.
 Result<kernels::LowLatencyRegion> region_for(int max_tokens, int hidden, int num_ranks,
                                              int num_experts);
 
-}  // namespace epkit::ep::lowlatency
+}  // namespace epkit::ep::low_latency

@@ -1,5 +1,7 @@
 // `epkit bench ep --mode low-latency` on every rank (low_latency_run.h): the data
 // checks, then DeepEP-style timing with CUDA events on the caller's stream.
+#include "ep_harness/bench/low_latency_run.h"
+
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -14,7 +16,6 @@
 
 #include "base/cuda_error.h"
 #include "ep/testing.h"
-#include "ep_harness/bench/low_latency_run.h"
 #include "ep_harness/bench/timing.h"
 #include "ep_harness/bench/verdicts.h"
 #include "ep_harness/conformance_checks.h"
@@ -28,10 +29,11 @@ using ep::TensorView;
 using runtime::Deadline;
 namespace cf = conformance;
 
-EpLlInputs make_ep_ll_inputs(const bench::EpLlShape& s, std::uint64_t seed, int rank) {
+EpLowLatencyInputs make_ep_low_latency_inputs(const bench::EpLowLatencyShape& s, std::uint64_t seed,
+                                              int rank) {
   std::mt19937_64 rng(seed * 1000003ULL + static_cast<std::uint64_t>(rank) + 1);
   std::normal_distribution<float> normal(0.0F, 1.0F);
-  EpLlInputs in;
+  EpLowLatencyInputs in;
   const auto tokens = static_cast<std::size_t>(s.tokens);
   const auto hidden = static_cast<std::size_t>(s.hidden);
   const auto topk = static_cast<std::size_t>(s.topk);
@@ -57,8 +59,8 @@ EpLlInputs make_ep_ll_inputs(const bench::EpLlShape& s, std::uint64_t seed, int 
   return in;
 }
 
-Result<std::unique_ptr<ep::Buffer>> make_ep_ll_buffer(runtime::GpuRank& rank,
-                                                      const EpLlBenchOptions& o) {
+Result<std::unique_ptr<ep::Buffer>> make_ep_low_latency_buffer(runtime::GpuRank& rank,
+                                                               const EpLowLatencyBenchOptions& o) {
   StoreBootstrap boot(rank.store(), rank.launch.rank, rank.launch.world_size, "epbench-ll/buffer",
                       runtime::Millis(static_cast<std::int64_t>(o.timeout_s * 1000.0)));
   ep::BufferOptions bo;
@@ -107,19 +109,19 @@ struct Routing {
   int me = 0;
   int world = 1;
   int local_experts = 1;
-  const bench::EpLlShape* shape = nullptr;
-  std::vector<EpLlInputs> all;  // every rank's inputs
+  const bench::EpLowLatencyShape* shape = nullptr;
+  std::vector<EpLowLatencyInputs> all;  // every rank's inputs
   // tokens[le][r]: rank r's tokens routed to local expert le, ascending.
   std::vector<std::vector<std::vector<int>>> tokens;
 };
 
-Routing make_routing(const bench::EpLlShape& s, std::uint64_t seed, int me, int world) {
+Routing make_routing(const bench::EpLowLatencyShape& s, std::uint64_t seed, int me, int world) {
   Routing r;
   r.me = me;
   r.world = world;
   r.local_experts = s.experts / world;
   r.shape = &s;
-  for (int q = 0; q < world; ++q) r.all.push_back(make_ep_ll_inputs(s, seed, q));
+  for (int q = 0; q < world; ++q) r.all.push_back(make_ep_low_latency_inputs(s, seed, q));
   r.tokens.assign(static_cast<std::size_t>(r.local_experts),
                   std::vector<std::vector<int>>(static_cast<std::size_t>(world)));
   const std::int64_t first = static_cast<std::int64_t>(me) * r.local_experts;
@@ -277,8 +279,8 @@ void check_dispatch(const Received& got, const Routing& rt, bool fp8, std::strin
   }
 }
 
-std::string check_combine(const std::vector<std::uint8_t>& combined, const EpLlInputs& mine,
-                          const bench::EpLlShape& s, double tolerance) {
+std::string check_combine(const std::vector<std::uint8_t>& combined, const EpLowLatencyInputs& mine,
+                          const bench::EpLowLatencyShape& s, double tolerance) {
   std::vector<double> have(static_cast<std::size_t>(s.tokens) * s.hidden);
   std::vector<double> want(have.size());
   for (int t = 0; t < s.tokens; ++t) {
@@ -309,12 +311,13 @@ Result<ep::DeviceMemory> upload(const void* host, std::size_t bytes) {
 
 }  // namespace
 
-Result<bench::EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
-                                          const EpLlBenchOptions& o) {
+Result<bench::EpLowLatencyReport> run_ep_low_latency_bench(runtime::GpuRank& rank,
+                                                           ep::Buffer& buffer,
+                                                           const EpLowLatencyBenchOptions& o) {
   const int me = buffer.rank();
   const int world = buffer.num_ranks();
   auto step = [&] { return Deadline::after_seconds(o.timeout_s); };
-  bench::EpLlReport rep;
+  bench::EpLowLatencyReport rep;
   rep.shape = o.shape;
   rep.shape.ranks = world;
   rep.sms = o.sms;
@@ -322,7 +325,7 @@ Result<bench::EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& bu
   rep.iters = o.iters;
   rep.seed = o.seed;
   rep.gpu = rank.gpu.name;
-  const bench::EpLlShape& s = rep.shape;
+  const bench::EpLowLatencyShape& s = rep.shape;
   if (s.experts % world != 0) {
     return make_error(ErrorCode::invalid,
                       fmt::format("--experts {} does not split over {} ranks", s.experts, world));
@@ -334,7 +337,7 @@ Result<bench::EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& bu
   auto sync = [&](const std::string& what) { return detail::wait_stream(stream, step(), what); };
 
   const Routing rt = make_routing(s, o.seed, me, world);
-  const EpLlInputs& mine = rt.all[static_cast<std::size_t>(me)];
+  const EpLowLatencyInputs& mine = rt.all[static_cast<std::size_t>(me)];
   const auto tokens = static_cast<std::int64_t>(s.tokens);
   auto x_mem = upload(mine.x.data(), mine.x.size() * 2);
   if (!x_mem) return x_mem.error();
@@ -402,7 +405,7 @@ Result<bench::EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& bu
     auto out = ep::to_host(c->combined_x);
     if (!out) return out.error();
     note(verdict[fp8 ? c_comb_fp8 : c_comb_bf16], check_combine(*out, mine, s, fp8 ? 9e-4 : 1e-5));
-    selections[static_cast<std::size_t>(fp8)] = bench::ep_ll_selections(mine.topk_idx);
+    selections[static_cast<std::size_t>(fp8)] = bench::ep_low_latency_selections(mine.topk_idx);
   }
   for (std::size_t i = 0; i < k_num_checks; ++i) {
     if (!verdict[i].empty()) {
@@ -444,13 +447,13 @@ Result<bench::EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& bu
     if (!hook) return make_error(ErrorCode::internal, "low-latency call returned no hook");
     return hook();
   };
-  std::vector<bench::EpLlRun> runs;
+  std::vector<bench::EpLowLatencyRun> runs;
   for (int fp8 = 1; fp8 >= 0; --fp8) {
     const TensorView& in = combine_view[static_cast<std::size_t>(fp8)];
-    bench::EpLlRun run;
+    bench::EpLowLatencyRun run;
     run.fp8 = fp8 != 0;
     run.selections = selections[static_cast<std::size_t>(fp8)];
-    ep_ll_fill_bytes(run, s.hidden);
+    ep_low_latency_fill_bytes(run, s.hidden);
     for (bool hook : {false, true}) {
       for (int iter = -o.warmup; iter < o.iters; ++iter) {
         const int i = iter < 0 ? -1 : iter;
@@ -488,14 +491,14 @@ Result<bench::EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& bu
         }
       }
       if (hook) {
-        run.dispatch_send = bench::ep_ll_summarize(samples[0]);
-        run.dispatch_recv = bench::ep_ll_summarize(samples[1]);
-        run.combine_send = bench::ep_ll_summarize(samples[2]);
-        run.combine_recv = bench::ep_ll_summarize(samples[3]);
+        run.dispatch_send = bench::ep_low_latency_summarize(samples[0]);
+        run.dispatch_recv = bench::ep_low_latency_summarize(samples[1]);
+        run.combine_send = bench::ep_low_latency_summarize(samples[2]);
+        run.combine_recv = bench::ep_low_latency_summarize(samples[3]);
       } else {
-        run.dispatch = bench::ep_ll_summarize(samples[0]);
-        run.combine = bench::ep_ll_summarize(samples[1]);
-        run.pair = bench::ep_ll_summarize(samples[2]);
+        run.dispatch = bench::ep_low_latency_summarize(samples[0]);
+        run.combine = bench::ep_low_latency_summarize(samples[1]);
+        run.pair = bench::ep_low_latency_summarize(samples[2]);
       }
     }
     runs.push_back(run);
@@ -512,7 +515,7 @@ Result<bench::EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& bu
       auto value = rank.store().get(fmt::format("epbench-ll/runs/{}", r), step());
       if (!value) return value.error();
       auto j = runtime::peer::parse(*value);
-      std::vector<bench::EpLlRun> theirs(j.is_array() ? j.size() : 0);
+      std::vector<bench::EpLowLatencyRun> theirs(j.is_array() ? j.size() : 0);
       bool ok = j.is_array() && j.size() == runs.size();
       for (std::size_t i = 0; ok && i < theirs.size(); ++i) ok = from_json(j[i], theirs[i]);
       if (!ok) {

@@ -14,8 +14,8 @@
 
 namespace epkit::harness {
 
-struct EpLlBenchOptions {
-  bench::EpLlShape shape;  // ranks is taken from the launch
+struct EpLowLatencyBenchOptions {
+  bench::EpLowLatencyShape shape;  // ranks is taken from the launch
   int sms = 24;
   int warmup = 20;
   int iters = 50;
@@ -31,22 +31,24 @@ struct EpLlBenchOptions {
 /// checks without moving them: x BF16 [tokens, hidden] (bits), top-k
 /// distinct experts per token with a few -1 entries (as DeepEP's test),
 /// positive weights.
-struct EpLlInputs {
+struct EpLowLatencyInputs {
   std::vector<std::uint16_t> x;
   std::vector<std::int64_t> topk_idx;
   std::vector<float> topk_weights;
 };
-EpLlInputs make_ep_ll_inputs(const bench::EpLlShape& shape, std::uint64_t seed, int rank);
+EpLowLatencyInputs make_ep_low_latency_inputs(const bench::EpLowLatencyShape& shape,
+                                              std::uint64_t seed, int rank);
 
 /// The Buffer: the low-latency region Buffer::low_latency_size_hint asks
 /// for and the smallest normal heap these sizes allow (collective).
-Result<std::unique_ptr<ep::Buffer>> make_ep_ll_buffer(runtime::GpuRank& rank,
-                                                      const EpLlBenchOptions& options);
+Result<std::unique_ptr<ep::Buffer>> make_ep_low_latency_buffer(
+    runtime::GpuRank& rank, const EpLowLatencyBenchOptions& options);
 
 /// Runs on every rank: the checks (every rank learns every verdict), then,
 /// unless one failed, the timing of FP8 and BF16 dispatch with combine,
 /// without and with the hook. Rank 0's report holds every rank's runs.
-Result<bench::EpLlReport> run_ep_ll_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
-                                          const EpLlBenchOptions& options);
+Result<bench::EpLowLatencyReport> run_ep_low_latency_bench(runtime::GpuRank& rank,
+                                                           ep::Buffer& buffer,
+                                                           const EpLowLatencyBenchOptions& options);
 
 }  // namespace epkit::harness

@@ -24,8 +24,8 @@
 #ifdef EPKIT_WITH_CUDA
 #include "bench/nccl_runner.h"
 #include "cli/node_nics.h"
-#include "ep_harness/bench/run.h"
 #include "ep_harness/bench/low_latency_run.h"
+#include "ep_harness/bench/run.h"
 #include "runtime/gpu_rank.h"
 #endif
 
@@ -297,8 +297,8 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
       [](const auto& rep) { return bench::render_ep_report(rep); });
 }
 
-int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
-                     const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
+int bench_ep_low_latency_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+                              const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
   auto fail = [&](int code, const std::string& why) {
     io.line("FAIL: " + why);
     return code;
@@ -306,19 +306,19 @@ int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, 
   std::unique_ptr<runtime::GpuRank> joined;
   if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != k_gpu_ok) return rc;
   auto& r = *joined;
-  harness::EpLlBenchOptions eo;
+  harness::EpLowLatencyBenchOptions eo;
   eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
   eo.sms = o.sms.front();
   eo.warmup = o.warmup;
   eo.iters = o.iters;
   eo.seed = o.seed;
   eo.timeout_s = lo.timeout_s;
-  auto buffer = harness::make_ep_ll_buffer(r, eo);
+  auto buffer = harness::make_ep_low_latency_buffer(r, eo);
   if (!buffer) {
     r.session->abort();
     return fail(buffer_exit_code(buffer.error()), "ep::Buffer::create: " + buffer.error().message);
   }
-  auto report = harness::run_ep_ll_bench(r, **buffer, eo);
+  auto report = harness::run_ep_low_latency_bench(r, **buffer, eo);
   if (!report) {
     r.session->abort();
     const Error& e = report.error();
@@ -327,8 +327,8 @@ int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, 
   }
   return end_ep_bench_rank(
       r, launch, io, lo, *buffer, *report, {},
-      [](const auto& rep, int code) { return bench::ep_ll_report_json(rep, code); },
-      [](const auto& rep) { return bench::render_ep_ll_report(rep); });
+      [](const auto& rep, int code) { return bench::ep_low_latency_report_json(rep, code); },
+      [](const auto& rep) { return bench::render_ep_low_latency_report(rep); });
 }
 
 #endif
@@ -398,7 +398,7 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
 #ifdef EPKIT_WITH_CUDA
   GpuLaunchOptions launch = lo;
   main = [o, launch](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
-    if (o->mode == "low-latency") return bench_ep_ll_rank(h, l, rio, *o, launch);
+    if (o->mode == "low-latency") return bench_ep_low_latency_rank(h, l, rio, *o, launch);
     return bench_ep_rank(h, l, rio, *o, launch);
   };
 #endif
@@ -524,8 +524,8 @@ Command make_bench_command() {
           if (ep->parsed()) {
             // DeepEP's test_low_latency.py sizes, unless given.
             if (eo->mode == "low-latency") {
-              if (tokens->count() == 0) eo->tokens = bench::EpLlShape{}.tokens;
-              if (experts->count() == 0) eo->experts = bench::EpLlShape{}.experts;
+              if (tokens->count() == 0) eo->tokens = bench::EpLowLatencyShape{}.tokens;
+              if (experts->count() == 0) eo->experts = bench::EpLowLatencyShape{}.experts;
             }
             return run_ep_command(io, *common, *ep_lo, eo);
           }
