@@ -277,48 +277,86 @@ void compare_runs(Checks& ck, const HostDispatch& a, const HostDispatch& b) {
   ck("run-to-run rank_prefix_matrix", cf::compare_ints(a.rank_prefix, b.rank_prefix));
 }
 
-Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
+// One case's state, handed from step to step of run_case: its inputs, the
+// routing all ranks gathered, the layout, the dispatch arguments, the
+// reference's results and the engine's kept dispatch.
+struct CaseRun {
+  CaseRun(Suite& suite, const CaseSpec& spec, int number) : s(suite), c(spec), case_no(number) {}
+  Suite& s;
+  const CaseSpec& c;
+  int case_no = 0;
   Checks ck;
+  std::optional<TestInputs> inputs;
+  int tokens = 0;
+  int topk = 0;
+  int experts = 0;
+  int local = 0;
+  std::int64_t hidden = 0;
+  ep::TensorView idx_view;
+  std::vector<std::int64_t> host_idx;
+  std::vector<float> host_w;
+  cf::ExpectedRecv want;
+  HostLayout hl;
+  std::optional<ep::Layout> layout;
+  ep::DispatchArgs args;
+  std::optional<ReferenceDispatch> ref;
+  HostDispatch h;  // the second of the two dispatches
+  std::optional<ep::DispatchResult> kept;
+};
+
+// The case's inputs on this rank, the routing every rank gathered, the
+// host's layout of it.
+Result<void> make_case_inputs(CaseRun& r) {
+  Suite& s = r.s;
+  const CaseSpec& c = r.c;
   const auto& shape = s.opts.shape;
   TestInputOptions in;
   in.shape = shape;
   in.shape.hidden = c.hidden;
   if (c.zero_tokens_rank == s.rank) in.shape.num_tokens = 0;
   in.kind = c.kind;
-  in.seed = s.seed + static_cast<std::uint64_t>(case_no);
+  in.seed = s.seed + static_cast<std::uint64_t>(r.case_no);
   in.rank = s.rank;
   in.num_ranks = s.ranks;
   if (c.masked_rank >= 0) in.masked_fraction = c.masked_rank == s.rank ? 1.0 : 0.3;
   in.only_rank = c.only_rank;
-  auto inputs = make_test_inputs(in, s.stream);
-  if (!inputs) return inputs.error();
+  auto made = make_test_inputs(in, s.stream);
+  if (!made) return made.error();
+  r.inputs.emplace(std::move(*made));
+  auto& inputs = r.inputs;
   EPKIT_TRY(cuda_ok(cudaStreamSynchronize(s.stream), "making the test inputs"));
 
-  const int tokens = in.shape.num_tokens;
-  const int topk = shape.num_topk;
-  const int experts = shape.num_experts;
-  const int local = experts / s.ranks;
-  const std::int64_t hidden = c.hidden;
-  const ep::TensorView idx_view = c.topk32 ? inputs->topk_idx32.view : inputs->topk_idx.view;
+  r.tokens = in.shape.num_tokens;
+  r.idx_view = c.topk32 ? inputs->topk_idx32.view : inputs->topk_idx.view;
   auto idx_bytes = copy_out(inputs->topk_idx.view);
   if (!idx_bytes) return idx_bytes.error();
   auto w_bytes = copy_out(inputs->topk_weights.view);
   if (!w_bytes) return w_bytes.error();
-  const auto host_idx = cf::as_vector<std::int64_t>(*idx_bytes);
-  const auto host_w = cf::as_vector<float>(*w_bytes);
+  r.host_idx = cf::as_vector<std::int64_t>(*idx_bytes);
+  r.host_w = cf::as_vector<float>(*w_bytes);
 
-  auto routing = gather_routing(s, host_idx, host_w, tokens, case_no);
+  auto routing = gather_routing(s, r.host_idx, r.host_w, r.tokens, r.case_no);
   if (!routing) return routing.error();
-  const cf::ExpectedRecv want = cf::expected_recv(*routing, s.rank);
-  auto hl = host_layout(host_idx, tokens, topk, experts, s.ranks);
+  r.want = cf::expected_recv(*routing, s.rank);
+  auto hl = host_layout(r.host_idx, r.tokens, r.topk, r.experts, s.ranks);
   if (!hl) return hl.error();
+  r.hl = std::move(*hl);
+  return {};
+}
 
-  // Layout.
+// Layout, against the host's.
+Result<void> check_layout(CaseRun& r) {
+  Suite& s = r.s;
+  const CaseSpec& c = r.c;
+  Checks& ck = r.ck;
   EPKIT_TRY(poison(s, s.last_layout));
   auto lo = make_order(s, c);
   if (!lo) return lo.error();
-  auto layout = s.buffer->layout(idx_view, experts, lo->order);
-  if (!layout) return layout.error();
+  auto made = s.buffer->layout(r.idx_view, r.experts, lo->order);
+  if (!made) return made.error();
+  r.layout.emplace(std::move(*made));
+  auto& layout = r.layout;
+  const HostLayout* hl = &r.hl;
   EPKIT_TRY(finish(s, layout->event, c.async));
   s.last_layout = {layout->num_tokens_per_rank, layout->num_tokens_per_expert,
                    layout->is_token_in_rank};
@@ -335,9 +373,19 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     ck("layout is_token_in_rank",
        cf::compare_bytes(hl->is_token_in_rank, *in_rank, static_cast<std::size_t>(s.ranks)));
   }
-  if (c.layout_only) return ck.first;
+  return {};
+}
 
-  ep::DispatchArgs args;
+// The dispatch's arguments, the reference's dispatch, and the engine's
+// dispatch run twice.
+Result<void> dispatch_twice(CaseRun& r) {
+  Suite& s = r.s;
+  const CaseSpec& c = r.c;
+  Checks& ck = r.ck;
+  const auto& inputs = r.inputs;
+  const auto& layout = r.layout;
+  const ep::TensorView& idx_view = r.idx_view;
+  ep::DispatchArgs& args = r.args;
   args.x = c.fp8 ? inputs->x_fp8.view : inputs->x.view;
   if (c.fp8) args.x_scales = inputs->x_scales_view;
   if (c.with_topk) {
@@ -353,13 +401,13 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
   // The reference always routes by topk_idx; weights only when the engine
   // gets them.
   ep::DispatchArgs ref_args = args;
-  ref_args.topk_idx = idx_view;
-  auto ref = reference_dispatch(s.nccl, ref_args, experts);
+  ref_args.topk_idx = r.idx_view;
+  auto ref = reference_dispatch(s.nccl, ref_args, r.experts);
   if (!ref) return ref.error();
+  r.ref.emplace(std::move(*ref));
 
   // Dispatch twice: both runs must agree bitwise.
   HostDispatch runs[2];
-  std::optional<ep::DispatchResult> kept;
   for (int run = 0; run < 2; ++run) {
     EPKIT_TRY(poison(s, s.last_dispatch));
     auto order = make_order(s, c);
@@ -376,14 +424,23 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     auto snap = snapshot(*d, s.rank);
     if (!snap) return snap.error();
     runs[run] = std::move(*snap);
-    if (run == 1) kept.emplace(std::move(*d));
+    if (run == 1) r.kept.emplace(std::move(*d));
   }
   compare_runs(ck, runs[0], runs[1]);
-  const HostDispatch& h = runs[1];
-  const ep::DispatchResult& d = *kept;
-  const auto rows = h.rows;
+  r.h = std::move(runs[1]);
+  return {};
+}
 
-  // Shapes and counts.
+// Shapes and counts against the gathered routing and the reference.
+Result<void> check_counts(CaseRun& r) {
+  Suite& s = r.s;
+  const CaseSpec& c = r.c;
+  Checks& ck = r.ck;
+  const cf::ExpectedRecv& want = r.want;
+  const ep::DispatchArgs& args = r.args;
+  const ReferenceDispatch* ref = &*r.ref;
+  const HostDispatch& h = r.h;
+  const auto rows = h.rows;
   ck.require("received rows", rows == want.num_recv,
              fmt::format("{} rows, the all-gathered routing sends {}", rows, want.num_recv));
   ck.require("handle num_recv_tokens", h.handle_recv == rows,
@@ -409,7 +466,22 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     ck("per-expert list vs reference", cf::compare_ints(ref->num_recv_tokens_per_expert, h.list));
   }
 
-  // Rows.
+  return {};
+}
+
+// The received rows, indices and weights.
+Result<void> check_rows(CaseRun& r) {
+  Suite& s = r.s;
+  const CaseSpec& c = r.c;
+  Checks& ck = r.ck;
+  const ep::TensorView& idx_view = r.idx_view;
+  const cf::ExpectedRecv& want = r.want;
+  const ReferenceDispatch* ref = &*r.ref;
+  const HostDispatch& h = r.h;
+  const auto rows = h.rows;
+  const int topk = r.topk;
+  const int local = r.local;
+  const std::int64_t hidden = r.hidden;
   if (c.kind == XKind::rank_constant && rows == want.num_recv) {
     ck("rank-constant recv_x",
        cf::check_rank_constant_rows(values_of(h.x, h.x_type, h.scales, rows, hidden), rows, hidden,
@@ -453,6 +525,22 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     ck("recv_topk_weights vs reference", cf::compare_bytes(*ref_w, h.weights, h.weights_row));
   }
 
+  return {};
+}
+
+// Combine the received rows back and compare with the reference.
+Result<void> check_combine(CaseRun& r) {
+  Suite& s = r.s;
+  const CaseSpec& c = r.c;
+  Checks& ck = r.ck;
+  const auto& inputs = r.inputs;
+  const cf::ExpectedRecv& want = r.want;
+  const ReferenceDispatch* ref = &*r.ref;
+  const ep::DispatchResult& d = *r.kept;
+  const int topk = r.topk;
+  const std::int64_t hidden = r.hidden;
+  const auto& host_idx = r.host_idx;
+  const auto& host_w = r.host_w;
   // Combine the received rows back (BF16 inputs: DeepEP combines BF16 only).
   if (!c.fp8) {
     EPKIT_TRY(poison(s, s.last_combine));
@@ -579,6 +667,17 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     }
   }
 
+  return {};
+}
+
+// Cached dispatch: the handle alone reproduces the rows.
+Result<void> check_cached_dispatch(CaseRun& r) {
+  Suite& s = r.s;
+  const CaseSpec& c = r.c;
+  Checks& ck = r.ck;
+  const ep::DispatchArgs& args = r.args;
+  const HostDispatch& h = r.h;
+  const ep::DispatchResult& d = *r.kept;
   // Cached dispatch: the handle alone reproduces the rows.
   {
     EPKIT_TRY(poison(s, s.last_dispatch));
@@ -604,6 +703,19 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     }
   }
 
+  return {};
+}
+
+// num_worst_tokens: padded outputs whose prefix is the normal result.
+Result<void> check_worst_tokens(CaseRun& r) {
+  Suite& s = r.s;
+  const CaseSpec& c = r.c;
+  Checks& ck = r.ck;
+  const ep::DispatchArgs& args = r.args;
+  const HostDispatch& h = r.h;
+  const auto rows = h.rows;
+  const int topk = r.topk;
+  const auto& shape = s.opts.shape;
   // num_worst_tokens: padded outputs whose prefix is the normal result.
   {
     EPKIT_TRY(poison(s, s.last_dispatch));
@@ -642,7 +754,26 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
                            topk, static_cast<int>(rows)));
     }
   }
-  return ck.first;
+  return {};
+}
+
+Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
+  CaseRun r(s, c, case_no);
+  const auto& shape = s.opts.shape;
+  r.topk = shape.num_topk;
+  r.experts = shape.num_experts;
+  r.local = r.experts / s.ranks;
+  r.hidden = c.hidden;
+  EPKIT_TRY(make_case_inputs(r));
+  EPKIT_TRY(check_layout(r));
+  if (c.layout_only) return r.ck.first;
+  EPKIT_TRY(dispatch_twice(r));
+  EPKIT_TRY(check_counts(r));
+  EPKIT_TRY(check_rows(r));
+  EPKIT_TRY(check_combine(r));
+  EPKIT_TRY(check_cached_dispatch(r));
+  EPKIT_TRY(check_worst_tokens(r));
+  return r.ck.first;
 }
 
 Result<void> validate(const ConformanceOptions& o, int ranks) {
