@@ -281,9 +281,11 @@ void compare_runs(Checks& ck, const HostDispatch& a, const HostDispatch& b) {
 // routing all ranks gathered, the layout, the dispatch arguments, the
 // reference's results and the engine's kept dispatch.
 struct CaseRun {
-  CaseRun(Suite& suite, const CaseSpec& spec, int number) : s(suite), c(spec), case_no(number) {}
+  CaseRun(Suite& suite, const CaseSpec& spec, int number)
+      : s(suite), c(spec), shape(suite.opts.shape), case_no(number) {}
   Suite& s;
   const CaseSpec& c;
+  const TestShape& shape;
   int case_no = 0;
   Checks ck;
   std::optional<TestInputs> inputs;
@@ -300,63 +302,65 @@ struct CaseRun {
   std::optional<ep::Layout> layout;
   ep::DispatchArgs args;
   std::optional<ReferenceDispatch> ref;
-  HostDispatch h;  // the second of the two dispatches
-  std::optional<ep::DispatchResult> kept;
+  HostDispatch h;  // the second of the two dispatches, on the host
+  std::int64_t rows = 0;
+  std::optional<ep::DispatchResult> kept;  // and on the device
+
+  // The steps, in order.
+  Result<void> make_case_inputs();
+  Result<void> check_layout();
+  Result<void> dispatch_twice();
+  Result<void> check_counts();
+  Result<void> check_rows();
+  Result<void> check_combine();
+  Result<void> check_cached_dispatch();
+  Result<void> check_worst_tokens();
 };
 
 // The case's inputs on this rank, the routing every rank gathered, the
 // host's layout of it.
-Result<void> make_case_inputs(CaseRun& r) {
-  Suite& s = r.s;
-  const CaseSpec& c = r.c;
-  const auto& shape = s.opts.shape;
+Result<void> CaseRun::make_case_inputs() {
   TestInputOptions in;
   in.shape = shape;
   in.shape.hidden = c.hidden;
   if (c.zero_tokens_rank == s.rank) in.shape.num_tokens = 0;
   in.kind = c.kind;
-  in.seed = s.seed + static_cast<std::uint64_t>(r.case_no);
+  in.seed = s.seed + static_cast<std::uint64_t>(case_no);
   in.rank = s.rank;
   in.num_ranks = s.ranks;
   if (c.masked_rank >= 0) in.masked_fraction = c.masked_rank == s.rank ? 1.0 : 0.3;
   in.only_rank = c.only_rank;
   auto made = make_test_inputs(in, s.stream);
   if (!made) return made.error();
-  r.inputs.emplace(std::move(*made));
-  auto& inputs = r.inputs;
+  inputs.emplace(std::move(*made));
   EPKIT_TRY(cuda_ok(cudaStreamSynchronize(s.stream), "making the test inputs"));
 
-  r.tokens = in.shape.num_tokens;
-  r.idx_view = c.topk32 ? inputs->topk_idx32.view : inputs->topk_idx.view;
+  tokens = in.shape.num_tokens;
+  idx_view = c.topk32 ? inputs->topk_idx32.view : inputs->topk_idx.view;
   auto idx_bytes = copy_out(inputs->topk_idx.view);
   if (!idx_bytes) return idx_bytes.error();
   auto w_bytes = copy_out(inputs->topk_weights.view);
   if (!w_bytes) return w_bytes.error();
-  r.host_idx = cf::as_vector<std::int64_t>(*idx_bytes);
-  r.host_w = cf::as_vector<float>(*w_bytes);
+  host_idx = cf::as_vector<std::int64_t>(*idx_bytes);
+  host_w = cf::as_vector<float>(*w_bytes);
 
-  auto routing = gather_routing(s, r.host_idx, r.host_w, r.tokens, r.case_no);
+  auto routing = gather_routing(s, host_idx, host_w, tokens, case_no);
   if (!routing) return routing.error();
-  r.want = cf::expected_recv(*routing, s.rank);
-  auto hl = host_layout(r.host_idx, r.tokens, r.topk, r.experts, s.ranks);
-  if (!hl) return hl.error();
-  r.hl = std::move(*hl);
+  want = cf::expected_recv(*routing, s.rank);
+  auto made_hl = host_layout(host_idx, tokens, topk, experts, s.ranks);
+  if (!made_hl) return made_hl.error();
+  hl = std::move(*made_hl);
   return {};
 }
 
 // Layout, against the host's.
-Result<void> check_layout(CaseRun& r) {
-  Suite& s = r.s;
-  const CaseSpec& c = r.c;
-  Checks& ck = r.ck;
+Result<void> CaseRun::check_layout() {
   EPKIT_TRY(poison(s, s.last_layout));
   auto lo = make_order(s, c);
   if (!lo) return lo.error();
-  auto made = s.buffer->layout(r.idx_view, r.experts, lo->order);
+  auto made = s.buffer->layout(idx_view, experts, lo->order);
   if (!made) return made.error();
-  r.layout.emplace(std::move(*made));
-  auto& layout = r.layout;
-  const HostLayout* hl = &r.hl;
+  layout.emplace(std::move(*made));
   EPKIT_TRY(finish(s, layout->event, c.async));
   s.last_layout = {layout->num_tokens_per_rank, layout->num_tokens_per_expert,
                    layout->is_token_in_rank};
@@ -367,25 +371,18 @@ Result<void> check_layout(CaseRun& r) {
     if (!per_expert) return per_expert.error();
     auto in_rank = copy_out(layout->is_token_in_rank);
     if (!in_rank) return in_rank.error();
-    ck("layout num_tokens_per_rank", cf::compare_ints(hl->num_tokens_per_rank, ints_of(*per_rank)));
+    ck("layout num_tokens_per_rank", cf::compare_ints(hl.num_tokens_per_rank, ints_of(*per_rank)));
     ck("layout num_tokens_per_expert",
-       cf::compare_ints(hl->num_tokens_per_expert, ints_of(*per_expert)));
+       cf::compare_ints(hl.num_tokens_per_expert, ints_of(*per_expert)));
     ck("layout is_token_in_rank",
-       cf::compare_bytes(hl->is_token_in_rank, *in_rank, static_cast<std::size_t>(s.ranks)));
+       cf::compare_bytes(hl.is_token_in_rank, *in_rank, static_cast<std::size_t>(s.ranks)));
   }
   return {};
 }
 
 // The dispatch's arguments, the reference's dispatch, and the engine's
 // dispatch run twice.
-Result<void> dispatch_twice(CaseRun& r) {
-  Suite& s = r.s;
-  const CaseSpec& c = r.c;
-  Checks& ck = r.ck;
-  const auto& inputs = r.inputs;
-  const auto& layout = r.layout;
-  const ep::TensorView& idx_view = r.idx_view;
-  ep::DispatchArgs& args = r.args;
+Result<void> CaseRun::dispatch_twice() {
   args.x = c.fp8 ? inputs->x_fp8.view : inputs->x.view;
   if (c.fp8) args.x_scales = inputs->x_scales_view;
   if (c.with_topk) {
@@ -401,10 +398,10 @@ Result<void> dispatch_twice(CaseRun& r) {
   // The reference always routes by topk_idx; weights only when the engine
   // gets them.
   ep::DispatchArgs ref_args = args;
-  ref_args.topk_idx = r.idx_view;
-  auto ref = reference_dispatch(s.nccl, ref_args, r.experts);
-  if (!ref) return ref.error();
-  r.ref.emplace(std::move(*ref));
+  ref_args.topk_idx = idx_view;
+  auto made_ref = reference_dispatch(s.nccl, ref_args, experts);
+  if (!made_ref) return made_ref.error();
+  ref.emplace(std::move(*made_ref));
 
   // Dispatch twice: both runs must agree bitwise.
   HostDispatch runs[2];
@@ -424,23 +421,16 @@ Result<void> dispatch_twice(CaseRun& r) {
     auto snap = snapshot(*d, s.rank);
     if (!snap) return snap.error();
     runs[run] = std::move(*snap);
-    if (run == 1) r.kept.emplace(std::move(*d));
+    if (run == 1) kept.emplace(std::move(*d));
   }
   compare_runs(ck, runs[0], runs[1]);
-  r.h = std::move(runs[1]);
+  h = std::move(runs[1]);
+  rows = h.rows;
   return {};
 }
 
 // Shapes and counts against the gathered routing and the reference.
-Result<void> check_counts(CaseRun& r) {
-  Suite& s = r.s;
-  const CaseSpec& c = r.c;
-  Checks& ck = r.ck;
-  const cf::ExpectedRecv& want = r.want;
-  const ep::DispatchArgs& args = r.args;
-  const ReferenceDispatch* ref = &*r.ref;
-  const HostDispatch& h = r.h;
-  const auto rows = h.rows;
+Result<void> CaseRun::check_counts() {
   ck.require("received rows", rows == want.num_recv,
              fmt::format("{} rows, the all-gathered routing sends {}", rows, want.num_recv));
   ck.require("handle num_recv_tokens", h.handle_recv == rows,
@@ -470,18 +460,7 @@ Result<void> check_counts(CaseRun& r) {
 }
 
 // The received rows, indices and weights.
-Result<void> check_rows(CaseRun& r) {
-  Suite& s = r.s;
-  const CaseSpec& c = r.c;
-  Checks& ck = r.ck;
-  const ep::TensorView& idx_view = r.idx_view;
-  const cf::ExpectedRecv& want = r.want;
-  const ReferenceDispatch* ref = &*r.ref;
-  const HostDispatch& h = r.h;
-  const auto rows = h.rows;
-  const int topk = r.topk;
-  const int local = r.local;
-  const std::int64_t hidden = r.hidden;
+Result<void> CaseRun::check_rows() {
   if (c.kind == XKind::rank_constant && rows == want.num_recv) {
     ck("rank-constant recv_x",
        cf::check_rank_constant_rows(values_of(h.x, h.x_type, h.scales, rows, hidden), rows, hidden,
@@ -529,30 +508,19 @@ Result<void> check_rows(CaseRun& r) {
 }
 
 // Combine the received rows back and compare with the reference.
-Result<void> check_combine(CaseRun& r) {
-  Suite& s = r.s;
-  const CaseSpec& c = r.c;
-  Checks& ck = r.ck;
-  const auto& inputs = r.inputs;
-  const cf::ExpectedRecv& want = r.want;
-  const ReferenceDispatch* ref = &*r.ref;
-  const ep::DispatchResult& d = *r.kept;
-  const int topk = r.topk;
-  const std::int64_t hidden = r.hidden;
-  const auto& host_idx = r.host_idx;
-  const auto& host_w = r.host_w;
+Result<void> CaseRun::check_combine() {
   // Combine the received rows back (BF16 inputs: DeepEP combines BF16 only).
   if (!c.fp8) {
     EPKIT_TRY(poison(s, s.last_combine));
     auto order = make_order(s, c);
     if (!order) return order.error();
     ep::CombineArgs ca;
-    ca.x = d.recv_x;
-    if (c.with_topk) ca.topk_weights = d.recv_topk_weights;
+    ca.x = kept->recv_x;
+    if (c.with_topk) ca.topk_weights = kept->recv_topk_weights;
     // The other two inputs are copies of the same rows: the result must not change.
     ep::DeviceTensor outside_x, outside_w;
     if (c.combine_from != CaseSpec::CombineFrom::recv_x) {
-      const std::int64_t in_rows = d.recv_x.rows();
+      const std::int64_t in_rows = kept->recv_x.rows();
       if (c.combine_from == CaseSpec::CombineFrom::outside) {
         auto ox = ep::DeviceTensor::zeros(ep::DType::bf16, in_rows, hidden);
         if (!ox) return ox.error();
@@ -580,8 +548,8 @@ Result<void> check_combine(CaseRun& r) {
                        "copying the combine input");
       };
       if (in_rows > 0) {
-        EPKIT_TRY(copy_rows(ca.x, d.recv_x));
-        if (c.with_topk) EPKIT_TRY(copy_rows(ca.topk_weights, d.recv_topk_weights));
+        EPKIT_TRY(copy_rows(ca.x, kept->recv_x));
+        if (c.with_topk) EPKIT_TRY(copy_rows(ca.topk_weights, kept->recv_topk_weights));
       }
     }
     // Biases: exact BF16 values from the token and column, different per rank.
@@ -615,7 +583,7 @@ Result<void> check_combine(CaseRun& r) {
         ca.out_topk_weights = caller_w.view;
       }
     }
-    ca.handle = d.handle;
+    ca.handle = kept->handle;
     ca.config.num_sms = s.opts.num_sms;
     ca.order = order->order;
     auto comb = s.buffer->combine(ca);
@@ -671,13 +639,7 @@ Result<void> check_combine(CaseRun& r) {
 }
 
 // Cached dispatch: the handle alone reproduces the rows.
-Result<void> check_cached_dispatch(CaseRun& r) {
-  Suite& s = r.s;
-  const CaseSpec& c = r.c;
-  Checks& ck = r.ck;
-  const ep::DispatchArgs& args = r.args;
-  const HostDispatch& h = r.h;
-  const ep::DispatchResult& d = *r.kept;
+Result<void> CaseRun::check_cached_dispatch() {
   // Cached dispatch: the handle alone reproduces the rows.
   {
     EPKIT_TRY(poison(s, s.last_dispatch));
@@ -686,7 +648,7 @@ Result<void> check_cached_dispatch(CaseRun& r) {
     ep::DispatchArgs cached;
     cached.x = args.x;
     cached.x_scales = args.x_scales;
-    cached.handle = d.handle;
+    cached.handle = kept->handle;
     cached.config = args.config;
     cached.order = order->order;
     auto dc = s.buffer->dispatch(cached);
@@ -707,15 +669,7 @@ Result<void> check_cached_dispatch(CaseRun& r) {
 }
 
 // num_worst_tokens: padded outputs whose prefix is the normal result.
-Result<void> check_worst_tokens(CaseRun& r) {
-  Suite& s = r.s;
-  const CaseSpec& c = r.c;
-  Checks& ck = r.ck;
-  const ep::DispatchArgs& args = r.args;
-  const HostDispatch& h = r.h;
-  const auto rows = h.rows;
-  const int topk = r.topk;
-  const auto& shape = s.opts.shape;
+Result<void> CaseRun::check_worst_tokens() {
   // num_worst_tokens: padded outputs whose prefix is the normal result.
   {
     EPKIT_TRY(poison(s, s.last_dispatch));
@@ -759,20 +713,19 @@ Result<void> check_worst_tokens(CaseRun& r) {
 
 Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
   CaseRun r(s, c, case_no);
-  const auto& shape = s.opts.shape;
-  r.topk = shape.num_topk;
-  r.experts = shape.num_experts;
+  r.topk = r.shape.num_topk;
+  r.experts = r.shape.num_experts;
   r.local = r.experts / s.ranks;
   r.hidden = c.hidden;
-  EPKIT_TRY(make_case_inputs(r));
-  EPKIT_TRY(check_layout(r));
+  EPKIT_TRY(r.make_case_inputs());
+  EPKIT_TRY(r.check_layout());
   if (c.layout_only) return r.ck.first;
-  EPKIT_TRY(dispatch_twice(r));
-  EPKIT_TRY(check_counts(r));
-  EPKIT_TRY(check_rows(r));
-  EPKIT_TRY(check_combine(r));
-  EPKIT_TRY(check_cached_dispatch(r));
-  EPKIT_TRY(check_worst_tokens(r));
+  EPKIT_TRY(r.dispatch_twice());
+  EPKIT_TRY(r.check_counts());
+  EPKIT_TRY(r.check_rows());
+  EPKIT_TRY(r.check_combine());
+  EPKIT_TRY(r.check_cached_dispatch());
+  EPKIT_TRY(r.check_worst_tokens());
   return r.ck.first;
 }
 
