@@ -16,23 +16,10 @@
 #include <vector>
 
 #include "ep/testing.h"
+#include "ep_harness/reference_plan.h"  // HostLayout, host_layout
 #include "host/dl/nccl.h"
 
 namespace epkit::harness {
-
-/// The routing computed on the host from a host copy of topk_idx.
-struct HostLayout {
-  int num_tokens = 0;
-  int num_ranks = 0;
-  int num_experts = 0;
-  std::vector<int> num_tokens_per_rank;        // [ranks]
-  std::vector<int> num_tokens_per_expert;      // [experts]
-  std::vector<std::uint8_t> is_token_in_rank;  // [tokens * ranks], 0 or 1
-};
-
-/// topk: tokens * topk indices (-1 = none), experts split evenly over ranks.
-Result<HostLayout> host_layout(const std::vector<std::int64_t>& topk, int num_tokens, int topk_n,
-                               int num_experts, int num_ranks);
 
 struct NcclContext {
   const host::dl::NcclApi* api = nullptr;

@@ -1,4 +1,4 @@
-// host_layout (reference.h) and the reference path's bookkeeping
+// host_layout (reference_plan.h) and the reference path's bookkeeping
 // (reference_plan.h): pure host code.
 #include "ep_harness/reference_plan.h"
 

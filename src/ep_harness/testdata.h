@@ -9,17 +9,9 @@
 #include <cstdint>
 
 #include "ep/testing.h"
+#include "ep_harness/testdata_routing.h"  // TestShape, XKind, TestInputOptions
 
 namespace epkit::harness {
-
-struct TestShape {
-  int num_tokens = 4096;
-  int hidden = 7168;
-  int num_topk = 8;
-  int num_experts = 256;
-};
-
-enum class XKind { random, rank_constant };
 
 struct TestInputs {
   ep::DeviceTensor x;             // BF16 [tokens, hidden]: N(0,1) values, or every element = rank
@@ -29,19 +21,6 @@ struct TestInputs {
   ep::DeviceTensor topk_idx;      // int64 [tokens, topk]: top-k of |randn| + 1, no repeats
   ep::DeviceTensor topk_idx32;    // the same as int32
   ep::DeviceTensor topk_weights;  // FP32 [tokens, topk]: random, or = rank for rank_constant
-};
-
-struct TestInputOptions {
-  TestShape shape;
-  XKind kind = XKind::random;
-  std::uint64_t seed = 0;  // mixed with the rank
-  int rank = 0;
-  int num_ranks = 1;
-  /// Share of top-k slots set to -1 (tokens routed to fewer experts);
-  /// 1.0 routes every token nowhere.
-  double masked_fraction = 0.0;
-  /// All tokens choose experts of this rank only (-1 = off).
-  int only_rank = -1;
 };
 
 Result<TestInputs> make_test_inputs(const TestInputOptions& options, cudaStream_t stream);
