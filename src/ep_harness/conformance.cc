@@ -16,7 +16,7 @@
 #include "ep_harness/conformance/case.h"
 #include "ep_harness/conformance_checks.h"
 #include "ep_harness/conformance_gather.h"
-#include "ep_harness/conformance_low_latency.h"
+#include "ep_harness/conformance/low_latency_run.h"
 #include "ep_harness/reference.h"
 #include "ep_harness/store_bootstrap.h"
 

@@ -1,6 +1,6 @@
 // An all-gather over the conformance suite's NCCL communicator: every rank's
 // `mine` (the same length on every rank), by rank. Both modes' suites share
-// it (conformance.cc, conformance_low_latency.cc).
+// it (conformance.cc, conformance/low_latency_run.cc).
 #pragma once
 
 #ifdef EPKIT_WITH_CUDA

@@ -1,4 +1,4 @@
-#include "ep_harness/conformance_low_latency.h"
+#include "ep_harness/conformance/low_latency_run.h"
 
 #include <fmt/format.h>
 
