@@ -7,7 +7,7 @@
 //
 // This header is the CPU half (byte accounting, statistics, the lines and the
 // JSON), tested without a GPU; the runner is CUDA-only and lives with the EP
-// harness (ep_harness/bench/ep_bench_runner.h).
+// harness (ep_harness/bench/run.h).
 #pragma once
 
 #include <epkit/result.h>

@@ -4,8 +4,8 @@
 
 #include "checks/check.h"
 #include "checks/check_util.h"
-#include "checks/known_vars.h"
 #include "env/facts.h"
+#include "env/known_vars.h"
 #include "env/lint.h"
 #include "env/plan.h"
 #include "env/shell.h"
@@ -178,10 +178,10 @@ Outcome check_unknown_vars(const Context& ctx) {
   for (std::string_view prefix : {"NCCL_", "NVSHMEM_"}) {
     for (const auto& name : env.names_with_prefix(prefix)) {
       ++seen;
-      if (who_reads(name)) continue;
+      if (env::who_reads(name)) continue;
       std::string value = env.get(name).value_or("");
       f.evidence(name, value, src);
-      NearestName near = nearest_known(name);
+      env::NearestName near = env::nearest_known(name);
       f.add(Status::warn,
             fmt::format("{} is not read by NCCL 2.28, NVSHMEM 3.4 or a known plugin; nearest "
                         "known name: {} (edit distance {})",

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "checks/known_vars.h"
+#include "env/known_vars.h"
 #include "env/shell.h"
 #include "host/env.h"
 #include "topo/device_filter.h"
@@ -174,9 +174,9 @@ void lint_name(const std::string& name, const std::string& value, const Plan& pl
                std::vector<LintItem>& out) {
   bool family = name.starts_with("NCCL_") || name.starts_with("NVSHMEM_");
   if (!family) return;
-  auto reader = checks::who_reads(name);
+  auto reader = who_reads(name);
   if (!reader) {
-    auto near = checks::nearest_known(name);
+    auto near = nearest_known(name);
     out.push_back(
         {Problem::misspelt, false, name, value, "",
          fmt::format("no library reads {}; nearest known name: {} (edit distance {})", name,

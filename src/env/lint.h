@@ -1,7 +1,7 @@
 // The rule set's second half: a job's environment against the node's Plan.
 // Both `epkit env --check` and the doctor's env.plan check call lint(), and
 // the names it judges come from the same variable table and known-name list
-// (checks/known_vars.h) that env.unknown-vars uses.
+// (env/known_vars.h) that env.unknown-vars uses.
 #pragma once
 
 #include <string>

@@ -12,16 +12,15 @@
 #include <utility>
 #include <vector>
 
-#include "ep/core/device_memory.h"
-#include "ep/lowlatency/region.h"
+#include "ep/testing.h"
 #include "ep_harness/conformance/case.h"
 #include "ep_harness/conformance_checks.h"
 #include "ep_harness/conformance_gather.h"
-#include "ep_harness/conformance_low_latency.h"
+#include "ep_harness/conformance/low_latency_run.h"
 #include "ep_harness/reference.h"
 #include "ep_harness/store_bootstrap.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 namespace {
 
 namespace cf = conformance;
@@ -57,14 +56,14 @@ struct Suite {
   std::uint64_t seed = 0;
   int rank = 0;
   int ranks = 1;
-  Buffer* buffer = nullptr;
+  ep::Buffer* buffer = nullptr;
   bool internode = false;  // the Buffer spans several nodes
   NcclContext nccl;
   cudaStream_t stream = nullptr;
   // The last outputs of each kind, poisoned before the next call of that kind.
-  std::vector<TensorView> last_layout;
-  std::vector<TensorView> last_dispatch;
-  std::vector<TensorView> last_combine;
+  std::vector<ep::TensorView> last_layout;
+  std::vector<ep::TensorView> last_dispatch;
+  std::vector<ep::TensorView> last_combine;
   // ConformanceOptions::flip_bit_rank is this rank, and no bit flipped yet.
   bool fault_pending = false;
 
@@ -73,11 +72,11 @@ struct Suite {
 
 using cf::Checks;
 
-std::size_t row_bytes(const TensorView& v) {
+std::size_t row_bytes(const ep::TensorView& v) {
   return static_cast<std::size_t>(v.cols()) * dtype_size(v.dtype);
 }
 
-Result<Bytes> copy_out(const TensorView& v) {
+Result<Bytes> copy_out(const ep::TensorView& v) {
   if (v.data == nullptr || v.numel() == 0) return Bytes{};
   return to_host(v);
 }
@@ -86,7 +85,7 @@ Result<Bytes> copy_out(const TensorView& v) {
 // call that leaves an output unwritten cannot pass on stale data. The
 // barrier keeps a fast rank from writing into a peer's buffer before that
 // peer's memset is done.
-Result<void> poison(Suite& s, std::vector<TensorView>& views) {
+Result<void> poison(Suite& s, std::vector<ep::TensorView>& views) {
   for (const auto& v : views) {
     if (v.data == nullptr || v.numel() == 0) continue;
     const std::size_t elem = dtype_size(v.dtype);
@@ -109,7 +108,7 @@ Result<void> poison(Suite& s, std::vector<TensorView>& views) {
 
 // Fault injection (ConformanceOptions::flip_bit_rank): the lowest bit of the
 // first byte of `v` flipped in device memory.
-Result<void> flip_one_bit(const TensorView& v) {
+Result<void> flip_one_bit(const ep::TensorView& v) {
   std::uint8_t byte = 0;
   EPKIT_TRY(cuda_ok(cudaMemcpy(&byte, v.data, 1, cudaMemcpyDeviceToHost), "fault injection"));
   byte ^= 0x01;
@@ -117,8 +116,8 @@ Result<void> flip_one_bit(const TensorView& v) {
 }
 
 struct Order {
-  StreamOrder order;
-  Event previous;
+  ep::StreamOrder order;
+  ep::Event previous;
 };
 
 // previous=T: an event recorded on the caller stream stands for it.
@@ -129,7 +128,7 @@ Result<Order> make_order(Suite& s, const CaseSpec& c) {
   if (c.previous) {
     cudaEvent_t e = nullptr;
     EPKIT_TRY(cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
-    o.previous = Event(e);
+    o.previous = ep::Event(e);
     EPKIT_TRY(cuda_ok(cudaEventRecord(e, s.stream), "cudaEventRecord"));
     o.order.previous = e;
   }
@@ -137,7 +136,7 @@ Result<Order> make_order(Suite& s, const CaseSpec& c) {
 }
 
 // async=T: the caller waits on the returned event itself.
-Result<void> finish(Suite& s, const Event& event, bool async) {
+Result<void> finish(Suite& s, const ep::Event& event, bool async) {
   if (async) {
     if (event.get() == nullptr) {
       return make_error(ErrorCode::internal, "an async operation returned no event to wait on");
@@ -192,19 +191,19 @@ struct HostDispatch {
   std::int64_t rows = 0;
   Bytes x, scales, topk_idx, weights, src_idx, tokens_per_expert;
   std::size_t x_row = 0, scales_row = 0, idx_row = 0, weights_row = 0;
-  DType x_type = DType::bf16;
-  DType idx_type = DType::int64;
+  ep::DType x_type = ep::DType::bf16;
+  ep::DType idx_type = ep::DType::int64;
   std::vector<int> list;
   std::vector<int> rank_prefix;
   int handle_recv = -1;
 };
 
-std::vector<TensorView> views_of(const DispatchResult& d) {
+std::vector<ep::TensorView> views_of(const ep::DispatchResult& d) {
   return {d.recv_x,       d.recv_x_scales,         d.recv_topk_idx, d.recv_topk_weights,
           d.recv_src_idx, d.recv_tokens_per_expert};
 }
 
-Result<HostDispatch> snapshot(const DispatchResult& d, int rank) {
+Result<HostDispatch> snapshot(const ep::DispatchResult& d, int rank) {
   HostDispatch h;
   h.rows = d.recv_x.rows();
   h.x_type = d.recv_x.dtype;
@@ -213,7 +212,7 @@ Result<HostDispatch> snapshot(const DispatchResult& d, int rank) {
   h.scales_row = row_bytes(d.recv_x_scales);
   h.idx_row = row_bytes(d.recv_topk_idx);
   h.weights_row = row_bytes(d.recv_topk_weights);
-  auto take = [](const TensorView& v, Bytes& out) -> Result<void> {
+  auto take = [](const ep::TensorView& v, Bytes& out) -> Result<void> {
     auto b = copy_out(v);
     if (!b) return b.error();
     out = std::move(*b);
@@ -259,9 +258,9 @@ std::vector<int> ints_of(const Bytes& b) {
   return {v.begin(), v.end()};
 }
 
-std::vector<float> values_of(const Bytes& x, DType type, const Bytes& scales, std::int64_t rows,
+std::vector<float> values_of(const Bytes& x, ep::DType type, const Bytes& scales, std::int64_t rows,
                              std::int64_t hidden) {
-  if (type == DType::fp8_e4m3) {
+  if (type == ep::DType::fp8_e4m3) {
     return cf::dequantize_fp8(x, cf::as_vector<float>(scales), rows, hidden);
   }
   return cf::decode_bf16(x);
@@ -278,9 +277,49 @@ void compare_runs(Checks& ck, const HostDispatch& a, const HostDispatch& b) {
   ck("run-to-run rank_prefix_matrix", cf::compare_ints(a.rank_prefix, b.rank_prefix));
 }
 
-Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
+// One case's state, handed from step to step of run_case: its inputs, the
+// routing all ranks gathered, the layout, the dispatch arguments, the
+// reference's results and the engine's kept dispatch.
+struct CaseRun {
+  CaseRun(Suite& suite, const CaseSpec& spec, int number)
+      : s(suite), c(spec), shape(suite.opts.shape), case_no(number) {}
+  Suite& s;
+  const CaseSpec& c;
+  const TestShape& shape;
+  int case_no = 0;
   Checks ck;
-  const auto& shape = s.opts.shape;
+  std::optional<TestInputs> inputs;
+  int tokens = 0;
+  int topk = 0;
+  int experts = 0;
+  int local = 0;
+  std::int64_t hidden = 0;
+  ep::TensorView idx_view;
+  std::vector<std::int64_t> host_idx;
+  std::vector<float> host_w;
+  cf::ExpectedRecv want;
+  HostLayout hl;
+  std::optional<ep::Layout> layout;
+  ep::DispatchArgs args;
+  std::optional<ReferenceDispatch> ref;
+  HostDispatch h;  // the second of the two dispatches, on the host
+  std::int64_t rows = 0;
+  std::optional<ep::DispatchResult> kept;  // and on the device
+
+  // The steps, in order.
+  Result<void> make_case_inputs();
+  Result<void> check_layout();
+  Result<void> dispatch_twice();
+  Result<void> check_counts();
+  Result<void> check_rows();
+  Result<void> check_combine();
+  Result<void> check_cached_dispatch();
+  Result<void> check_worst_tokens();
+};
+
+// The case's inputs on this rank, the routing every rank gathered, the
+// host's layout of it.
+Result<void> CaseRun::make_case_inputs() {
   TestInputOptions in;
   in.shape = shape;
   in.shape.hidden = c.hidden;
@@ -291,35 +330,37 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
   in.num_ranks = s.ranks;
   if (c.masked_rank >= 0) in.masked_fraction = c.masked_rank == s.rank ? 1.0 : 0.3;
   in.only_rank = c.only_rank;
-  auto inputs = make_test_inputs(in, s.stream);
-  if (!inputs) return inputs.error();
+  auto made = make_test_inputs(in, s.stream);
+  if (!made) return made.error();
+  inputs.emplace(std::move(*made));
   EPKIT_TRY(cuda_ok(cudaStreamSynchronize(s.stream), "making the test inputs"));
 
-  const int tokens = in.shape.num_tokens;
-  const int topk = shape.num_topk;
-  const int experts = shape.num_experts;
-  const int local = experts / s.ranks;
-  const std::int64_t hidden = c.hidden;
-  const TensorView idx_view = c.topk32 ? inputs->topk_idx32.view : inputs->topk_idx.view;
+  tokens = in.shape.num_tokens;
+  idx_view = c.topk32 ? inputs->topk_idx32.view : inputs->topk_idx.view;
   auto idx_bytes = copy_out(inputs->topk_idx.view);
   if (!idx_bytes) return idx_bytes.error();
   auto w_bytes = copy_out(inputs->topk_weights.view);
   if (!w_bytes) return w_bytes.error();
-  const auto host_idx = cf::as_vector<std::int64_t>(*idx_bytes);
-  const auto host_w = cf::as_vector<float>(*w_bytes);
+  host_idx = cf::as_vector<std::int64_t>(*idx_bytes);
+  host_w = cf::as_vector<float>(*w_bytes);
 
   auto routing = gather_routing(s, host_idx, host_w, tokens, case_no);
   if (!routing) return routing.error();
-  const cf::ExpectedRecv want = cf::expected_recv(*routing, s.rank);
-  auto hl = host_layout(host_idx, tokens, topk, experts, s.ranks);
-  if (!hl) return hl.error();
+  want = cf::expected_recv(*routing, s.rank);
+  auto made_hl = host_layout(host_idx, tokens, topk, experts, s.ranks);
+  if (!made_hl) return made_hl.error();
+  hl = std::move(*made_hl);
+  return {};
+}
 
-  // Layout.
+// Layout, against the host's.
+Result<void> CaseRun::check_layout() {
   EPKIT_TRY(poison(s, s.last_layout));
   auto lo = make_order(s, c);
   if (!lo) return lo.error();
-  auto layout = s.buffer->layout(idx_view, experts, lo->order);
-  if (!layout) return layout.error();
+  auto made = s.buffer->layout(idx_view, experts, lo->order);
+  if (!made) return made.error();
+  layout.emplace(std::move(*made));
   EPKIT_TRY(finish(s, layout->event, c.async));
   s.last_layout = {layout->num_tokens_per_rank, layout->num_tokens_per_expert,
                    layout->is_token_in_rank};
@@ -330,15 +371,18 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     if (!per_expert) return per_expert.error();
     auto in_rank = copy_out(layout->is_token_in_rank);
     if (!in_rank) return in_rank.error();
-    ck("layout num_tokens_per_rank", cf::compare_ints(hl->num_tokens_per_rank, ints_of(*per_rank)));
+    ck("layout num_tokens_per_rank", cf::compare_ints(hl.num_tokens_per_rank, ints_of(*per_rank)));
     ck("layout num_tokens_per_expert",
-       cf::compare_ints(hl->num_tokens_per_expert, ints_of(*per_expert)));
+       cf::compare_ints(hl.num_tokens_per_expert, ints_of(*per_expert)));
     ck("layout is_token_in_rank",
-       cf::compare_bytes(hl->is_token_in_rank, *in_rank, static_cast<std::size_t>(s.ranks)));
+       cf::compare_bytes(hl.is_token_in_rank, *in_rank, static_cast<std::size_t>(s.ranks)));
   }
-  if (c.layout_only) return ck.first;
+  return {};
+}
 
-  DispatchArgs args;
+// The dispatch's arguments, the reference's dispatch, and the engine's
+// dispatch run twice.
+Result<void> CaseRun::dispatch_twice() {
   args.x = c.fp8 ? inputs->x_fp8.view : inputs->x.view;
   if (c.fp8) args.x_scales = inputs->x_scales_view;
   if (c.with_topk) {
@@ -353,14 +397,14 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
 
   // The reference always routes by topk_idx; weights only when the engine
   // gets them.
-  DispatchArgs ref_args = args;
+  ep::DispatchArgs ref_args = args;
   ref_args.topk_idx = idx_view;
-  auto ref = reference_dispatch(s.nccl, ref_args, experts);
-  if (!ref) return ref.error();
+  auto made_ref = reference_dispatch(s.nccl, ref_args, experts);
+  if (!made_ref) return made_ref.error();
+  ref.emplace(std::move(*made_ref));
 
   // Dispatch twice: both runs must agree bitwise.
   HostDispatch runs[2];
-  std::optional<DispatchResult> kept;
   for (int run = 0; run < 2; ++run) {
     EPKIT_TRY(poison(s, s.last_dispatch));
     auto order = make_order(s, c);
@@ -380,11 +424,13 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     if (run == 1) kept.emplace(std::move(*d));
   }
   compare_runs(ck, runs[0], runs[1]);
-  const HostDispatch& h = runs[1];
-  const DispatchResult& d = *kept;
-  const auto rows = h.rows;
+  h = std::move(runs[1]);
+  rows = h.rows;
+  return {};
+}
 
-  // Shapes and counts.
+// Shapes and counts against the gathered routing and the reference.
+Result<void> CaseRun::check_counts() {
   ck.require("received rows", rows == want.num_recv,
              fmt::format("{} rows, the all-gathered routing sends {}", rows, want.num_recv));
   ck.require("handle num_recv_tokens", h.handle_recv == rows,
@@ -410,7 +456,11 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     ck("per-expert list vs reference", cf::compare_ints(ref->num_recv_tokens_per_expert, h.list));
   }
 
-  // Rows.
+  return {};
+}
+
+// The received rows, indices and weights.
+Result<void> CaseRun::check_rows() {
   if (c.kind == XKind::rank_constant && rows == want.num_recv) {
     ck("rank-constant recv_x",
        cf::check_rank_constant_rows(values_of(h.x, h.x_type, h.scales, rows, hidden), rows, hidden,
@@ -454,25 +504,30 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     ck("recv_topk_weights vs reference", cf::compare_bytes(*ref_w, h.weights, h.weights_row));
   }
 
+  return {};
+}
+
+// Combine the received rows back and compare with the reference.
+Result<void> CaseRun::check_combine() {
   // Combine the received rows back (BF16 inputs: DeepEP combines BF16 only).
   if (!c.fp8) {
     EPKIT_TRY(poison(s, s.last_combine));
     auto order = make_order(s, c);
     if (!order) return order.error();
-    CombineArgs ca;
-    ca.x = d.recv_x;
-    if (c.with_topk) ca.topk_weights = d.recv_topk_weights;
+    ep::CombineArgs ca;
+    ca.x = kept->recv_x;
+    if (c.with_topk) ca.topk_weights = kept->recv_topk_weights;
     // The other two inputs are copies of the same rows: the result must not change.
-    DeviceTensor outside_x, outside_w;
+    ep::DeviceTensor outside_x, outside_w;
     if (c.combine_from != CaseSpec::CombineFrom::recv_x) {
-      const std::int64_t in_rows = d.recv_x.rows();
+      const std::int64_t in_rows = kept->recv_x.rows();
       if (c.combine_from == CaseSpec::CombineFrom::outside) {
-        auto ox = DeviceTensor::zeros(DType::bf16, in_rows, hidden);
+        auto ox = ep::DeviceTensor::zeros(ep::DType::bf16, in_rows, hidden);
         if (!ox) return ox.error();
         outside_x = std::move(*ox);
         ca.x = outside_x.view;
         if (c.with_topk) {
-          auto ow = DeviceTensor::zeros(DType::fp32, in_rows, topk);
+          auto ow = ep::DeviceTensor::zeros(ep::DType::fp32, in_rows, topk);
           if (!ow) return ow.error();
           outside_w = std::move(*ow);
           ca.topk_weights = outside_w.view;
@@ -487,47 +542,48 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
           ca.topk_weights = *iw;
         }
       }
-      auto copy_rows = [&](const TensorView& to, const TensorView& from) {
+      auto copy_rows = [&](const ep::TensorView& to, const ep::TensorView& from) {
         std::size_t bytes = static_cast<std::size_t>(from.numel()) * dtype_size(from.dtype);
         return cuda_ok(cudaMemcpy(to.data, from.data, bytes, cudaMemcpyDeviceToDevice),
                        "copying the combine input");
       };
       if (in_rows > 0) {
-        EPKIT_TRY(copy_rows(ca.x, d.recv_x));
-        if (c.with_topk) EPKIT_TRY(copy_rows(ca.topk_weights, d.recv_topk_weights));
+        EPKIT_TRY(copy_rows(ca.x, kept->recv_x));
+        if (c.with_topk) EPKIT_TRY(copy_rows(ca.topk_weights, kept->recv_topk_weights));
       }
     }
     // Biases: exact BF16 values from the token and column, different per rank.
     const std::int64_t my_tokens = inputs->x.view.rows();
-    std::array<DeviceTensor, 2> biases;
+    std::array<ep::DeviceTensor, 2> biases;
     for (int b = 0; b < c.biases; ++b) {
       std::vector<std::uint16_t> host(static_cast<std::size_t>(my_tokens * hidden));
       for (std::int64_t t = 0; t < my_tokens; ++t)
         for (std::int64_t j = 0; j < hidden; ++j) {
-          const float v = static_cast<float>((t * 7 + j * 3 + s.rank * 5 + b * 11) % 17 - 8) * 0.375f;
+          const float v =
+              static_cast<float>((t * 7 + j * 3 + s.rank * 5 + b * 11) % 17 - 8) * 0.375f;
           std::uint32_t bits;
           std::memcpy(&bits, &v, sizeof bits);
           host[static_cast<std::size_t>(t * hidden + j)] = static_cast<std::uint16_t>(bits >> 16);
         }
-      auto bt = DeviceTensor::from_host(DType::bf16, my_tokens, hidden, host.data());
+      auto bt = ep::DeviceTensor::from_host(ep::DType::bf16, my_tokens, hidden, host.data());
       if (!bt) return bt.error();
       biases[static_cast<std::size_t>(b)] = std::move(*bt);
       ca.bias[static_cast<std::size_t>(b)] = biases[static_cast<std::size_t>(b)].view;
     }
-    DeviceTensor caller_x, caller_w;
+    ep::DeviceTensor caller_x, caller_w;
     if (c.combine_into_caller) {
-      auto cx = DeviceTensor::zeros(DType::bf16, my_tokens, hidden);
+      auto cx = ep::DeviceTensor::zeros(ep::DType::bf16, my_tokens, hidden);
       if (!cx) return cx.error();
       caller_x = std::move(*cx);
       ca.out_x = caller_x.view;
       if (c.with_topk) {
-        auto cw = DeviceTensor::zeros(DType::fp32, my_tokens, topk);
+        auto cw = ep::DeviceTensor::zeros(ep::DType::fp32, my_tokens, topk);
         if (!cw) return cw.error();
         caller_w = std::move(*cw);
         ca.out_topk_weights = caller_w.view;
       }
     }
-    ca.handle = d.handle;
+    ca.handle = kept->handle;
     ca.config.num_sms = s.opts.num_sms;
     ca.order = order->order;
     auto comb = s.buffer->combine(ca);
@@ -547,9 +603,9 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     if (!got_x) return got_x.error();
     auto got_w = copy_out(comb->combined_topk_weights);
     if (!got_w) return got_w.error();
-    auto ref_c = reference_combine(s.nccl, *ref, ref->recv_x.view,
-                                   c.with_topk ? ref->recv_topk_weights.view : TensorView{},
-                                   ca.bias);
+    auto ref_c =
+        reference_combine(s.nccl, *ref, ref->recv_x.view,
+                          c.with_topk ? ref->recv_topk_weights.view : ep::TensorView{}, ca.bias);
     if (!ref_c) return ref_c.error();
     auto ref_cx = copy_out(ref_c->combined_x.view);
     if (!ref_cx) return ref_cx.error();
@@ -579,15 +635,20 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     }
   }
 
+  return {};
+}
+
+// Cached dispatch: the handle alone reproduces the rows.
+Result<void> CaseRun::check_cached_dispatch() {
   // Cached dispatch: the handle alone reproduces the rows.
   {
     EPKIT_TRY(poison(s, s.last_dispatch));
     auto order = make_order(s, c);
     if (!order) return order.error();
-    DispatchArgs cached;
+    ep::DispatchArgs cached;
     cached.x = args.x;
     cached.x_scales = args.x_scales;
-    cached.handle = d.handle;
+    cached.handle = kept->handle;
     cached.config = args.config;
     cached.order = order->order;
     auto dc = s.buffer->dispatch(cached);
@@ -604,12 +665,17 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
     }
   }
 
+  return {};
+}
+
+// num_worst_tokens: padded outputs whose prefix is the normal result.
+Result<void> CaseRun::check_worst_tokens() {
   // num_worst_tokens: padded outputs whose prefix is the normal result.
   {
     EPKIT_TRY(poison(s, s.last_dispatch));
     auto order = make_order(s, c);
     if (!order) return order.error();
-    DispatchArgs worst = args;
+    ep::DispatchArgs worst = args;
     worst.num_worst_tokens = shape.num_tokens * s.ranks;
     worst.order = order->order;
     auto dw = s.buffer->dispatch(worst);
@@ -642,7 +708,25 @@ Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
                            topk, static_cast<int>(rows)));
     }
   }
-  return ck.first;
+  return {};
+}
+
+Result<cf::Verdict> run_case(Suite& s, const CaseSpec& c, int case_no) {
+  CaseRun r(s, c, case_no);
+  r.topk = r.shape.num_topk;
+  r.experts = r.shape.num_experts;
+  r.local = r.experts / s.ranks;
+  r.hidden = c.hidden;
+  EPKIT_TRY(r.make_case_inputs());
+  EPKIT_TRY(r.check_layout());
+  if (c.layout_only) return r.ck.first;
+  EPKIT_TRY(r.dispatch_twice());
+  EPKIT_TRY(r.check_counts());
+  EPKIT_TRY(r.check_rows());
+  EPKIT_TRY(r.check_combine());
+  EPKIT_TRY(r.check_cached_dispatch());
+  EPKIT_TRY(r.check_worst_tokens());
+  return r.ck.first;
 }
 
 Result<void> validate(const ConformanceOptions& o, int ranks) {
@@ -674,11 +758,12 @@ Result<void> validate(const ConformanceOptions& o, int ranks) {
 Result<void> validate_low_latency(const ConformanceOptions& o, int ranks) {
   const auto& s = o.shape;
   auto bad = [](std::string why) { return make_error(ErrorCode::invalid, std::move(why)); };
-  if (s.num_topk < 1 || s.num_topk > kernels::k_ll_max_topk || s.num_topk > s.num_experts)
+  const int max_topk = ep::testing::low_latency_max_topk();
+  if (s.num_topk < 1 || s.num_topk > max_topk || s.num_topk > s.num_experts)
     return bad(fmt::format("--topk {}: the low-latency mode takes 1..{} (and at most --experts)",
-                           s.num_topk, kernels::k_ll_max_topk));
-  auto region = lowlatency::region_for(s.num_tokens, s.hidden, ranks, s.num_experts);
-  if (!region) return bad(fmt::format("--mode low-latency: {}", region.error().message));
+                           s.num_topk, max_topk));
+  auto shape = ep::testing::check_low_latency_shape(s.num_tokens, s.hidden, ranks, s.num_experts);
+  if (!shape) return bad(fmt::format("--mode low-latency: {}", shape.error().message));
   return {};
 }
 
@@ -720,11 +805,11 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
   if (!comm) return comm.error();
   s.nccl = NcclContext{&session.api(), *comm, session.stream(), rank, ranks};
 
-  BufferOptions bo;
+  ep::BufferOptions bo;
   // The low-latency cases need no normal-mode rows, only the region.
   bo.max_tokens = low_latency ? 0 : options.shape.num_tokens;
   if (low_latency)
-    bo.low_latency_bytes = Buffer::low_latency_size_hint(
+    bo.low_latency_bytes = ep::Buffer::low_latency_size_hint(
         options.shape.num_tokens, options.shape.hidden, ranks, options.shape.num_experts);
   bo.max_hidden =
       std::max(options.shape.hidden,
@@ -746,7 +831,7 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
   }
   StoreBootstrap bootstrap(gpu.store(), rank, ranks, "ep/conf/buffer",
                            runtime::Millis(static_cast<std::int64_t>(options.timeout_s * 1000)));
-  auto buffer = Buffer::create(bootstrap, bo);
+  auto buffer = ep::Buffer::create(bootstrap, bo);
   if (!buffer) return buffer.error();
   s.buffer = buffer->get();
 
@@ -780,8 +865,8 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
     ll.seed = s.seed;
     ll.rank = rank;
     ll.ranks = ranks;
-    auto x = DeviceMemory::allocate(static_cast<std::size_t>(sh.num_experts) * sh.num_tokens *
-                                    sh.hidden * 2);
+    auto x = ep::DeviceMemory::allocate(static_cast<std::size_t>(sh.num_experts) * sh.num_tokens *
+                                        sh.hidden * 2);
     if (!x) return x.error();
     ll.combine_x = std::move(*x);
     ll_cases = low_latency_cases(options, ranks);
@@ -830,4 +915,4 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
   return report;
 }
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

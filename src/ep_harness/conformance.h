@@ -1,6 +1,6 @@
 // The EP conformance suite (`epkit test ep`): DeepEP V1's intranode test
 // contract (test_intranode.py) run against ep::Buffer, plus bitwise equality
-// with the NCCL reference path (ep/reference.h), run-to-run determinism,
+// with the NCCL reference path (ep_harness/reference.h), run-to-run determinism,
 // poisoned outputs and edge cases. Runs on every rank of a started GPU job.
 #pragma once
 
@@ -16,7 +16,7 @@
 #include "ep_harness/testdata.h"
 #include "runtime/gpu_rank.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 
 enum class ConformanceMode { normal, low_latency };
 
@@ -65,6 +65,6 @@ using LineFn = std::function<void(const std::string&)>;
 Result<ConformanceReport> run_conformance(runtime::GpuRank& rank, const ConformanceOptions& options,
                                           const LineFn& line);
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness
 
 #endif

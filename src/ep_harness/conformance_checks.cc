@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstring>
 
-namespace epkit::ep::conformance {
+namespace epkit::harness::conformance {
 namespace {
 
 // Where flat index i sits, for messages about [rows, cols] arrays.
@@ -373,4 +373,4 @@ Verdict check_combined_weights(const std::vector<float>& combined,
   return std::nullopt;
 }
 
-}  // namespace epkit::ep::conformance
+}  // namespace epkit::harness::conformance

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace epkit::ep::conformance {
+namespace epkit::harness::conformance {
 
 using Verdict = std::optional<std::string>;
 
@@ -136,4 +136,4 @@ Verdict check_combined_weights(const std::vector<float>& combined,
                                const std::vector<float>& weights,
                                const std::vector<std::int64_t>& idx, double limit);
 
-}  // namespace epkit::ep::conformance
+}  // namespace epkit::harness::conformance

@@ -1,6 +1,6 @@
 // An all-gather over the conformance suite's NCCL communicator: every rank's
 // `mine` (the same length on every rank), by rank. Both modes' suites share
-// it (conformance.cc, conformance_low_latency.cc).
+// it (conformance.cc, conformance/low_latency_run.cc).
 #pragma once
 
 #ifdef EPKIT_WITH_CUDA
@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "base/cuda_error.h"
-#include "ep/core/device_memory.h"
+#include "ep/testing.h"
 #include "ep_harness/reference.h"
 #include "runtime/nccl_session.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 
 template <typename T>
 Result<std::vector<T>> gather_all(runtime::NcclSession& session, const NcclContext& nccl,
@@ -23,9 +23,9 @@ Result<std::vector<T>> gather_all(runtime::NcclSession& session, const NcclConte
                                   const std::string& milestone, runtime::Deadline deadline) {
   std::vector<T> all(mine.size() * static_cast<std::size_t>(nccl.num_ranks));
   if (mine.empty()) return all;
-  auto send = DeviceMemory::allocate(mine.size() * sizeof(T));
+  auto send = ep::DeviceMemory::allocate(mine.size() * sizeof(T));
   if (!send) return send.error();
-  auto recv = DeviceMemory::allocate(all.size() * sizeof(T));
+  auto recv = ep::DeviceMemory::allocate(all.size() * sizeof(T));
   if (!recv) return recv.error();
   EPKIT_TRY(
       cuda_ok(cudaMemcpy(send->get(), mine.data(), mine.size() * sizeof(T), cudaMemcpyHostToDevice),
@@ -40,6 +40,6 @@ Result<std::vector<T>> gather_all(runtime::NcclSession& session, const NcclConte
   return all;
 }
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness
 
 #endif

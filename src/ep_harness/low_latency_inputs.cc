@@ -6,7 +6,7 @@
 
 #include "ep_harness/conformance_checks.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 namespace {
 
 // splitmix64: a counter-based stream, the same on every host.
@@ -80,4 +80,4 @@ LowLatencyInputs make_low_latency_inputs(const LowLatencyInputOptions& o) {
   return in;
 }
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

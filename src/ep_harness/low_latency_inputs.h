@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace epkit::ep {
+namespace epkit::harness {
 
 struct LowLatencyInputOptions {
   int num_tokens = 128;
@@ -35,4 +35,4 @@ constexpr int k_low_latency_rank_offset = 128;
 
 LowLatencyInputs make_low_latency_inputs(const LowLatencyInputOptions& options);
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

@@ -6,7 +6,7 @@
 #include <bit>
 #include <cmath>
 
-namespace epkit::ep::lowlatency_reference {
+namespace epkit::harness::low_latency_reference {
 namespace {
 
 namespace cf = conformance;
@@ -195,4 +195,4 @@ conformance::Verdict deepep_combine_check(const std::vector<float>& combined,
   return std::nullopt;
 }
 
-}  // namespace epkit::ep::lowlatency_reference
+}  // namespace epkit::harness::low_latency_reference

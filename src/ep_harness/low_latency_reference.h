@@ -11,7 +11,7 @@
 
 #include "ep_harness/conformance_checks.h"
 
-namespace epkit::ep::lowlatency_reference {
+namespace epkit::harness::low_latency_reference {
 
 /// FP8 E4M3 (no infinities, max 448) of v: round to nearest even,
 /// saturating at +-448 (what the GPU's satfinite conversion does).
@@ -79,4 +79,4 @@ conformance::Verdict deepep_combine_check(const std::vector<float>& combined,
                                           const std::vector<float>& topk_weights, int topk,
                                           int experts, int hidden, double limit);
 
-}  // namespace epkit::ep::lowlatency_reference
+}  // namespace epkit::harness::low_latency_reference

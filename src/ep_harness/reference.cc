@@ -13,7 +13,7 @@
 #include "ep_harness/reference_plan.h"
 #include "runtime/deadline.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 namespace {
 
 // Every wait on the stream or the communicator is bounded: a peer that never
@@ -80,11 +80,11 @@ Result<void> check_context(const NcclContext& c) {
 // A 2-D input the caller passed. A tensor of zero rows has no memory (data is
 // null) but keeps its column count, so that counts as given too: a rank with
 // no tokens must make the same calls as the others.
-bool given(const TensorView& v) {
+bool given(const ep::TensorView& v) {
   return v.data != nullptr || (v.ndim == 2 && v.shape[1] > 0);
 }
 
-Result<void> check_matrix(const TensorView& v, const char* name, std::int64_t rows,
+Result<void> check_matrix(const ep::TensorView& v, const char* name, std::int64_t rows,
                           std::int64_t cols) {
   if (v.ndim != 2 || v.rows() != rows || (cols >= 0 && v.cols() != cols))
     return make_error(ErrorCode::invalid,
@@ -96,9 +96,9 @@ Result<void> check_matrix(const TensorView& v, const char* name, std::int64_t ro
   return {};
 }
 
-Result<DeviceMemory> upload(const NcclContext& c, const void* host, std::size_t bytes,
-                            const std::string& what) {
-  auto mem = DeviceMemory::allocate(bytes);
+Result<ep::DeviceMemory> upload(const NcclContext& c, const void* host, std::size_t bytes,
+                                const std::string& what) {
+  auto mem = ep::DeviceMemory::allocate(bytes);
   if (!mem) return mem.error();
   if (bytes > 0)
     EPKIT_TRY(cuda_ok(cudaMemcpyAsync(mem->get(), host, bytes, cudaMemcpyHostToDevice, c.stream),
@@ -106,10 +106,10 @@ Result<DeviceMemory> upload(const NcclContext& c, const void* host, std::size_t 
   return mem;
 }
 
-std::vector<std::int64_t> as_int64(const std::vector<std::uint8_t>& bytes, DType dtype) {
+std::vector<std::int64_t> as_int64(const std::vector<std::uint8_t>& bytes, ep::DType dtype) {
   std::vector<std::int64_t> out(bytes.size() / dtype_size(dtype));
   for (std::size_t i = 0; i < out.size(); ++i) {
-    if (dtype == DType::int64) {
+    if (dtype == ep::DType::int64) {
       std::memcpy(&out[i], bytes.data() + i * 8, 8);
     } else {
       std::int32_t v = 0;
@@ -123,7 +123,7 @@ std::vector<std::int64_t> as_int64(const std::vector<std::uint8_t>& bytes, DType
 // to_host for any view. A one-row view's row stride is never used, but
 // to_host hands it to cudaMemcpy2D as the pitch (a column-major [1, n]
 // view has pitch 1 element, below the row width, which CUDA refuses).
-Result<std::vector<std::uint8_t>> copy_to_host(TensorView v) {
+Result<std::vector<std::uint8_t>> copy_to_host(ep::TensorView v) {
   if (v.ndim == 2 && v.rows() <= 1 && v.strides[1] == 1) v.strides[0] = v.cols();
   return to_host(v);
 }
@@ -134,7 +134,8 @@ Result<std::vector<int>> all_gather_ints(const NcclContext& c, const std::vector
   const std::size_t count = mine.size();
   auto send = upload(c, mine.data(), count * sizeof(int), what);
   if (!send) return send.error();
-  auto recv = DeviceMemory::allocate(count * static_cast<std::size_t>(c.num_ranks) * sizeof(int));
+  auto recv =
+      ep::DeviceMemory::allocate(count * static_cast<std::size_t>(c.num_ranks) * sizeof(int));
   if (!recv) return recv.error();
   EPKIT_TRY(settle(c,
                    c.api->all_gather(send->get(), recv->get(), count, ncclInt32, c.comm, c.stream),
@@ -204,9 +205,10 @@ Transfer combine_transfer(const DispatchPlan& p, std::size_t row_bytes) {
 
 // Sends packed rows (device memory, plan order) and returns the received
 // rows as a [received, cols] tensor.
-Result<DeviceTensor> exchange_rows(const NcclContext& c, const DispatchPlan& p, const void* packed,
-                                   DType dtype, std::int64_t cols, const std::string& what) {
-  auto out = DeviceTensor::uninitialised(dtype, p.num_recv_tokens, cols);
+Result<ep::DeviceTensor> exchange_rows(const NcclContext& c, const DispatchPlan& p,
+                                       const void* packed, ep::DType dtype, std::int64_t cols,
+                                       const std::string& what) {
+  auto out = ep::DeviceTensor::uninitialised(dtype, p.num_recv_tokens, cols);
   if (!out) return out;
   std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(dtype);
   EPKIT_TRY(exchange(c, packed, out->memory.get(), dispatch_transfer(p, row_bytes), what));
@@ -214,9 +216,10 @@ Result<DeviceTensor> exchange_rows(const NcclContext& c, const DispatchPlan& p, 
 }
 
 // The same from packed rows on the host.
-Result<DeviceTensor> exchange_host_rows(const NcclContext& c, const DispatchPlan& p,
-                                        const std::vector<std::uint8_t>& packed, DType dtype,
-                                        std::int64_t cols, const std::string& what) {
+Result<ep::DeviceTensor> exchange_host_rows(const NcclContext& c, const DispatchPlan& p,
+                                            const std::vector<std::uint8_t>& packed,
+                                            ep::DType dtype, std::int64_t cols,
+                                            const std::string& what) {
   auto dev = upload(c, packed.data(), packed.size(), what);
   if (!dev) return dev.error();
   return exchange_rows(c, p, dev->get(), dtype, cols, what);
@@ -257,7 +260,7 @@ struct LocalDispatch {
   std::vector<int> meta = std::vector<int>(m_count, 0);
 };
 
-Result<HostLayout> layout_from_rank_mask(const TensorView& is_token_in_rank, int tokens,
+Result<HostLayout> layout_from_rank_mask(const ep::TensorView& is_token_in_rank, int tokens,
                                          int num_experts, int num_ranks) {
   if (num_experts < 1 || num_experts % num_ranks != 0)
     return make_error(ErrorCode::invalid,
@@ -265,7 +268,7 @@ Result<HostLayout> layout_from_rank_mask(const TensorView& is_token_in_rank, int
                                   "ranks",
                                   num_experts, num_ranks));
   EPKIT_TRY(check_matrix(is_token_in_rank, "is_token_in_rank", tokens, num_ranks));
-  if (is_token_in_rank.dtype != DType::boolean)
+  if (is_token_in_rank.dtype != ep::DType::boolean)
     return make_error(ErrorCode::invalid, "reference_dispatch: is_token_in_rank is " +
                                               is_token_in_rank.describe() + ", expected bool");
   auto mask = copy_to_host(is_token_in_rank);
@@ -284,10 +287,10 @@ Result<HostLayout> layout_from_rank_mask(const TensorView& is_token_in_rank, int
   return l;
 }
 
-Result<LocalDispatch> inspect(const DispatchArgs& a, int num_experts, int num_ranks) {
+Result<LocalDispatch> inspect(const ep::DispatchArgs& a, int num_experts, int num_ranks) {
   LocalDispatch out;
-  const TensorView& x = a.x;
-  if (x.ndim != 2 || (x.dtype != DType::bf16 && x.dtype != DType::fp8_e4m3))
+  const ep::TensorView& x = a.x;
+  if (x.ndim != 2 || (x.dtype != ep::DType::bf16 && x.dtype != ep::DType::fp8_e4m3))
     return make_error(ErrorCode::invalid, "reference_dispatch: x is " + x.describe() +
                                               ", expected BF16 or FP8 E4M3 [tokens, hidden]");
   const std::int64_t tokens = x.rows();
@@ -302,7 +305,7 @@ Result<LocalDispatch> inspect(const DispatchArgs& a, int num_experts, int num_ra
   out.meta[m_hidden] = static_cast<int>(hidden);
   out.meta[m_x_dtype] = static_cast<int>(x.dtype);
   out.meta[m_num_experts] = num_experts;
-  if (x.dtype == DType::fp8_e4m3) {
+  if (x.dtype == ep::DType::fp8_e4m3) {
     if (hidden % 128 != 0)
       return make_error(
           ErrorCode::invalid,
@@ -310,7 +313,7 @@ Result<LocalDispatch> inspect(const DispatchArgs& a, int num_experts, int num_ra
     if (!given(a.x_scales))
       return make_error(ErrorCode::invalid, "reference_dispatch: FP8 x without x_scales");
     EPKIT_TRY(check_matrix(a.x_scales, "x_scales", tokens, hidden / 128));
-    if (a.x_scales.dtype != DType::fp32)
+    if (a.x_scales.dtype != ep::DType::fp32)
       return make_error(ErrorCode::invalid,
                         "reference_dispatch: x_scales is " + a.x_scales.describe() + ", not FP32");
     out.meta[m_has_scales] = 1;
@@ -318,8 +321,8 @@ Result<LocalDispatch> inspect(const DispatchArgs& a, int num_experts, int num_ra
     return make_error(ErrorCode::invalid, "reference_dispatch: x_scales given for BF16 x");
   }
   if (given(a.topk_idx)) {
-    const TensorView& ti = a.topk_idx;
-    if (ti.dtype != DType::int64 && ti.dtype != DType::int32)
+    const ep::TensorView& ti = a.topk_idx;
+    if (ti.dtype != ep::DType::int64 && ti.dtype != ep::DType::int32)
       return make_error(ErrorCode::invalid,
                         "reference_dispatch: topk_idx is " + ti.describe() + ", not int64/int32");
     EPKIT_TRY(check_matrix(ti, "topk_idx", tokens, -1));
@@ -342,8 +345,8 @@ Result<LocalDispatch> inspect(const DispatchArgs& a, int num_experts, int num_ra
     if (!layout) return layout.error();
     out.layout = std::move(*layout);
     if (given(a.num_tokens_per_expert)) {
-      const TensorView& ne = a.num_tokens_per_expert;
-      if (ne.dtype != DType::int32 || ne.numel() != num_experts || ne.data == nullptr)
+      const ep::TensorView& ne = a.num_tokens_per_expert;
+      if (ne.dtype != ep::DType::int32 || ne.numel() != num_experts || ne.data == nullptr)
         return make_error(ErrorCode::invalid, "reference_dispatch: num_tokens_per_expert is " +
                                                   ne.describe() +
                                                   fmt::format(", expected int32[{}]", num_experts));
@@ -361,7 +364,7 @@ Result<LocalDispatch> inspect(const DispatchArgs& a, int num_experts, int num_ra
     if (out.meta[m_has_topk] == 0)
       return make_error(ErrorCode::invalid, "reference_dispatch: topk_weights without topk_idx");
     EPKIT_TRY(check_matrix(a.topk_weights, "topk_weights", tokens, out.topk_n));
-    if (a.topk_weights.dtype != DType::fp32)
+    if (a.topk_weights.dtype != ep::DType::fp32)
       return make_error(ErrorCode::invalid, "reference_dispatch: topk_weights is " +
                                                 a.topk_weights.describe() + ", not FP32");
     out.meta[m_has_weights] = 1;
@@ -396,7 +399,7 @@ Result<void> check_agreement(const std::vector<int>& gathered, std::size_t strid
 
 }  // namespace
 
-Result<ReferenceDispatch> reference_dispatch(const NcclContext& c, const DispatchArgs& a,
+Result<ReferenceDispatch> reference_dispatch(const NcclContext& c, const ep::DispatchArgs& a,
                                              int num_experts) {
   EPKIT_TRY(check_context(c));
   const int me = c.rank;
@@ -437,12 +440,12 @@ Result<ReferenceDispatch> reference_dispatch(const NcclContext& c, const Dispatc
 
   // Token rows: packed on the device, then exchanged.
   {
-    const TensorView& x = a.x;
+    const ep::TensorView& x = a.x;
     const std::size_t row_bytes = static_cast<std::size_t>(x.cols()) * dtype_size(x.dtype);
     auto rows = upload(c, p.packed_token.data(), packed_rows * sizeof(int),
                        "reference_dispatch: packed token list");
     if (!rows) return rows.error();
-    auto packed = DeviceMemory::allocate(packed_rows * row_bytes);
+    auto packed = ep::DeviceMemory::allocate(packed_rows * row_bytes);
     if (!packed) return packed.error();
     const auto stride_bytes =
         static_cast<std::int64_t>(x.strides[0]) * static_cast<std::int64_t>(dtype_size(x.dtype));
@@ -465,7 +468,7 @@ Result<ReferenceDispatch> reference_dispatch(const NcclContext& c, const Dispatc
       std::memcpy(packed.data() + i * row_bytes,
                   scales->data() + static_cast<std::size_t>(p.packed_token[i]) * row_bytes,
                   row_bytes);
-    auto recv = exchange_host_rows(c, p, packed, DType::fp32, a.x_scales.cols(),
+    auto recv = exchange_host_rows(c, p, packed, ep::DType::fp32, a.x_scales.cols(),
                                    "reference_dispatch: x_scales");
     if (!recv) return recv.error();
     out.recv_x_scales = std::move(*recv);
@@ -473,7 +476,7 @@ Result<ReferenceDispatch> reference_dispatch(const NcclContext& c, const Dispatc
 
   if (local->meta[m_has_topk] != 0) {
     // Each packed row's indices as its destination's local experts.
-    const DType idx_type = a.topk_idx.dtype;
+    const ep::DType idx_type = a.topk_idx.dtype;
     const std::size_t idx_size = dtype_size(idx_type);
     std::vector<std::uint8_t> idx(packed_rows * static_cast<std::size_t>(topk_n) * idx_size);
     // Weights go with their index: 0 where the destination sees -1.
@@ -497,7 +500,7 @@ Result<ReferenceDispatch> reference_dispatch(const NcclContext& c, const Dispatc
           const std::size_t dst = static_cast<std::size_t>(i) * static_cast<std::size_t>(topk_n) +
                                   static_cast<std::size_t>(k);
           std::int64_t local_e = to_local_expert(local->topk[src], r, experts_per_rank);
-          if (idx_type == DType::int64) {
+          if (idx_type == ep::DType::int64) {
             std::memcpy(idx.data() + dst * 8, &local_e, 8);
           } else {
             auto v = static_cast<std::int32_t>(local_e);
@@ -513,8 +516,8 @@ Result<ReferenceDispatch> reference_dispatch(const NcclContext& c, const Dispatc
     if (has_weights) {
       std::vector<std::uint8_t> bytes(packed_weights.size() * sizeof(float));
       if (!bytes.empty()) std::memcpy(bytes.data(), packed_weights.data(), bytes.size());
-      auto recv_w =
-          exchange_host_rows(c, p, bytes, DType::fp32, topk_n, "reference_dispatch: topk_weights");
+      auto recv_w = exchange_host_rows(c, p, bytes, ep::DType::fp32, topk_n,
+                                       "reference_dispatch: topk_weights");
       if (!recv_w) return recv_w.error();
       out.recv_topk_weights = std::move(*recv_w);
     }
@@ -523,11 +526,11 @@ Result<ReferenceDispatch> reference_dispatch(const NcclContext& c, const Dispatc
   {
     std::vector<std::uint8_t> src(packed_rows * sizeof(std::int32_t));
     if (!src.empty()) std::memcpy(src.data(), p.packed_token.data(), src.size());
-    auto recv = exchange_host_rows(c, p, src, DType::int32, 1, "reference_dispatch: src_idx");
+    auto recv = exchange_host_rows(c, p, src, ep::DType::int32, 1, "reference_dispatch: src_idx");
     if (!recv) return recv.error();
     out.recv_src_idx = std::move(*recv);
     out.recv_src_idx.view =
-        TensorView::vector(out.recv_src_idx.memory.get(), DType::int32, p.num_recv_tokens);
+        ep::TensorView::vector(out.recv_src_idx.memory.get(), ep::DType::int32, p.num_recv_tokens);
   }
 
   // Per local expert counts.
@@ -558,8 +561,9 @@ Result<ReferenceDispatch> reference_dispatch(const NcclContext& c, const Dispatc
 }
 
 Result<ReferenceCombine> reference_combine(const NcclContext& c, const ReferenceDispatch& d,
-                                           const TensorView& x, const TensorView& topk_weights,
-                                           const std::array<TensorView, 2>& bias) {
+                                           const ep::TensorView& x,
+                                           const ep::TensorView& topk_weights,
+                                           const std::array<ep::TensorView, 2>& bias) {
   EPKIT_TRY(check_context(c));
   const int me = c.rank;
   const int n = c.num_ranks;
@@ -567,7 +571,7 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
 
   // Local checks; as in dispatch, every rank joins the all-gather.
   auto check = [&]() -> Result<void> {
-    if (x.ndim != 2 || x.dtype != DType::bf16)
+    if (x.ndim != 2 || x.dtype != ep::DType::bf16)
       return make_error(ErrorCode::invalid, "reference_combine: x is " + x.describe() +
                                                 ", expected BF16 [received, hidden]");
     EPKIT_TRY(check_matrix(x, "x", d.num_recv_tokens, -1));
@@ -575,7 +579,7 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
       return make_error(ErrorCode::invalid, "reference_combine: x's rows are not contiguous");
     if (given(topk_weights)) {
       EPKIT_TRY(check_matrix(topk_weights, "topk_weights", d.num_recv_tokens, -1));
-      if (topk_weights.dtype != DType::fp32)
+      if (topk_weights.dtype != ep::DType::fp32)
         return make_error(ErrorCode::invalid, "reference_combine: topk_weights is " +
                                                   topk_weights.describe() + ", not FP32");
     }
@@ -584,8 +588,8 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
                         fmt::format("reference_combine: the dispatch spans {} ranks, the "
                                     "communicator {}",
                                     d.layout.num_ranks, n));
-    for (const TensorView& b : bias)
-      if (given(b) && (b.dtype != DType::bf16 || b.ndim != 2 || b.cols() != x.cols() ||
+    for (const ep::TensorView& b : bias)
+      if (given(b) && (b.dtype != ep::DType::bf16 || b.ndim != 2 || b.cols() != x.cols() ||
                        !b.row_major() || (b.rows() > 1 && b.strides[0] != b.cols())))
         return make_error(ErrorCode::invalid, "reference_combine: bias " + b.describe() +
                                                   " must be a contiguous BF16 [tokens, hidden]");
@@ -621,10 +625,10 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
     const std::int64_t hidden = x.cols();
     const std::size_t row_bytes = static_cast<std::size_t>(hidden) * sizeof(std::uint16_t);
     // The rows go back contiguous; a strided x is packed first.
-    DeviceMemory dense;
+    ep::DeviceMemory dense;
     const void* send = x.data;
     if (x.rows() > 1 && x.strides[0] != hidden) {
-      auto mem = DeviceMemory::allocate(static_cast<std::size_t>(x.rows()) * row_bytes);
+      auto mem = ep::DeviceMemory::allocate(static_cast<std::size_t>(x.rows()) * row_bytes);
       if (!mem) return mem.error();
       dense = std::move(*mem);
       EPKIT_TRY(
@@ -635,11 +639,11 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
                   "reference_combine: packing x"));
       send = dense.get();
     }
-    auto back = DeviceMemory::allocate(packed_rows * row_bytes);
+    auto back = ep::DeviceMemory::allocate(packed_rows * row_bytes);
     if (!back) return back.error();
     EPKIT_TRY(
         exchange(c, send, back->get(), combine_transfer(p, row_bytes), "reference_combine: x"));
-    auto combined = DeviceTensor::uninitialised(DType::bf16, tokens, hidden);
+    auto combined = ep::DeviceTensor::uninitialised(ep::DType::bf16, tokens, hidden);
     if (!combined) return combined.error();
     EPKIT_TRY(cuda_ok(
         kernels::reference_combine_bf16(combined->memory.get(), back->get(), packed_row, tokens, n,
@@ -658,11 +662,11 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
     if (!w) return w.error();
     auto send = upload(c, w->data(), w->size(), "reference_combine: topk_weights");
     if (!send) return send.error();
-    auto back = DeviceMemory::allocate(packed_rows * row_bytes);
+    auto back = ep::DeviceMemory::allocate(packed_rows * row_bytes);
     if (!back) return back.error();
     EPKIT_TRY(exchange(c, send->get(), back->get(), combine_transfer(p, row_bytes),
                        "reference_combine: topk_weights"));
-    auto combined = DeviceTensor::uninitialised(DType::fp32, tokens, topk_n);
+    auto combined = ep::DeviceTensor::uninitialised(ep::DType::fp32, tokens, topk_n);
     if (!combined) return combined.error();
     EPKIT_TRY(cuda_ok(
         kernels::reference_combine_fp32(static_cast<float*>(combined->memory.get()),
@@ -675,4 +679,4 @@ Result<ReferenceCombine> reference_combine(const NcclContext& c, const Reference
   return out;
 }
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

@@ -9,30 +9,17 @@
 // engine's forwarders and final reduce do.
 #pragma once
 
-#include <array>
 #include <epkit/ep.h>
 #include <epkit/result.h>
 
+#include <array>
 #include <vector>
 
-#include "ep/core/device_memory.h"
+#include "ep/testing.h"
+#include "ep_harness/reference_plan.h"  // HostLayout, host_layout
 #include "host/dl/nccl.h"
 
-namespace epkit::ep {
-
-/// The routing computed on the host from a host copy of topk_idx.
-struct HostLayout {
-  int num_tokens = 0;
-  int num_ranks = 0;
-  int num_experts = 0;
-  std::vector<int> num_tokens_per_rank;        // [ranks]
-  std::vector<int> num_tokens_per_expert;      // [experts]
-  std::vector<std::uint8_t> is_token_in_rank;  // [tokens * ranks], 0 or 1
-};
-
-/// topk: tokens * topk indices (-1 = none), experts split evenly over ranks.
-Result<HostLayout> host_layout(const std::vector<std::int64_t>& topk, int num_tokens, int topk_n,
-                               int num_experts, int num_ranks);
+namespace epkit::harness {
 
 struct NcclContext {
   const host::dl::NcclApi* api = nullptr;
@@ -51,30 +38,31 @@ struct ReferenceDispatch {
   std::vector<int> send_row;            // [tokens * ranks], -1 = not sent
   int num_recv_tokens = 0;
   std::vector<int> num_recv_tokens_per_expert;  // aligned, as DispatchResult's
-  DeviceTensor recv_x;
-  DeviceTensor recv_x_scales;      // FP8 only, row-major
-  DeviceTensor recv_topk_idx;      // when topk was given; same dtype as the input
-  DeviceTensor recv_topk_weights;  // when weights were given
-  DeviceTensor recv_src_idx;       // int32
+  ep::DeviceTensor recv_x;
+  ep::DeviceTensor recv_x_scales;      // FP8 only, row-major
+  ep::DeviceTensor recv_topk_idx;      // when topk was given; same dtype as the input
+  ep::DeviceTensor recv_topk_weights;  // when weights were given
+  ep::DeviceTensor recv_src_idx;       // int32
 };
 
 /// Uses args.x, x_scales, topk_idx, topk_weights and expert_alignment
 /// (layout tensors, handle, num_worst_tokens and config are ignored).
 /// Collective over the communicator; synchronous.
-Result<ReferenceDispatch> reference_dispatch(const NcclContext& nccl, const DispatchArgs& args,
+Result<ReferenceDispatch> reference_dispatch(const NcclContext& nccl, const ep::DispatchArgs& args,
                                              int num_experts);
 
 struct ReferenceCombine {
-  DeviceTensor combined_x;             // BF16 [tokens, hidden]
-  DeviceTensor combined_topk_weights;  // FP32 [tokens, topk], when weights were given
+  ep::DeviceTensor combined_x;             // BF16 [tokens, hidden]
+  ep::DeviceTensor combined_topk_weights;  // FP32 [tokens, topk], when weights were given
 };
 
 /// x: BF16 [dispatch.num_recv_tokens, hidden] in receive order.
 /// `bias`: optional BF16 [tokens, hidden] (this rank's tokens), contiguous,
 /// as CombineArgs::bias.
 Result<ReferenceCombine> reference_combine(const NcclContext& nccl,
-                                           const ReferenceDispatch& dispatch, const TensorView& x,
-                                           const TensorView& topk_weights,
-                                           const std::array<TensorView, 2>& bias = {});
+                                           const ReferenceDispatch& dispatch,
+                                           const ep::TensorView& x,
+                                           const ep::TensorView& topk_weights,
+                                           const std::array<ep::TensorView, 2>& bias = {});
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

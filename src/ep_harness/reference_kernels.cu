@@ -4,7 +4,7 @@
 
 #include "ep_harness/reference_kernels.h"
 
-namespace epkit::ep::kernels {
+namespace epkit::harness::kernels {
 namespace {
 
 constexpr int k_threads = 256;
@@ -136,4 +136,4 @@ cudaError_t reference_combine_fp32(float* out, const float* recv, const int* pac
   return cudaGetLastError();
 }
 
-}  // namespace epkit::ep::kernels
+}  // namespace epkit::harness::kernels

@@ -1,4 +1,4 @@
-// Device pieces of the reference path (ep/reference.h): packing rows for
+// Device pieces of the reference path (ep_harness/reference.h): packing rows for
 // NCCL and summing the rows combine brings back. Kept apart from the engine's
 // kernels so that the two share no code.
 #pragma once
@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace epkit::ep::kernels {
+namespace epkit::harness::kernels {
 
 /// dst row i (rows packed, row_bytes each) = src row rows[i], where src rows
 /// start src_stride_bytes apart. `rows` is a device array of num_rows.
@@ -33,6 +33,6 @@ cudaError_t reference_combine_bf16(void* out, const void* recv, const int* packe
 cudaError_t reference_combine_fp32(float* out, const float* recv, const int* packed_row, int tokens,
                                    int ranks, int ranks_per_node, int cols, cudaStream_t stream);
 
-}  // namespace epkit::ep::kernels
+}  // namespace epkit::harness::kernels
 
 #endif

@@ -1,4 +1,4 @@
-// host_layout (reference.h) and the reference path's bookkeeping
+// host_layout (reference_plan.h) and the reference path's bookkeeping
 // (reference_plan.h): pure host code.
 #include "ep_harness/reference_plan.h"
 
@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-namespace epkit::ep {
+namespace epkit::harness {
 namespace {
 
 std::size_t at(int i, int j, int cols) {
@@ -167,4 +167,4 @@ std::vector<int> count_recv_per_expert(const std::vector<std::int64_t>& recv_top
   return out;
 }
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

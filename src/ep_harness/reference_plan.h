@@ -8,9 +8,21 @@
 #include <cstdint>
 #include <vector>
 
-#include "ep_harness/reference.h"
+namespace epkit::harness {
 
-namespace epkit::ep {
+/// The routing computed on the host from a host copy of topk_idx.
+struct HostLayout {
+  int num_tokens = 0;
+  int num_ranks = 0;
+  int num_experts = 0;
+  std::vector<int> num_tokens_per_rank;        // [ranks]
+  std::vector<int> num_tokens_per_expert;      // [experts]
+  std::vector<std::uint8_t> is_token_in_rank;  // [tokens * ranks], 0 or 1
+};
+
+/// topk: tokens * topk indices (-1 = none), experts split evenly over ranks.
+Result<HostLayout> host_layout(const std::vector<std::int64_t>& topk, int num_tokens, int topk_n,
+                               int num_experts, int num_ranks);
 
 /// One rank's side of a dispatch (and, reversed, of its combine).
 ///
@@ -60,4 +72,4 @@ std::int64_t to_local_expert(std::int64_t idx, int rank, int experts_per_rank);
 std::vector<int> count_recv_per_expert(const std::vector<std::int64_t>& recv_topk, int rows,
                                        int topk_n, int local_experts, int alignment);
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

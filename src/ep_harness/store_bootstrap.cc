@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-namespace epkit::ep {
+namespace epkit::harness {
 
 StoreBootstrap::StoreBootstrap(runtime::Store& store, int rank, int world_size, std::string prefix,
                                runtime::Millis timeout)
@@ -26,4 +26,4 @@ Result<std::vector<std::string>> StoreBootstrap::all_gather(const std::string& m
   return all;
 }
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

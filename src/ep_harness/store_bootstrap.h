@@ -9,9 +9,9 @@
 #include "runtime/deadline.h"
 #include "runtime/store.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 
-class StoreBootstrap final : public Bootstrap {
+class StoreBootstrap final : public ep::Bootstrap {
  public:
   /// Keys are "<prefix>/<n>/<rank>", n counting the all_gathers, so one
   /// store serves several Buffers if they are made in the same order.
@@ -30,4 +30,4 @@ class StoreBootstrap final : public Bootstrap {
   int m_calls = 0;
 };
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

@@ -12,7 +12,7 @@
 #include "ep_harness/testdata_kernels.h"
 #include "ep_harness/testdata_routing.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 namespace {
 
 // Tags of the independent draw streams: changing the mask share leaves the
@@ -126,7 +126,7 @@ Result<TestInputs> make_test_inputs(const TestInputOptions& o, cudaStream_t stre
   const std::int64_t groups = hidden / 128;
 
   TestInputs in;
-  auto x = DeviceTensor::uninitialised(DType::bf16, tokens, hidden);
+  auto x = ep::DeviceTensor::uninitialised(ep::DType::bf16, tokens, hidden);
   if (!x) return x.error();
   in.x = std::move(*x);
   if (o.kind == XKind::rank_constant) {
@@ -140,15 +140,16 @@ Result<TestInputs> make_test_inputs(const TestInputOptions& o, cudaStream_t stre
         "test inputs: filling x"));
   }
 
-  auto fp8 = DeviceTensor::uninitialised(DType::fp8_e4m3, tokens, hidden);
+  auto fp8 = ep::DeviceTensor::uninitialised(ep::DType::fp8_e4m3, tokens, hidden);
   if (!fp8) return fp8.error();
   in.x_fp8 = std::move(*fp8);
-  auto scales = DeviceMemory::allocate(static_cast<std::size_t>(tokens * groups) * sizeof(float));
+  auto scales =
+      ep::DeviceMemory::allocate(static_cast<std::size_t>(tokens * groups) * sizeof(float));
   if (!scales) return scales.error();
   in.x_scales.memory = std::move(*scales);
   // Both views say column-major: the memory is DeepEP's `s.T.contiguous().T`.
   in.x_scales.view =
-      TensorView::column_major(in.x_scales.memory.get(), DType::fp32, tokens, groups);
+      ep::TensorView::column_major(in.x_scales.memory.get(), ep::DType::fp32, tokens, groups);
   in.x_scales_view = in.x_scales.view;
   EPKIT_TRY(cuda_ok(
       kernels::testdata_cast_fp8(in.x.memory.get(), in.x_fp8.memory.get(),
@@ -158,14 +159,15 @@ Result<TestInputs> make_test_inputs(const TestInputOptions& o, cudaStream_t stre
 
   // from_host copies synchronously on the legacy stream: done when it returns.
   std::vector<std::int32_t> idx32(routing->topk_idx.begin(), routing->topk_idx.end());
-  auto topk = DeviceTensor::from_host(DType::int64, tokens, s.num_topk, routing->topk_idx.data());
+  auto topk =
+      ep::DeviceTensor::from_host(ep::DType::int64, tokens, s.num_topk, routing->topk_idx.data());
   if (!topk) return topk.error();
   in.topk_idx = std::move(*topk);
-  auto topk32 = DeviceTensor::from_host(DType::int32, tokens, s.num_topk, idx32.data());
+  auto topk32 = ep::DeviceTensor::from_host(ep::DType::int32, tokens, s.num_topk, idx32.data());
   if (!topk32) return topk32.error();
   in.topk_idx32 = std::move(*topk32);
-  auto weights =
-      DeviceTensor::from_host(DType::fp32, tokens, s.num_topk, routing->topk_weights.data());
+  auto weights = ep::DeviceTensor::from_host(ep::DType::fp32, tokens, s.num_topk,
+                                             routing->topk_weights.data());
   if (!weights) return weights.error();
   in.topk_weights = std::move(*weights);
 
@@ -174,4 +176,4 @@ Result<TestInputs> make_test_inputs(const TestInputOptions& o, cudaStream_t stre
   return in;
 }
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

@@ -5,7 +5,7 @@
 
 #include "ep_harness/testdata_kernels.h"
 
-namespace epkit::ep::kernels {
+namespace epkit::harness::kernels {
 namespace {
 
 constexpr int k_threads = 256;
@@ -104,4 +104,4 @@ cudaError_t testdata_cast_fp8(const void* x, void* x_fp8, float* scales, int tok
   return cudaGetLastError();
 }
 
-}  // namespace epkit::ep::kernels
+}  // namespace epkit::harness::kernels

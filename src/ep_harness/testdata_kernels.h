@@ -1,4 +1,4 @@
-// Device generators of the test inputs (ep/testdata.h): every value is a
+// Device generators of the test inputs (ep_harness/testdata.h): every value is a
 // function of (key, index), so any rank can make any rank's data again.
 #pragma once
 
@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace epkit::ep::kernels {
+namespace epkit::harness::kernels {
 
 /// x[i] = BF16 of a N(0, 1) draw from (key, i): splitmix64 of the counter,
 /// Box-Muller on two 24-bit uniforms. count elements.
@@ -26,6 +26,6 @@ cudaError_t testdata_fill_constant_bf16(void* x, std::int64_t count, float value
 cudaError_t testdata_cast_fp8(const void* x, void* x_fp8, float* scales, int tokens, int hidden,
                               cudaStream_t stream);
 
-}  // namespace epkit::ep::kernels
+}  // namespace epkit::harness::kernels
 
 #endif

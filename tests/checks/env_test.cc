@@ -3,7 +3,7 @@
 #include <set>
 
 #include "checks/check_fixture.h"
-#include "checks/known_vars.h"
+#include "env/known_vars.h"
 #include "topo/probe.h"
 #include "util/text.h"
 
@@ -23,35 +23,35 @@ TEST(KnownVars, EditDistance) {
 }
 
 TEST(KnownVars, NearestNameStaysInItsFamily) {
-  auto near = nearest_known("NVSHMEM_DISABLED_GDRCOPY");
+  auto near = env::nearest_known("NVSHMEM_DISABLED_GDRCOPY");
   EXPECT_EQ(near.name, "NVSHMEM_DISABLE_GDRCOPY");
   EXPECT_EQ(near.distance, 1u);
-  EXPECT_EQ(nearest_known("NCCL_SOCKET_IFNAM").name, "NCCL_SOCKET_IFNAME");
-  EXPECT_TRUE(nearest_known("CUDA_HOME").name.empty());
+  EXPECT_EQ(env::nearest_known("NCCL_SOCKET_IFNAM").name, "NCCL_SOCKET_IFNAME");
+  EXPECT_TRUE(env::nearest_known("CUDA_HOME").name.empty());
 }
 
 TEST(KnownVars, WhoReads) {
-  EXPECT_EQ(who_reads("NCCL_IB_HCA"), "NCCL");
-  EXPECT_EQ(who_reads("NVSHMEM_IBGDA_NIC_HANDLER"), "NVSHMEM");
-  EXPECT_TRUE(who_reads("NCCL_GIB_ANYTHING").has_value());
-  EXPECT_TRUE(who_reads("NCCL_TUNER_CONFIG_PATH").has_value());
-  EXPECT_TRUE(who_reads("NCCL_ASYNC_ERROR_HANDLING").has_value());
-  EXPECT_TRUE(who_reads("NVSHMEM_USE_GDRCOPY").has_value());
-  EXPECT_FALSE(who_reads("NVSHMEM_DISABLED_GDRCOPY").has_value());
-  EXPECT_FALSE(who_reads("NCCL_IB_HCAS").has_value());
+  EXPECT_EQ(env::who_reads("NCCL_IB_HCA"), "NCCL");
+  EXPECT_EQ(env::who_reads("NVSHMEM_IBGDA_NIC_HANDLER"), "NVSHMEM");
+  EXPECT_TRUE(env::who_reads("NCCL_GIB_ANYTHING").has_value());
+  EXPECT_TRUE(env::who_reads("NCCL_TUNER_CONFIG_PATH").has_value());
+  EXPECT_TRUE(env::who_reads("NCCL_ASYNC_ERROR_HANDLING").has_value());
+  EXPECT_TRUE(env::who_reads("NVSHMEM_USE_GDRCOPY").has_value());
+  EXPECT_FALSE(env::who_reads("NVSHMEM_DISABLED_GDRCOPY").has_value());
+  EXPECT_FALSE(env::who_reads("NCCL_IB_HCAS").has_value());
 }
 
 TEST(KnownVars, ListsHaveNoDuplicatesAndRightPrefixes) {
   std::set<std::string_view> seen;
-  for (auto name : known_nccl_vars()) {
+  for (auto name : env::known_nccl_vars()) {
     EXPECT_TRUE(name.starts_with("NCCL_")) << name;
     EXPECT_TRUE(seen.insert(name).second) << name;
   }
-  for (auto name : known_nvshmem_vars()) {
+  for (auto name : env::known_nvshmem_vars()) {
     EXPECT_TRUE(name.starts_with("NVSHMEM_")) << name;
     EXPECT_TRUE(seen.insert(name).second) << name;
   }
-  for (const auto& other : known_other_vars()) EXPECT_TRUE(seen.insert(other.name).second);
+  for (const auto& other : env::known_other_vars()) EXPECT_TRUE(seen.insert(other.name).second);
 }
 
 TEST(EnvPaths, MissingHomesFailAsInTheGkeCase) {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "checks/known_vars.h"
+#include "env/known_vars.h"
 
 namespace epkit::env {
 namespace {
@@ -30,7 +30,7 @@ TEST(VarTable, EveryLibraryNameIsKnownToTheDoctor) {
   for (const auto& spec : var_table()) {
     std::string_view name = spec.name;
     if (!name.starts_with("NCCL_") && !name.starts_with("NVSHMEM_")) continue;
-    EXPECT_TRUE(checks::who_reads(name).has_value()) << name;
+    EXPECT_TRUE(who_reads(name).has_value()) << name;
   }
 }
 

@@ -1,5 +1,5 @@
 // The engine's argument refusals, one test per message: the check functions
-// the launchers call (src/ep/{intranode,internode,lowlatency}/checks.h), fed
+// the launchers call (src/ep/{intranode,internode,low_latency}/checks.h), fed
 // crafted arguments on the CPU. Each test starts from arguments the checks
 // accept and breaks one thing, so a refusal that goes missing (or starts
 // refusing good calls) shows here, not on a GPU.
@@ -13,7 +13,7 @@
 
 #include "ep/internode/checks.h"
 #include "ep/intranode/checks.h"
-#include "ep/lowlatency/checks.h"
+#include "ep/low_latency/checks.h"
 
 namespace epkit::ep {
 namespace {
@@ -191,7 +191,7 @@ TEST(DispatchChecks, XDType) {
   EXPECT_EQ(dispatch_refusal(a), "dispatch: x is fp32[16, 256], expected bf16 or fp8_e4m3");
 }
 
-// check_rows (core/buffer.cc), reached through dispatch's x and combine's x.
+// check_rows (src/ep/intranode/buffer.cc), reached through dispatch's x and combine's x.
 TEST(DispatchChecks, XMissing) {
   DispatchArgs a = good_dispatch();
   a.x = TensorView{};

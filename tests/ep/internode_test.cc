@@ -6,7 +6,7 @@
 #include <epkit/ep.h>
 #include <gtest/gtest.h>
 
-#include "ep/internode/buffer_internode.h"
+#include "ep/internode/buffer.h"
 
 namespace epkit::ep {
 namespace {

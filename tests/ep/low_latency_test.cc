@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "ep/lowlatency/region.h"
+#include "ep/low_latency/region.h"
 
 namespace epkit::ep {
 namespace {
@@ -40,7 +40,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> arrays(const k::LowLatencyReg
 
 TEST(LowLatencyRegion, ArraysAreAlignedDisjointAndAfterTheHeader) {
   for (int ranks : {1, 2, 3, 4, 8}) {
-    auto r = lowlatency::region_for(128, 7168, ranks, 24 * ranks);
+    auto r = low_latency::region_for(128, 7168, ranks, 24 * ranks);
     ASSERT_TRUE(r.ok()) << r.error().message;
     EXPECT_EQ(r->local_experts, 24);
     EXPECT_EQ(r->rows_per_expert, 128 * ranks);
@@ -59,14 +59,14 @@ TEST(LowLatencyRegion, ArraysAreAlignedDisjointAndAfterTheHeader) {
 }
 
 TEST(LowLatencyRegion, CastRowsStayAlignedForSmallHidden) {
-  auto r = lowlatency::region_for(4, 128, 2, 2);
+  auto r = low_latency::region_for(4, 128, 2, 2);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->cast_row_bytes, 144);  // 128 FP8 bytes + one scale, rounded up to 16
 }
 
 TEST(LowLatencyRegion, RefusesShapesItCannotPlace) {
   auto why = [](int tokens, int hidden, int ranks, int experts) {
-    auto r = lowlatency::region_for(tokens, hidden, ranks, experts);
+    auto r = low_latency::region_for(tokens, hidden, ranks, experts);
     return r.ok() ? std::string() : r.error().message;
   };
   EXPECT_NE(why(0, 7168, 2, 288).find("num_max_dispatch_tokens_per_rank = 0"), std::string::npos);

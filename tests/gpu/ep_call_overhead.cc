@@ -19,7 +19,7 @@
 #include <random>
 #include <vector>
 
-#include "ep/core/device_memory.h"
+#include "ep/testing.h"
 #include "ep_harness/store_bootstrap.h"
 #include "forked_ranks.h"
 #include "runtime/socket.h"
@@ -50,7 +50,7 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   cudaSetDevice(rank % gpus);
   auto session = test::join_forked_store(rank, ranks, port, "overhead");
   if (!session) return 2;
-  ep::StoreBootstrap boot(session->store, rank, ranks, "ep", 20s);
+  harness::StoreBootstrap boot(session->store, rank, ranks, "ep", 20s);
   ep::BufferOptions bo;
   bo.max_tokens = std::max(tokens, 128);
   constexpr int ll_max_tokens = 128;

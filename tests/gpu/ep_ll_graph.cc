@@ -20,7 +20,7 @@
 #include <random>
 #include <vector>
 
-#include "ep/core/device_memory.h"
+#include "ep/testing.h"
 #include "ep_harness/store_bootstrap.h"
 #include "forked_ranks.h"
 
@@ -230,7 +230,7 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, const Shape& s)
     std::fprintf(stderr, "store: %s\n", session.error().message.c_str());
     return 2;
   }
-  ep::StoreBootstrap boot(session->store, rank, ranks, "ep", 20s);
+  harness::StoreBootstrap boot(session->store, rank, ranks, "ep", 20s);
   ep::BufferOptions bo;
   bo.max_tokens = 0;
   bo.max_hidden = s.hidden;

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "ep/core/device_memory.h"
+#include "ep/testing.h"
 #include "ep_ceiling.h"
 #include "ep_harness/store_bootstrap.h"
 #include "forked_ranks.h"
@@ -78,7 +78,7 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
     std::fprintf(stderr, "store: %s\n", session.error().message.c_str());
     return 2;
   }
-  ep::StoreBootstrap boot(session->store, rank, ranks, "ep", 20s);
+  harness::StoreBootstrap boot(session->store, rank, ranks, "ep", 20s);
   ep::BufferOptions bo;
   bo.max_tokens = tokens;
   bo.max_hidden = hidden;
@@ -229,7 +229,8 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
       auto v = ncols == 0 ? ep::TensorView::vector(at, dtype, nrows)
                           : ep::TensorView::matrix(at, dtype, nrows, ncols);
       at += (static_cast<std::size_t>(nrows) * (ncols == 0 ? 1 : ncols) * ep::dtype_size(dtype) +
-             255) / 256 * 256;
+             255) /
+            256 * 256;
       return v;
     };
     auto pm_out = ep::DeviceTensor::zeros(ep::DType::int32, ranks, ranks);

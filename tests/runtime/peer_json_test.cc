@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "bench/ep_bench_ll.h"
+#include "bench/ep_bench_low_latency.h"
 #include "cli/commands/test/peer_results.h"
 #include "runtime/facts.h"
 
@@ -101,9 +101,9 @@ TEST(PeerJson, TestResultsFromPeersAreCheckedFieldByField) {
 }
 
 TEST(PeerJson, BenchEpLowLatencyTimesWithWrongTypesAreRefused) {
-  bench::EpLlRun run;
+  bench::EpLowLatencyRun run;
   auto j = bench::to_json(run);
-  bench::EpLlRun back;
+  bench::EpLowLatencyRun back;
   ASSERT_TRUE(bench::from_json(j, back));
   j["dispatch_bytes"] = "many";
   EXPECT_NO_THROW(EXPECT_FALSE(bench::from_json(j, back)));

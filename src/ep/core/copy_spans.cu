@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ep/core/buffer_impl.h"
+#include "ep/core/buffer_parts.h"
 
 namespace epkit::ep {
 namespace kernels {

@@ -138,4 +138,29 @@ struct PeerNotifyParams {
 };
 cudaError_t launch_notify_peers(const PeerNotifyParams& p, cudaStream_t stream);
 
+// The low-latency region's header and its wait codes: every heap holds the
+// region (HeapLayout::low_latency) and the mailbox reports its timeouts, so
+// the Buffer that owns the heap reads them without the mode's kernels.
+/// The start of a rank's low-latency region. The first part only the owner
+/// touches; the flags are written by the source rank whose index they carry.
+struct alignas(256) LowLatencyHeader {
+  std::uint64_t epoch;         // the last operation's epoch (advanced by its send)
+  std::uint64_t op_epoch[2];   // epoch of the last operation on each buffer
+  std::uint32_t grid_counter;  // blocks of the running send that finished
+  std::uint32_t reserved0;
+  std::uint64_t dispatch_epoch[2];  // epoch of the last dispatch on each buffer
+  std::uint64_t reserved[2];
+  std::uint64_t count_flag[2][k_max_ranks];     // source's counts row is in
+  std::uint64_t dispatch_flag[2][k_max_ranks];  // source's dispatch rows are in
+  std::uint64_t combine_flag[2][k_max_ranks];   // source's combine rows are in
+};
+
+/// Values of Mailbox::error_value with k_timeout_low_latency: what the
+/// kernel waited for.
+enum LowLatencyWait : std::int32_t {
+  k_ll_wait_counts = 1,
+  k_ll_wait_dispatch = 2,
+  k_ll_wait_combine = 3,
+};
+
 }  // namespace epkit::ep::kernels

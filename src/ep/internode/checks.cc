@@ -1,5 +1,5 @@
 // The internode Buffer's argument checks (see checks.h): moved out of
-// buffer_internode.cc's init, internode_dispatch.cc and internode_combine.cc
+// buffer.cc's init, buffer_dispatch.cc and buffer_combine.cc
 // so that tests/ep/argument_checks_test.cc reaches each refusal without a GPU.
 #include "ep/internode/checks.h"
 #include "ep/intranode/checks.h"

@@ -5,7 +5,7 @@
 
 #include <epkit/ep.h>
 
-#include "ep/internode/buffer_internode.h"
+#include "ep/internode/buffer.h"
 
 namespace epkit::ep {
 

@@ -3,7 +3,7 @@
 // them.
 #include <fmt/format.h>
 
-#include "ep/core/buffer_impl.h"
+#include "ep/intranode/buffer.h"
 #include "ep/intranode/checks.h"
 
 namespace epkit::ep {

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "ep/core/buffer_impl.h"
+#include "ep/intranode/buffer.h"
 #include "ep/intranode/checks.h"
 
 namespace epkit::ep {

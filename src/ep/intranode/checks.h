@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "ep/core/buffer_impl.h"
+#include "ep/intranode/buffer.h"
 
 namespace epkit::ep {
 

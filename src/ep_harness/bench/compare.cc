@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace epkit::bench::detail {
+namespace epkit::harness::detail {
 namespace {
 
 std::string hex(const std::uint8_t* p, std::size_t n) {
@@ -103,4 +103,4 @@ std::string compare_combine(const HostCombine& e, const HostCombine& r) {
   return v;
 }
 
-}  // namespace epkit::bench::detail
+}  // namespace epkit::harness::detail

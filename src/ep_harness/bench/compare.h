@@ -7,7 +7,7 @@
 
 #include "ep_harness/bench/host_copies.h"
 
-namespace epkit::bench::detail {
+namespace epkit::harness::detail {
 
 /// "" when equal; otherwise how many rows differ and the first element that
 /// does, so a report says where to look.
@@ -29,4 +29,4 @@ std::string compare_dispatch(const HostDispatch& e, const HostDispatch& r, bool 
                              const Comparer& who);
 std::string compare_combine(const HostCombine& e, const HostCombine& r);
 
-}  // namespace epkit::bench::detail
+}  // namespace epkit::harness::detail

@@ -8,7 +8,7 @@
 
 #include "util/npy.h"
 
-namespace epkit::bench::detail {
+namespace epkit::harness::detail {
 namespace {
 
 const char* npy_descr(DType t) {
@@ -31,7 +31,7 @@ const char* npy_descr(DType t) {
   return "|u1";
 }
 
-std::string dump_readme(const EpReport& rep) {
+std::string dump_readme(const bench::EpReport& rep) {
   return fmt::format(
       R"(epkit bench ep --dump: inputs and outputs of every rank, as NumPy .npy files
 (format 1.0, C order, little-endian).
@@ -95,7 +95,8 @@ Result<void> write_ints(const std::filesystem::path& base, const char* name,
 
 }  // namespace
 
-Result<void> write_dump(const std::string& dir, int rank, const EpReport& rep, const DumpData& d) {
+Result<void> write_dump(const std::string& dir, int rank, const bench::EpReport& rep,
+                        const DumpData& d) {
   namespace fs = std::filesystem;
   fs::path base = fs::path(dir) / fmt::format("rank{}", rank);
   std::error_code ec;
@@ -148,4 +149,4 @@ Result<void> write_dump(const std::string& dir, int rank, const EpReport& rep, c
                                                                 : std::vector<std::int64_t>{});
 }
 
-}  // namespace epkit::bench::detail
+}  // namespace epkit::harness::detail

@@ -7,7 +7,7 @@
 #include "bench/ep_bench.h"
 #include "ep_harness/bench/host_copies.h"
 
-namespace epkit::bench::detail {
+namespace epkit::harness::detail {
 
 struct DumpData {
   HostTensor x, x_fp8, x_scales, topk_idx, topk_weights;
@@ -16,6 +16,7 @@ struct DumpData {
   HostCombine combined;
 };
 
-Result<void> write_dump(const std::string& dir, int rank, const EpReport& rep, const DumpData& d);
+Result<void> write_dump(const std::string& dir, int rank, const bench::EpReport& rep,
+                        const DumpData& d);
 
-}  // namespace epkit::bench::detail
+}  // namespace epkit::harness::detail

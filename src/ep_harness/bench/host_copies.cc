@@ -3,7 +3,7 @@
 #include <cstring>
 #include <utility>
 
-namespace epkit::bench::detail {
+namespace epkit::harness::detail {
 
 std::vector<int> as_ints(const std::vector<std::uint8_t>& bytes) {
   std::vector<int> out(bytes.size() / sizeof(int));
@@ -64,7 +64,7 @@ Result<HostDispatch> copy_dispatch(const ep::DispatchResult& r, bool routing) {
   return h;
 }
 
-Result<HostDispatch> copy_reference(const ep::ReferenceDispatch& r) {
+Result<HostDispatch> copy_reference(const ReferenceDispatch& r) {
   HostDispatch h;
   h.rows = r.num_recv_tokens;
   using Pair = std::pair<const ep::DeviceTensor*, HostTensor*>;
@@ -83,4 +83,4 @@ Result<HostDispatch> copy_reference(const ep::ReferenceDispatch& r) {
   return h;
 }
 
-}  // namespace epkit::bench::detail
+}  // namespace epkit::harness::detail

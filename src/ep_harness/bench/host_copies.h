@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "ep/core/device_memory.h"
+#include "ep/testing.h"
 #include "ep_harness/reference.h"
 
-namespace epkit::bench::detail {
+namespace epkit::harness::detail {
 
 using ep::DType;
 using ep::TensorView;
@@ -48,11 +48,11 @@ struct HostDispatch {
 /// The handle's prefix: rank_prefix_matrix for an intranode handle,
 /// recv_gbl_rank_prefix_sum for an internode one (num_nodes > 1).
 Result<HostDispatch> copy_dispatch(const ep::DispatchResult& r, bool routing);
-Result<HostDispatch> copy_reference(const ep::ReferenceDispatch& r);
+Result<HostDispatch> copy_reference(const ReferenceDispatch& r);
 
 struct HostCombine {
   HostTensor combined_x;
   HostTensor combined_topk_weights;
 };
 
-}  // namespace epkit::bench::detail
+}  // namespace epkit::harness::detail

@@ -1,4 +1,4 @@
-// The GPU half of `epkit bench ep` (ep_bench_runner.h): the checks against
+// The GPU half of `epkit bench ep` (run.h): the checks against
 // the reference path (compare.h), the dump (dump.h), then DeepEP-style timing
 // of the engine (timing.h).
 #include <cuda_runtime_api.h>
@@ -10,11 +10,10 @@
 #include <utility>
 
 #include "base/cuda_error.h"
-#include "ep/core/device_memory.h"
-#include "ep/internode/buffer_internode.h"
+#include "ep/testing.h"
 #include "ep_harness/bench/compare.h"
 #include "ep_harness/bench/dump.h"
-#include "ep_harness/bench/ep_bench_runner.h"
+#include "ep_harness/bench/run.h"
 #include "ep_harness/bench/host_copies.h"
 #include "ep_harness/bench/timing.h"
 #include "ep_harness/bench/verdicts.h"
@@ -23,7 +22,7 @@
 #include "ep_harness/testdata.h"
 #include "runtime/peer_json.h"
 
-namespace epkit::bench {
+namespace epkit::harness {
 namespace {
 
 using namespace detail;
@@ -60,7 +59,7 @@ constexpr CheckSpec k_internode_checks[k_num_checks] = {
 };
 
 Result<void> exchange_checks(runtime::Store& store, int me, int world, Deadline deadline,
-                             const std::vector<std::string>& mine, EpReport& rep) {
+                             const std::vector<std::string>& mine, bench::EpReport& rep) {
   const auto& specs = rep.internode() ? k_internode_checks : k_checks;
   auto checks = exchange_verdicts(store, "epbench/checks", me, world, deadline, mine,
                                   {std::begin(specs), std::end(specs)});
@@ -86,36 +85,36 @@ ep::BufferOptions ep_buffer_options(const runtime::LaunchInfo& launch, const EpB
 
 Result<std::unique_ptr<ep::Buffer>> make_ep_buffer(runtime::GpuRank& rank,
                                                    const EpBenchOptions& o) {
-  ep::StoreBootstrap boot(rank.store(), rank.launch.rank, rank.launch.world_size, "epbench/buffer",
-                          runtime::Millis(static_cast<std::int64_t>(o.timeout_s * 1000.0)));
+  StoreBootstrap boot(rank.store(), rank.launch.rank, rank.launch.world_size, "epbench/buffer",
+                      runtime::Millis(static_cast<std::int64_t>(o.timeout_s * 1000.0)));
   return ep::Buffer::create(boot, ep_buffer_options(rank.launch, o));
 }
 
 namespace {
 
 // The bytes the internode engine sends per row, read from its own row
-// format (ep/internode/buffer_internode.h), so that the physical figure
+// format (through ep/testing.h), so that the physical figure
 // follows the engine if the format changes.
-EpWireRows wire_rows(const ep::BufferOptions& bo, int ranks, int hidden, int topk,
-                     ep::DType idx_dtype) {
+bench::EpWireRows wire_rows(const ep::BufferOptions& bo, int ranks, int hidden, int topk,
+                            ep::DType idx_dtype) {
   using ep::DType;
   const int per_node = bo.ranks_per_node;
   const int idx = static_cast<int>(ep::dtype_size(idx_dtype));
-  EpWireRows w;
-  w.dispatch_fp8 = ep::row_format(DType::fp8_e4m3, hidden, 0, 0, false, per_node).pitch;
-  w.dispatch_bf16 = ep::row_format(DType::bf16, hidden, 0, 0, false, per_node).pitch;
-  w.full_fp8 = ep::row_format(DType::fp8_e4m3, hidden, idx, topk, true, per_node).pitch;
-  w.full_bf16 = ep::row_format(DType::bf16, hidden, idx, topk, true, per_node).pitch;
+  bench::EpWireRows w;
+  w.dispatch_fp8 = ep::testing::internode_row_bytes(DType::fp8_e4m3, hidden, 0, 0, false, per_node);
+  w.dispatch_bf16 = ep::testing::internode_row_bytes(DType::bf16, hidden, 0, 0, false, per_node);
+  w.full_fp8 = ep::testing::internode_row_bytes(DType::fp8_e4m3, hidden, idx, topk, true, per_node);
+  w.full_bf16 = ep::testing::internode_row_bytes(DType::bf16, hidden, idx, topk, true, per_node);
   w.combine = static_cast<std::int64_t>(hidden) * 2;
   const int nodes = ranks / std::max(per_node, 1);
-  w.messages =
-      static_cast<std::int64_t>(nodes - 1) * ep::internode_layout(bo, ranks).message_ints * 4;
+  w.messages = (nodes - 1) * ep::testing::internode_message_bytes(bo, ranks);
   return w;
 }
 
 }  // namespace
 
-Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const EpBenchOptions& o) {
+Result<bench::EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer,
+                                     const EpBenchOptions& o) {
   const int me = buffer.rank();
   const int world = buffer.num_ranks();
   const int nodes = buffer.num_nodes();
@@ -125,7 +124,7 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
   auto step = [&] { return Deadline::after_seconds(o.timeout_s); };
   runtime::NcclSession& session = *rank.session;
 
-  EpReport rep;
+  bench::EpReport rep;
   rep.shape = o.shape;
   rep.shape.ranks = world;
   rep.shape.nodes = nodes;
@@ -159,20 +158,20 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
   const cudaStream_t stream = stream_or->get();
   auto sync = [&](const std::string& what) { return wait_stream(stream, step(), what); };
 
-  ep::TestInputOptions io;
+  TestInputOptions io;
   io.shape = {o.shape.tokens, o.shape.hidden, o.shape.topk, o.shape.experts};
-  io.kind = ep::XKind::random;
+  io.kind = XKind::random;
   io.seed = o.seed;
   io.rank = me;
   io.num_ranks = world;
-  auto inputs = ep::make_test_inputs(io, stream);
+  auto inputs = make_test_inputs(io, stream);
   if (!inputs) return inputs.error();
   // The reference runs on the session's stream: the inputs must be there.
   EPKIT_TRY(sync("making the test inputs"));
 
   auto comm = session.blocking_comm(step());
   if (!comm) return comm.error();
-  ep::NcclContext nccl{&session.api(), *comm, session.stream(), me, world};
+  NcclContext nccl{&session.api(), *comm, session.stream(), me, world};
   // Across nodes the reference combine rounds per node, then sums the
   // nodes, as the internode engine does.
   if (internode) nccl.ranks_per_node = per_node;
@@ -190,7 +189,7 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
   const TensorView& x_scales = inputs->x_scales_view;
 
   std::vector<std::string> verdict(k_num_checks);
-  EpRankBytes bytes;
+  bench::EpRankBytes bytes;
   DumpData dump;
   const bool dumping = !o.dump_dir.empty();
 
@@ -204,18 +203,18 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
   ref_args.x = x_bf16;
   ref_args.topk_idx = topk_idx;
   ref_args.topk_weights = topk_weights;
-  auto ref_bf16 = ep::reference_dispatch(nccl, ref_args, o.shape.experts);
+  auto ref_bf16 = reference_dispatch(nccl, ref_args, o.shape.experts);
   if (!ref_bf16) return ref_bf16.error();
   ref_args.x = x_fp8;
   ref_args.x_scales = x_scales;
-  auto ref_fp8 = ep::reference_dispatch(nccl, ref_args, o.shape.experts);
+  auto ref_fp8 = reference_dispatch(nccl, ref_args, o.shape.experts);
   if (!ref_fp8) return ref_fp8.error();
   // Combine inputs for every check and for the timing: the reference's BF16
   // rows, which the engine's must equal, in memory the Buffer does not own
   // (as DeepEP's recv_x, or expert outputs, would be).
   const TensorView& combine_x = ref_bf16->recv_x.view;
   const TensorView& combine_w = ref_bf16->recv_topk_weights.view;
-  auto ref_comb = ep::reference_combine(nccl, *ref_bf16, combine_x, combine_w);
+  auto ref_comb = reference_combine(nccl, *ref_bf16, combine_x, combine_w);
   if (!ref_comb) return ref_comb.error();
 
   auto host_ref_bf16 = copy_reference(*ref_bf16);
@@ -239,7 +238,7 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
     if (!per_expert) return per_expert.error();
     auto in_rank = copy(layout->is_token_in_rank);
     if (!in_rank) return in_rank.error();
-    const ep::HostLayout& hl = ref_bf16->layout;
+    const HostLayout& hl = ref_bf16->layout;
     std::string& v = verdict[0];
     note(v, compare_ints("num_tokens_per_rank", as_ints(*per_rank), hl.num_tokens_per_rank));
     note(v, compare_ints("num_tokens_per_expert", as_ints(*per_expert), hl.num_tokens_per_expert));
@@ -250,11 +249,11 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
       // The (token, node) pairs DeepEP's RDMA figure counts, from the host's
       // routing; the engine's count must agree.
       const std::vector<int> host_per_node =
-          ep_tokens_per_node(hl.is_token_in_rank, world, per_node);
+          bench::ep_tokens_per_node(hl.is_token_in_rank, world, per_node);
       auto per_node_dev = ep::to_host(layout->num_tokens_per_rdma_rank);
       if (!per_node_dev) return per_node_dev.error();
       note(v, compare_ints("num_tokens_per_rdma_rank", as_ints(*per_node_dev), host_per_node));
-      bytes.pairs = ep_node_pairs(host_per_node, me / per_node);
+      bytes.pairs = bench::ep_node_pairs(host_per_node, me / per_node);
     }
     if (dumping) {
       dump.num_tokens_per_rank = {DType::int32, {world}, std::move(*per_rank)};
@@ -333,9 +332,9 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
     handles[0][fp8] = d->handle;
     if (!fp8) {
       bytes.recv_rows = host->rows;
-      bytes.remote_rows = internode
-                              ? ep_nvl_remote_rows(host->recv_gbl_rank_prefix_sum, per_node, me)
-                              : ep_remote_rows(host->rank_prefix_matrix, world, me);
+      bytes.remote_rows =
+          internode ? bench::ep_nvl_remote_rows(host->recv_gbl_rank_prefix_sum, per_node, me)
+                    : bench::ep_remote_rows(host->rank_prefix_matrix, world, me);
     }
     auto combined = combine(d->handle, check_config, true);
     if (!combined) return combined.error();
@@ -419,8 +418,8 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
   // Timing.
   auto timer = Timer::create(o.iters, o.flush_bytes);
   if (!timer) return timer.error();
-  auto make_row = [&](EpOp op, int sms, int chunk, bool cached, const EpTiming& t) {
-    EpRow row;
+  auto make_row = [&](bench::EpOp op, int sms, int chunk, bool cached, const bench::EpTiming& t) {
+    bench::EpRow row;
     row.op = op;
     row.sms = sms;
     row.nvl_chunk = chunk;
@@ -436,12 +435,13 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
     if (!r) return r.error();
     return {};
   };
-  std::vector<EpRow> rows;
-  for (EpOp op : {EpOp::dispatch_fp8, EpOp::dispatch_bf16, EpOp::combine}) {
+  std::vector<bench::EpRow> rows;
+  for (bench::EpOp op :
+       {bench::EpOp::dispatch_fp8, bench::EpOp::dispatch_bf16, bench::EpOp::combine}) {
     for (std::size_t si = 0; si < o.sms.size(); ++si) {
       const int sms = o.sms[si];
       TensorView engine_recv_x;
-      if (op == EpOp::combine) {
+      if (op == bench::EpOp::combine) {
         auto d = cached_dispatch(false, handles[si], config(sms, o.chunks.front()));
         if (!d) return d.error();
         engine_recv_x = d->recv_x;
@@ -451,8 +451,9 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
         // DeepEP's tuning calls: a cached dispatch of x alone, and combine
         // of the received rows (recv_x) without weights.
         auto call = [&]() -> Result<void> {
-          if (op == EpOp::combine) return discard(combine_of(engine_recv_x, handles[si][0], cfg));
-          return discard(cached_dispatch(op == EpOp::dispatch_fp8, handles[si], cfg));
+          if (op == bench::EpOp::combine)
+            return discard(combine_of(engine_recv_x, handles[si][0], cfg));
+          return discard(cached_dispatch(op == bench::EpOp::dispatch_fp8, handles[si], cfg));
         };
         auto t = timer->run(stream, o.warmup, call, step(),
                             fmt::format("{} at SMs {}, NVL chunk {}", to_string(op), sms, chunk));
@@ -464,10 +465,10 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
   }
   // One non-cached dispatch per dtype (layout tensors given, the host reads
   // the counts back): what the first dispatch of a batch costs.
-  std::vector<EpRow> non_cached;
-  for (EpOp op : {EpOp::dispatch_fp8, EpOp::dispatch_bf16}) {
+  std::vector<bench::EpRow> non_cached;
+  for (bench::EpOp op : {bench::EpOp::dispatch_fp8, bench::EpOp::dispatch_bf16}) {
     auto call = [&]() -> Result<void> {
-      return discard(full_dispatch(op == EpOp::dispatch_fp8, check_config));
+      return discard(full_dispatch(op == bench::EpOp::dispatch_fp8, check_config));
     };
     auto t =
         timer->run(stream, o.warmup, call, step(), fmt::format("non-cached {}", to_string(op)));
@@ -482,7 +483,7 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
     };
     auto t = timer->run(stream, o.warmup, call, step(), "combine of rows outside the Buffer");
     if (!t) return t.error();
-    EpRow row = make_row(EpOp::combine, rep.check_sms, rep.check_chunk, true, *t);
+    bench::EpRow row = make_row(bench::EpOp::combine, rep.check_sms, rep.check_chunk, true, *t);
     row.staged = true;
     non_cached.push_back(row);
   }
@@ -550,4 +551,4 @@ Result<EpReport> run_ep_bench(runtime::GpuRank& rank, ep::Buffer& buffer, const 
   return rep;
 }
 
-}  // namespace epkit::bench
+}  // namespace epkit::harness

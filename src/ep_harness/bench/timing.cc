@@ -5,7 +5,7 @@
 #include <chrono>
 #include <thread>
 
-namespace epkit::bench::detail {
+namespace epkit::harness::detail {
 
 Result<void> wait_stream(cudaStream_t stream, Deadline deadline, const std::string& what) {
   for (;;) {
@@ -20,4 +20,4 @@ Result<void> wait_stream(cudaStream_t stream, Deadline deadline, const std::stri
   }
 }
 
-}  // namespace epkit::bench::detail
+}  // namespace epkit::harness::detail

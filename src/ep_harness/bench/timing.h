@@ -12,10 +12,10 @@
 
 #include "base/cuda_error.h"
 #include "bench/ep_bench.h"
-#include "ep/core/device_memory.h"
+#include "ep/testing.h"
 #include "runtime/deadline.h"
 
-namespace epkit::bench::detail {
+namespace epkit::harness::detail {
 
 using runtime::Deadline;
 
@@ -70,8 +70,8 @@ class Timer {
   // events, preceded by a write of the flush buffer so that no run finds the
   // previous one's data in L2.
   template <typename Op>
-  Result<EpTiming> run(cudaStream_t stream, int warmup, Op&& op, Deadline deadline,
-                       const std::string& what) {
+  Result<bench::EpTiming> run(cudaStream_t stream, int warmup, Op&& op, Deadline deadline,
+                              const std::string& what) {
     for (int i = 0; i < warmup; ++i) EPKIT_TRY(op());
     for (std::size_t i = 0; i < m_start.size(); ++i) {
       EPKIT_TRY(cuda_ok(cudaMemsetAsync(m_flush.get(), 0, m_flush.size(), stream),
@@ -89,7 +89,7 @@ class Timer {
                         "cudaEventElapsedTime"));
       samples.push_back(static_cast<double>(ms) * 1000.0);
     }
-    return ep_summarize(std::move(samples));
+    return bench::ep_summarize(std::move(samples));
   }
 
  private:
@@ -99,4 +99,4 @@ class Timer {
   ep::DeviceMemory m_flush;
 };
 
-}  // namespace epkit::bench::detail
+}  // namespace epkit::harness::detail

@@ -6,14 +6,15 @@
 
 #include "runtime/peer_json.h"
 
-namespace epkit::bench::detail {
+namespace epkit::harness::detail {
 
-Result<std::vector<EpCheck>> exchange_verdicts(runtime::Store& store, const std::string& prefix,
-                                               int me, int world, runtime::Deadline deadline,
-                                               const std::vector<std::string>& mine,
-                                               const std::vector<CheckSpec>& specs) {
+Result<std::vector<bench::EpCheck>> exchange_verdicts(runtime::Store& store,
+                                                      const std::string& prefix, int me, int world,
+                                                      runtime::Deadline deadline,
+                                                      const std::vector<std::string>& mine,
+                                                      const std::vector<CheckSpec>& specs) {
   EPKIT_TRY(store.set(fmt::format("{}/{}", prefix, me), nlohmann::json(mine).dump(), deadline));
-  std::vector<EpCheck> checks;
+  std::vector<bench::EpCheck> checks;
   for (const auto& spec : specs) checks.push_back({spec.name, spec.what, {}, {}});
   for (int r = 0; r < world; ++r) {
     auto value = store.get(fmt::format("{}/{}", prefix, r), deadline);
@@ -38,4 +39,4 @@ Result<std::vector<EpCheck>> exchange_verdicts(runtime::Store& store, const std:
   return checks;
 }
 
-}  // namespace epkit::bench::detail
+}  // namespace epkit::harness::detail

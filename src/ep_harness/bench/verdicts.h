@@ -9,7 +9,7 @@
 #include "runtime/deadline.h"
 #include "runtime/store.h"
 
-namespace epkit::bench::detail {
+namespace epkit::harness::detail {
 
 struct CheckSpec {
   const char* name;
@@ -18,9 +18,10 @@ struct CheckSpec {
 
 /// Publishes `mine` (one verdict per spec, "" = passed) under
 /// "<prefix>/<me>" and reads every rank's back into one EpCheck per spec.
-Result<std::vector<EpCheck>> exchange_verdicts(runtime::Store& store, const std::string& prefix,
-                                               int me, int world, runtime::Deadline deadline,
-                                               const std::vector<std::string>& mine,
-                                               const std::vector<CheckSpec>& specs);
+Result<std::vector<bench::EpCheck>> exchange_verdicts(runtime::Store& store,
+                                                      const std::string& prefix, int me, int world,
+                                                      runtime::Deadline deadline,
+                                                      const std::vector<std::string>& mine,
+                                                      const std::vector<CheckSpec>& specs);
 
-}  // namespace epkit::bench::detail
+}  // namespace epkit::harness::detail

@@ -11,7 +11,7 @@
 #include "ep_harness/conformance.h"
 #include "ep_harness/testdata.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 
 struct CaseSpec {
   std::string name;
@@ -65,6 +65,6 @@ struct LowLatencyCase {
 /// FP8 / round_scale / UE8M0), then the edge cases.
 std::vector<LowLatencyCase> low_latency_cases(const ConformanceOptions& o, int ranks);
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness
 
 #endif

@@ -6,7 +6,7 @@
 
 #include "ep_harness/conformance/case.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 namespace {
 
 std::string bool_text(bool b) {
@@ -80,7 +80,7 @@ std::vector<CaseSpec> intranode_cases(const ConformanceOptions& o, int ranks) {
   rc.kind = XKind::rank_constant;
   rc.alignment = 128;
   cases.push_back(rc);
-  CaseSpec outside = edge("combine of rows outside the Buffer");
+  CaseSpec outside = edge("combine of rows outside the ep::Buffer");
   outside.combine_from = CaseSpec::CombineFrom::outside;
   cases.push_back(outside);
   CaseSpec in_place = edge("combine of rows written into combine_input()");
@@ -96,4 +96,4 @@ std::vector<CaseSpec> intranode_cases(const ConformanceOptions& o, int ranks) {
   return cases;
 }
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

@@ -6,7 +6,7 @@
 
 #include "ep_harness/conformance/case.h"
 
-namespace epkit::ep {
+namespace epkit::harness {
 
 std::vector<LowLatencyCase> low_latency_cases(const ConformanceOptions&, int ranks) {
   std::vector<LowLatencyCase> cases;
@@ -64,4 +64,4 @@ std::vector<LowLatencyCase> low_latency_cases(const ConformanceOptions&, int ran
   return cases;
 }
 
-}  // namespace epkit::ep
+}  // namespace epkit::harness

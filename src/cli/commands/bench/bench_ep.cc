@@ -1,4 +1,4 @@
-// The per-rank body (bench_ep_rank, bench_ep_ll_rank) stays here until the
+// The per-rank body (bench_ep_rank, bench_ep_low_latency_rank) stays here until the
 // harness takes the EP bench's rank code.
 #include "cli/commands/bench/bench_ep.h"
 
@@ -13,14 +13,14 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/ep_bench.h"
-#include "bench/ep_bench_ll.h"
+#include "bench/ep_bench_low_latency.h"
 #include "cli/gpu_launch.h"
 #include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
 #include "cli/node_nics.h"
-#include "ep_harness/bench/ep_bench_runner.h"
-#include "ep_harness/bench/ll_runner.h"
+#include "ep_harness/bench/run.h"
+#include "ep_harness/bench/low_latency_run.h"
 #include "runtime/gpu_rank.h"
 #endif
 
@@ -132,7 +132,7 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
   std::unique_ptr<runtime::GpuRank> joined;
   if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != k_gpu_ok) return rc;
   auto& r = *joined;
-  bench::EpBenchOptions eo;
+  harness::EpBenchOptions eo;
   eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
   eo.sms = o.sms;
   eo.chunks = o.chunks;
@@ -152,12 +152,12 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
   // Across nodes: the NIC each GPU should use, before the traffic, and the
   // counters judged after it (one watcher per node), as `test ep` does.
   auto nics = start_node_nic_watch(host, launch, r, io);
-  auto buffer = bench::make_ep_buffer(r, eo);
+  auto buffer = harness::make_ep_buffer(r, eo);
   if (!buffer) {
     r.session->abort();
     return fail(buffer_exit_code(buffer.error()), "ep::Buffer::create: " + buffer.error().message);
   }
-  auto report = bench::run_ep_bench(r, **buffer, eo);
+  auto report = harness::run_ep_bench(r, **buffer, eo);
   if (!report) {
     r.session->abort();
     return fail(exit_code_for(report.error()), report.error().message);
@@ -172,7 +172,7 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
       [](const auto& rep) { return bench::render_ep_report(rep); });
 }
 
-int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+int bench_ep_low_latency_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
                      const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
   auto fail = [&](int code, const std::string& why) {
     io.line("FAIL: " + why);
@@ -181,19 +181,19 @@ int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, 
   std::unique_ptr<runtime::GpuRank> joined;
   if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != k_gpu_ok) return rc;
   auto& r = *joined;
-  bench::EpLlBenchOptions eo;
+  harness::EpLowLatencyBenchOptions eo;
   eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
   eo.sms = o.sms.front();
   eo.warmup = o.warmup;
   eo.iters = o.iters;
   eo.seed = o.seed;
   eo.timeout_s = lo.timeout_s;
-  auto buffer = bench::make_ep_ll_buffer(r, eo);
+  auto buffer = harness::make_ep_low_latency_buffer(r, eo);
   if (!buffer) {
     r.session->abort();
     return fail(buffer_exit_code(buffer.error()), "ep::Buffer::create: " + buffer.error().message);
   }
-  auto report = bench::run_ep_ll_bench(r, **buffer, eo);
+  auto report = harness::run_ep_low_latency_bench(r, **buffer, eo);
   if (!report) {
     r.session->abort();
     const Error& e = report.error();
@@ -202,8 +202,8 @@ int bench_ep_ll_rank(const host::Host& host, const runtime::LaunchInfo& launch, 
   }
   return end_ep_bench_rank(
       r, launch, io, lo, *buffer, *report, {},
-      [](const auto& rep, int code) { return bench::ep_ll_report_json(rep, code); },
-      [](const auto& rep) { return bench::render_ep_ll_report(rep); });
+      [](const auto& rep, int code) { return bench::ep_low_latency_report_json(rep, code); },
+      [](const auto& rep) { return bench::render_ep_low_latency_report(rep); });
 }
 
 #endif
@@ -273,7 +273,7 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
 #ifdef EPKIT_WITH_CUDA
   GpuLaunchOptions launch = lo;
   main = [o, launch](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
-    if (o->mode == "low-latency") return bench_ep_ll_rank(h, l, rio, *o, launch);
+    if (o->mode == "low-latency") return bench_ep_low_latency_rank(h, l, rio, *o, launch);
     return bench_ep_rank(h, l, rio, *o, launch);
   };
 #endif
@@ -325,8 +325,8 @@ BenchSubcommand add_bench_ep(CLI::App& bench) {
   return {ep, [common, lo, eo, tokens, experts](Io& io) -> int {
             // DeepEP's test_low_latency.py sizes, unless given.
             if (eo->mode == "low-latency") {
-              if (tokens->count() == 0) eo->tokens = bench::EpLlShape{}.tokens;
-              if (experts->count() == 0) eo->experts = bench::EpLlShape{}.experts;
+              if (tokens->count() == 0) eo->tokens = bench::EpLowLatencyShape{}.tokens;
+              if (experts->count() == 0) eo->experts = bench::EpLowLatencyShape{}.experts;
             }
             return run_ep_command(io, *common, *lo, eo);
           }};

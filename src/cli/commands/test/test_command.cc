@@ -193,7 +193,7 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
   return code;
 }
 
-void write_ep_summary(const ep::ConformanceReport& report, const EpTestOptions& e,
+void write_ep_summary(const harness::ConformanceReport& report, const EpTestOptions& e,
                       const runtime::LaunchInfo& launch, bool json, std::ostream& out) {
   if (json) {
     nlohmann::json failures = nlohmann::json::array();
@@ -235,9 +235,9 @@ int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, Rank
   std::unique_ptr<runtime::GpuRank> joined;
   if (int rc = open_gpu_rank(host, launch, io, opts.timeout_s, joined); rc != k_gpu_ok) return rc;
   auto& r = *joined;
-  ep::ConformanceOptions co;
-  co.mode =
-      e.mode == "low-latency" ? ep::ConformanceMode::low_latency : ep::ConformanceMode::normal;
+  harness::ConformanceOptions co;
+  co.mode = e.mode == "low-latency" ? harness::ConformanceMode::low_latency
+                                    : harness::ConformanceMode::normal;
   co.shape.num_tokens = e.tokens;
   co.shape.hidden = e.hidden;
   co.shape.num_topk = e.topk;
@@ -261,7 +261,7 @@ int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, Rank
   // Across nodes: the NIC each GPU should use, printed before the run and
   // checked from the NIC counters after it (one watcher per node).
   auto nics = start_node_nic_watch(host, launch, r, io);
-  auto report = ep::run_conformance(r, co, [&](const std::string& text) { io.line(text); });
+  auto report = harness::run_conformance(r, co, [&](const std::string& text) { io.line(text); });
   if (nics)
     for (const auto& l : nics->finish().lines) io.line(l);
   if (!report) {

@@ -1,0 +1,161 @@
+// The internode Buffer: nodes x ranks_per_node ranks. It owns an intranode
+// Buffer over its node's ranks (the NVLink legs, with segmented counts) and
+// a Network over its rail (the ranks with its local index on every node).
+// Files: buffer.cc (creation, layout, barrier, the bounded host
+// waits), buffer_dispatch.cc, buffer_combine.cc. Design:
+// docs/ep-internode.md. Internal: users see include/epkit/ep.h.
+#pragma once
+
+#include <epkit/ep.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ep/core/device_memory.h"
+#include "ep/internode/kernels.h"
+#include "ep/internode/network.h"
+#include "ep/intranode/buffer.h"
+
+namespace epkit::ep {
+
+/// Where each region sits in an internode rank's own memory.
+struct InternodeLayout {
+  std::size_t pitch = 0;  // the widest packed row (BF16 x, int64 top-k, weights)
+  int message_ints = 0;
+  std::size_t buckets = 0, rows = 0, partial_x = 0, partial_w = 0, out_x = 0, out_w = 0;
+  std::size_t per_rank = 0, per_node = 0, per_expert = 0, in_rank = 0, send_messages = 0;
+  std::size_t barrier = 0;
+  std::size_t total = 0;
+};
+InternodeLayout internode_layout(const BufferOptions& options, int num_ranks);
+/// Buffer::create's internode Buffer, and Buffer::bytes_needed's answer for it.
+Result<std::unique_ptr<Buffer>> make_internode_buffer(Bootstrap& bootstrap,
+                                                      const BufferOptions& options);
+std::size_t internode_bytes(const BufferOptions& options, int num_ranks);
+/// The options of the node's intranode Buffer: it forwards up to nodes x
+/// max_tokens rows, and waits longer than the network leg (see blame).
+BufferOptions forwarding_options(const BufferOptions& options, int num_ranks);
+/// The packed row for a dispatch of this x (and top-k, weights).
+k::RowFormat row_format(DType x_dtype, int hidden, int topk_size, int num_topk, bool with_weights,
+                        int ranks_per_node);
+
+/// Pinned, device-mapped host memory (cudaHostAlloc), freed on destruction.
+class MappedMemory {
+ public:
+  MappedMemory() = default;
+  static Result<MappedMemory> allocate(std::size_t bytes);
+  MappedMemory(MappedMemory&& other) noexcept;
+  MappedMemory& operator=(MappedMemory&& other) noexcept;
+  MappedMemory(const MappedMemory&) = delete;
+  MappedMemory& operator=(const MappedMemory&) = delete;
+  ~MappedMemory();
+  void* host() const { return m_host; }
+  void* device() const { return m_device; }
+
+ private:
+  void* m_host = nullptr;
+  void* m_device = nullptr;
+};
+
+/// What a cached dispatch and a combine need from an internode dispatch.
+class InternodeHandle final : public DispatchHandle {
+ public:
+  InternodeHandle(void* memory, std::shared_ptr<Stream> stream)
+      : m_memory(memory), m_stream(std::move(stream)) {}
+  ~InternodeHandle() override {
+    if (m_memory != nullptr) m_stream->free_later(m_memory);
+  }
+  InternodeHandle(const InternodeHandle&) = delete;
+  InternodeHandle& operator=(const InternodeHandle&) = delete;
+
+  std::shared_ptr<const DispatchHandle> forward;  // the node's intranode handle
+  const std::int32_t* node_send_row = nullptr;    // [tokens, nodes]: row in each bucket
+  std::vector<int> rows_to;                       // [nodes]: rows of this rank's bucket for each
+  std::vector<int> rows_from;                     // [nodes]: rows received from each
+  std::vector<int> segment_begin;                 // [nodes + 1]: prefix of rows_from
+
+  /// The other nodes this rank trades rows with (for naming who never
+  /// answered when a transfer of this dispatch's rows hangs).
+  std::vector<int> peers_with_rows(int self) const {
+    std::vector<int> nodes;
+    for (std::size_t n = 0; n < rows_to.size(); ++n)
+      if (static_cast<int>(n) != self && (rows_from[n] > 0 || rows_to[n] > 0))
+        nodes.push_back(static_cast<int>(n));
+    return nodes;
+  }
+
+ private:
+  void* m_memory;
+  std::shared_ptr<Stream> m_stream;
+};
+
+class InternodeBuffer final : public Buffer {
+ public:
+  ~InternodeBuffer() override;
+
+  int rank() const override { return m_rank; }
+  int num_ranks() const override { return m_ranks; }
+  int num_nodes() const override { return m_nodes; }
+  std::string network() const override { return m_net->describe(); }
+  cudaStream_t comm_stream() const override { return m_local->comm_stream(); }
+  Result<Layout> layout(const TensorView& topk_idx, int num_experts, const StreamOrder& order,
+                        const LayoutOutputs& into = {}) override;
+  Result<DispatchResult> dispatch(const DispatchArgs& args) override;
+  Result<CombineResult> combine(const CombineArgs& args) override;
+  Result<TensorView> combine_input(std::int64_t rows, std::int64_t hidden) override {
+    return m_local->combine_input(rows, hidden);
+  }
+  Result<TensorView> combine_weights_input(std::int64_t rows, std::int64_t topk) override {
+    return m_local->combine_weights_input(rows, topk);
+  }
+  Result<void> barrier() override;
+  Result<void> synchronize() override { return m_local->synchronize(); }
+
+  Result<void> init(Bootstrap& bootstrap, const BufferOptions& options);
+
+ private:
+  /// Waits on the host, bounded by the timeout, for the network leg posted
+  /// last (its end is recorded in m_net_done). Stuck: aborts the network,
+  /// names the ranks of the nodes `culprits` returns (those it still waits
+  /// for) and, when that is one rank, tells this node's ranks to blame it.
+  Result<void> wait_network(const std::string& what,
+                            const std::function<std::vector<int>()>& culprits);
+  /// Posts a network leg; when the transport cannot (a peer never connects
+  /// or went away), names the ranks of the nodes `culprits` returns, as
+  /// wait_network does.
+  Result<void> post(const std::string& what, std::span<const Transfer> sends,
+                    std::span<const Transfer> receives,
+                    const std::function<std::vector<int>()>& culprits);
+  /// Like wait_network, for the count messages: a message that never came
+  /// names its sender exactly.
+  Result<void> wait_messages(std::int32_t sequence);
+  Error network_failure(const std::string& what, const std::vector<int>& nodes);
+  Result<void> usable() const;
+  /// The other nodes, in order.
+  std::vector<int> others() const;
+  Result<DispatchResult> dispatch_cached(const DispatchArgs& args, const InternodeHandle& handle);
+  std::int32_t* message(std::int32_t* base, int node) const {
+    return base + static_cast<std::int64_t>(node) * m_mem_layout.message_ints;
+  }
+  std::uint8_t* region(std::size_t offset) const {
+    return static_cast<std::uint8_t*>(m_mem.get()) + offset;
+  }
+
+  BufferOptions m_opts;
+  int m_rank = 0, m_ranks = 0, m_nodes = 0, m_node = 0, m_local_rank = 0, m_per_node = 0;
+  std::unique_ptr<BufferImpl> m_local;
+  std::unique_ptr<Network> m_net;
+  InternodeLayout m_mem_layout;
+  DeviceMemory m_mem;
+  MappedMemory m_recv_messages;  // [nodes][message ints], received (the own node's copied)
+  MappedMemory m_sent_messages;  // [nodes][message ints], a host copy of what was sent
+  cudaEvent_t m_net_done = nullptr;
+  std::int32_t m_sequence = 0;
+  bool m_broken = false;
+};
+
+}  // namespace epkit::ep

@@ -1,0 +1,102 @@
+// InternodeBuffer::combine: the reverse of a dispatch. Each forwarding rank
+// sums, with the intranode combine, what its node's ranks hold for every row
+// it received; the partial sums go back over the rail in bucket order; each
+// rank adds its tokens' partials in node order (reduce.cu).
+#include <fmt/format.h>
+
+#include "ep/internode/buffer.h"
+#include "ep/internode/checks.h"
+
+namespace epkit::ep {
+
+Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
+  EPKIT_TRY(a.config.validate());
+  EPKIT_TRY(usable());
+  EPKIT_TRY(check_internode_combine(a, m_ranks));
+  const auto* h = dynamic_cast<const InternodeHandle*>(a.handle.get());
+  const int hidden = static_cast<int>(a.x.cols());
+  cudaStream_t stream = m_local->comm_stream();
+  EPKIT_TRY(m_local->enter(a.order));
+
+  // 1. The node's sums for every forwarded row, in the forwarder's row order.
+  CombineArgs local;
+  local.x = a.x;
+  local.topk_weights = a.topk_weights;
+  local.handle = h->forward;
+  local.config = a.config;
+  local.order.stream = stream;
+  local.order.async = true;
+  local.order.want_event = false;
+  auto partial = m_local->combine(local);
+  if (!partial) return partial.error();
+  const bool with_weights = given(a.topk_weights);
+  const int num_topk = with_weights ? static_cast<int>(a.topk_weights.cols()) : 0;
+
+  // 2. Segment n of the sums goes back to node n; this rank's bucket rows
+  // come back from every node.
+  auto* sums = static_cast<std::uint16_t*>(partial->combined_x.data);
+  auto* sums_w = with_weights ? static_cast<float*>(partial->combined_topk_weights.data) : nullptr;
+  auto* partials = reinterpret_cast<std::uint16_t*>(region(m_mem_layout.partial_x));
+  auto* partials_w = reinterpret_cast<float*>(region(m_mem_layout.partial_w));
+  const std::int64_t x_row = hidden;
+  const std::int64_t capacity = m_opts.max_tokens;
+  std::vector<Transfer> sends, receives;
+  k::ReduceParams rp;
+  for (int n = 0; n < m_nodes; ++n) {
+    const auto i = static_cast<std::size_t>(n);
+    const std::int64_t first = h->segment_begin[i];
+    const auto from = static_cast<std::size_t>(h->rows_from[i]);
+    const auto to = static_cast<std::size_t>(h->rows_to[i]);
+    std::uint16_t* in_x = partials + n * capacity * x_row;
+    float* in_w = partials_w + n * capacity * num_topk;
+    sends.push_back({n, sums + first * x_row, from * static_cast<std::size_t>(x_row) * 2});
+    receives.push_back({n, in_x, to * static_cast<std::size_t>(x_row) * 2});
+    if (with_weights) {
+      sends.push_back(
+          {n, sums_w + first * num_topk, from * static_cast<std::size_t>(num_topk) * 4});
+      receives.push_back({n, in_w, to * static_cast<std::size_t>(num_topk) * 4});
+    }
+    // This node's partials are read where the node combine left them.
+    rp.partial_x[n] = n == m_node ? sums + first * x_row : in_x;
+    rp.partial_w[n] =
+        n == m_node ? (sums_w != nullptr ? sums_w + first * num_topk : nullptr) : in_w;
+  }
+  auto peers = [&] { return h->peers_with_rows(m_node); };
+  EPKIT_TRY(post("combine (partial sums)", sends, receives, peers));
+  EPKIT_TRY(wait_network("combine (partial sums)", peers));
+
+  // 3. Each token: the biases, then its partials in node order.
+  // The caller's memory when given: the reduce writes the result there.
+  auto* out_x = given(a.out_x) ? static_cast<std::uint16_t*>(a.out_x.data)
+                               : reinterpret_cast<std::uint16_t*>(region(m_mem_layout.out_x));
+  auto* out_w = given(a.out_topk_weights)
+                    ? static_cast<float*>(a.out_topk_weights.data)
+                    : reinterpret_cast<float*>(region(m_mem_layout.out_w));
+  rp.send_row = h->node_send_row;
+  rp.num_tokens = h->num_tokens;
+  rp.num_nodes = m_nodes;
+  rp.hidden = hidden;
+  rp.num_topk = num_topk;
+  for (int b = 0; b < 2; ++b) {
+    const TensorView& bias = a.bias[static_cast<std::size_t>(b)];
+    if (!given(bias)) continue;
+    rp.bias[b] = static_cast<const std::uint16_t*>(bias.data);
+    rp.bias_stride[b] = bias.strides[0];
+  }
+  rp.out_x = out_x;
+  rp.out_w = with_weights ? out_w : nullptr;
+  rp.num_blocks = a.config.num_sms;
+  rp.num_warps = a.config.num_warps;
+  if (cudaError_t rc = k::launch_reduce(rp, stream); rc != cudaSuccess)
+    return m_local->failure(rc, "combine (reduce over nodes)");
+  auto event = m_local->leave(a.order);
+  if (!event) return event.error();
+  CombineResult out;
+  out.combined_x = TensorView::matrix(out_x, DType::bf16, h->num_tokens, hidden);
+  if (with_weights)
+    out.combined_topk_weights = TensorView::matrix(out_w, DType::fp32, h->num_tokens, num_topk);
+  out.event = std::move(*event);
+  return out;
+}
+
+}  // namespace epkit::ep

@@ -1,0 +1,276 @@
+// InternodeBuffer::dispatch: plan and pack per destination node, trade the
+// count messages and then the buckets over the rail, and forward the
+// received rows to the node's ranks with the intranode kernels (segmented
+// counts, so every rank receives rows in global source rank order).
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ep/internode/buffer.h"
+#include "ep/internode/checks.h"
+
+namespace epkit::ep {
+namespace {
+
+/// A strided view of one packed field of `rows` received rows.
+TensorView field(std::uint8_t* rows_base, const k::RowFormat& f, int offset, DType dtype,
+                 std::int64_t rows, std::int64_t cols) {
+  TensorView v = TensorView::matrix(rows_base + offset, dtype, rows, cols);
+  v.strides[0] = f.pitch / static_cast<std::int64_t>(dtype_size(dtype));
+  return v;
+}
+
+/// What a dispatch and a cached dispatch pack alike: x and its scales into
+/// the buckets (`bucket_stride` bytes apart) at each token's rows.
+k::PackParams pack_params(const DispatchArgs& a, const k::RowFormat& f,
+                          const std::int32_t* send_row, int nodes, std::uint8_t* buckets,
+                          std::int64_t bucket_stride) {
+  k::PackParams pk;
+  pk.format = f;
+  pk.send_row = send_row;
+  pk.num_tokens = static_cast<int>(a.x.rows());
+  pk.num_nodes = nodes;
+  pk.x = static_cast<const std::uint8_t*>(a.x.data);
+  pk.x_stride = a.x.strides[0] * static_cast<std::int64_t>(dtype_size(a.x.dtype));
+  if (f.num_scales > 0) {
+    pk.scales = static_cast<const float*>(a.x_scales.data);
+    pk.scale_stride_token = a.x_scales.strides[0];
+    pk.scale_stride_hidden = a.x_scales.strides[1];
+  }
+  pk.buckets = buckets;
+  pk.bucket_stride = bucket_stride;
+  pk.num_blocks = a.config.num_sms;
+  pk.num_warps = a.config.num_warps;
+  return pk;
+}
+
+}  // namespace
+
+Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
+  EPKIT_TRY(a.config.validate());
+  EPKIT_TRY(usable());
+  EPKIT_TRY(check_internode_dispatch(a, m_ranks, m_opts));
+  if (a.handle) return dispatch_cached(a, dynamic_cast<const InternodeHandle&>(*a.handle));
+  const int tokens = static_cast<int>(a.x.rows());
+  const int hidden = static_cast<int>(a.x.cols());
+  const bool with_topk = given(a.topk_idx);
+  const bool with_weights = given(a.topk_weights);
+  const int num_topk = with_topk ? static_cast<int>(a.topk_idx.cols()) : 0;
+  const int num_experts = static_cast<int>(a.num_tokens_per_expert.numel());
+  const int experts_per_node = num_experts / m_nodes;
+  const k::RowFormat f =
+      row_format(a.x.dtype, hidden, with_topk ? static_cast<int>(dtype_size(a.topk_idx.dtype)) : 0,
+                 num_topk, with_weights, m_per_node);
+  cudaStream_t stream = m_local->comm_stream();
+  EPKIT_TRY(m_local->enter(a.order));
+
+  // The handle's device arrays: each token's row in every node's bucket, and
+  // the global source rank prefix of what this rank receives.
+  void* memory = nullptr;
+  const std::size_t ints = static_cast<std::size_t>(std::max(tokens, 1)) * m_nodes + m_ranks;
+  if (cudaError_t rc = cudaMallocAsync(&memory, ints * sizeof(int), stream); rc != cudaSuccess)
+    return m_local->failure(rc, "cudaMallocAsync of the dispatch handle");
+  auto handle = std::make_shared<InternodeHandle>(memory, m_local->m_stream_owner);
+  auto* node_send_row = static_cast<std::int32_t*>(memory);
+  auto* gbl_prefix = node_send_row + static_cast<std::size_t>(std::max(tokens, 1)) * m_nodes;
+
+  // 1. Plan: rows per node bucket and the count messages.
+  m_sequence = m_sequence % 0x7ffffff0 + 1;
+  auto* sent = reinterpret_cast<std::int32_t*>(region(m_mem_layout.send_messages));
+  k::PlanParams pp;
+  pp.is_token_in_rank = static_cast<const bool*>(a.is_token_in_rank.data);
+  pp.is_token_in_rank_stride = a.is_token_in_rank.strides[0];
+  pp.num_tokens_per_rank = static_cast<const std::int32_t*>(a.num_tokens_per_rank.data);
+  pp.num_tokens_per_expert = static_cast<const std::int32_t*>(a.num_tokens_per_expert.data);
+  pp.num_tokens = tokens;
+  pp.num_nodes = m_nodes;
+  pp.ranks_per_node = m_per_node;
+  pp.experts_per_node = experts_per_node;
+  pp.sequence = m_sequence;
+  pp.send_row = node_send_row;
+  pp.messages = sent;
+  pp.message_ints = m_mem_layout.message_ints;
+  // check_internode_dispatch made sure the message fits the slot.
+  const k::MessageFormat mf{m_per_node, experts_per_node};
+  if (cudaError_t rc = k::launch_plan(pp, stream); rc != cudaSuccess)
+    return m_local->failure(rc, "dispatch (plan)");
+
+  // 2. Pack every token into the bucket of each node it visits.
+  std::uint8_t* buckets = region(m_mem_layout.buckets);
+  const std::int64_t bucket_stride = static_cast<std::int64_t>(m_opts.max_tokens) * f.pitch;
+  k::PackParams pk = pack_params(a, f, node_send_row, m_nodes, buckets, bucket_stride);
+  pk.experts_per_node = experts_per_node;
+  pk.with_routing = true;
+  if (with_topk) {
+    pk.topk = a.topk_idx.data;
+    pk.topk_stride = a.topk_idx.strides[0];
+  }
+  if (with_weights) {
+    pk.weights = static_cast<const float*>(a.topk_weights.data);
+    pk.weights_stride = a.topk_weights.strides[0];
+  }
+  pk.is_token_in_rank = pp.is_token_in_rank;
+  pk.is_token_in_rank_stride = pp.is_token_in_rank_stride;
+  if (cudaError_t rc = k::launch_pack(pk, stream); rc != cudaSuccess)
+    return m_local->failure(rc, "dispatch (pack)");
+
+  // 3. Count messages over the rail; the host needs the sizes for step 4.
+  const int mi = m_mem_layout.message_ints;
+  auto* received = static_cast<std::int32_t*>(m_recv_messages.device());
+  const std::size_t message_bytes = static_cast<std::size_t>(mi) * 4;
+  cudaError_t rc = cudaMemcpyAsync(message(received, m_node), message(sent, m_node), message_bytes,
+                                   cudaMemcpyDeviceToDevice, stream);
+  if (rc == cudaSuccess)
+    rc = cudaMemcpyAsync(m_sent_messages.device(), sent, message_bytes * m_nodes,
+                         cudaMemcpyDeviceToDevice, stream);
+  if (rc != cudaSuccess) return m_local->failure(rc, "dispatch (count messages)");
+  std::vector<Transfer> sends, receives;
+  for (int n = 0; n < m_nodes; ++n) {
+    sends.push_back({n, message(sent, n), message_bytes});
+    receives.push_back({n, message(received, n), message_bytes});
+  }
+  EPKIT_TRY(post("dispatch (count messages)", sends, receives, [&] { return others(); }));
+  EPKIT_TRY(wait_messages(m_sequence));
+
+  const auto* in = static_cast<const std::int32_t*>(m_recv_messages.host());
+  const auto* out = static_cast<const std::int32_t*>(m_sent_messages.host());
+  handle->rows_to.resize(static_cast<std::size_t>(m_nodes));
+  handle->rows_from.resize(static_cast<std::size_t>(m_nodes));
+  handle->segment_begin.assign(static_cast<std::size_t>(m_nodes) + 1, 0);
+  for (int n = 0; n < m_nodes; ++n) {
+    const auto i = static_cast<std::size_t>(n);
+    handle->rows_to[i] = out[static_cast<std::int64_t>(n) * mi + mf.rows_at()];
+    handle->rows_from[i] = in[static_cast<std::int64_t>(n) * mi + mf.rows_at()];
+    if (handle->rows_from[i] < 0 || handle->rows_from[i] > m_opts.max_tokens)
+      return invalid(fmt::format("dispatch: rank {} announced {} rows, more than max_tokens {}",
+                                 n * m_per_node + m_local_rank, handle->rows_from[i],
+                                 m_opts.max_tokens));
+    handle->segment_begin[i + 1] = handle->segment_begin[i] + handle->rows_from[i];
+  }
+
+  // 4. Buckets over the rail: node n's rows land as segment n.
+  std::uint8_t* rows = region(m_mem_layout.rows);
+  auto span = [&](int n) { return static_cast<std::int64_t>(n) * f.pitch; };
+  sends.clear();
+  receives.clear();
+  for (int n = 0; n < m_nodes; ++n) {
+    const auto i = static_cast<std::size_t>(n);
+    sends.push_back(
+        {n, buckets + n * bucket_stride, static_cast<std::size_t>(span(handle->rows_to[i]))});
+    receives.push_back({n, rows + span(handle->segment_begin[i]),
+                        static_cast<std::size_t>(span(handle->rows_from[i]))});
+  }
+  const auto own = static_cast<std::size_t>(m_node);
+  if (handle->rows_to[own] > 0 &&
+      (rc = cudaMemcpyAsync(rows + span(handle->segment_begin[own]),
+                            buckets + m_node * bucket_stride,
+                            static_cast<std::size_t>(span(handle->rows_to[own])),
+                            cudaMemcpyDeviceToDevice, stream)) != cudaSuccess)
+    return m_local->failure(rc, "dispatch (own node's bucket)");
+  auto peers = [&] { return handle->peers_with_rows(m_node); };
+  EPKIT_TRY(post("dispatch (buckets)", sends, receives, peers));
+  EPKIT_TRY(wait_network("dispatch (buckets)", peers));
+
+  // 5. Forward over NVLink: the received rows are the node Buffer's tokens.
+  const std::int64_t forwarded = handle->segment_begin.back();
+  BufferImpl::Segments seg;
+  seg.count = m_nodes;
+  std::copy(handle->segment_begin.begin(), handle->segment_begin.end(), seg.begin);
+  seg.tokens_per_rank = received + mf.ranks_at();
+  seg.rank_stride = mi;
+  seg.tokens_per_expert = received + mf.experts_at();
+  seg.expert_stride = mi;
+  seg.num_experts = experts_per_node;
+  seg.recv_gbl_prefix = gbl_prefix;
+  DispatchArgs fa;
+  fa.x = field(rows, f, 0, a.x.dtype, forwarded, hidden);
+  if (f.num_scales > 0)
+    fa.x_scales = field(rows, f, f.scales_offset, DType::fp32, forwarded, f.num_scales);
+  if (with_topk) {
+    fa.topk_idx = field(rows, f, f.topk_offset, a.topk_idx.dtype, forwarded, num_topk);
+    if (with_weights)
+      fa.topk_weights = field(rows, f, f.weights_offset, DType::fp32, forwarded, num_topk);
+  }
+  fa.is_token_in_rank = field(rows, f, f.mask_offset, DType::boolean, forwarded, m_per_node);
+  fa.expert_alignment = a.expert_alignment;
+  fa.num_worst_tokens = a.num_worst_tokens;
+  fa.config = a.config;
+  fa.order.stream = stream;
+  fa.order.async = true;
+  fa.order.want_event = false;
+  auto result = m_local->dispatch_segments(fa, &seg);
+  if (!result) return result.error();
+  auto event = m_local->leave(a.order);
+  if (!event) return event.error();
+
+  handle->forward = result->handle;
+  handle->num_tokens = tokens;
+  handle->num_ranks = m_ranks;
+  handle->hidden = hidden;
+  handle->num_recv_tokens = result->handle->num_recv_tokens;
+  handle->num_worst_tokens = a.num_worst_tokens;
+  handle->num_nodes = m_nodes;
+  handle->node_send_row = node_send_row;
+  handle->send_row = TensorView::matrix(node_send_row, DType::int32, tokens, m_nodes);
+  handle->rank_prefix_matrix = result->handle->rank_prefix_matrix;
+  handle->recv_gbl_rank_prefix_sum = TensorView::vector(gbl_prefix, DType::int32, m_ranks);
+  result->handle = std::move(handle);
+  result->recv_src_idx = TensorView{};
+  result->event = std::move(*event);
+  return result;
+}
+
+Result<DispatchResult> InternodeBuffer::dispatch_cached(const DispatchArgs& a,
+                                                        const InternodeHandle& h) {
+  const int hidden = static_cast<int>(a.x.cols());
+  const k::RowFormat f = row_format(a.x.dtype, hidden, 0, 0, false, m_per_node);
+  cudaStream_t stream = m_local->comm_stream();
+  EPKIT_TRY(m_local->enter(a.order));
+  std::uint8_t* buckets = region(m_mem_layout.buckets);
+  const std::int64_t bucket_stride = static_cast<std::int64_t>(m_opts.max_tokens) * f.pitch;
+  k::PackParams pk = pack_params(a, f, h.node_send_row, m_nodes, buckets, bucket_stride);
+  pk.with_routing = false;
+  if (cudaError_t rc = k::launch_pack(pk, stream); rc != cudaSuccess)
+    return m_local->failure(rc, "cached dispatch (pack)");
+
+  std::uint8_t* rows = region(m_mem_layout.rows);
+  auto span = [&](int n) { return static_cast<std::int64_t>(n) * f.pitch; };
+  std::vector<Transfer> sends, receives;
+  for (int n = 0; n < m_nodes; ++n) {
+    const auto i = static_cast<std::size_t>(n);
+    sends.push_back({n, buckets + n * bucket_stride, static_cast<std::size_t>(span(h.rows_to[i]))});
+    receives.push_back(
+        {n, rows + span(h.segment_begin[i]), static_cast<std::size_t>(span(h.rows_from[i]))});
+  }
+  const auto own = static_cast<std::size_t>(m_node);
+  if (h.rows_to[own] > 0) {
+    cudaError_t rc = cudaMemcpyAsync(
+        rows + span(h.segment_begin[own]), buckets + m_node * bucket_stride,
+        static_cast<std::size_t>(span(h.rows_to[own])), cudaMemcpyDeviceToDevice, stream);
+    if (rc != cudaSuccess) return m_local->failure(rc, "cached dispatch (own node's bucket)");
+  }
+  auto peers = [&] { return h.peers_with_rows(m_node); };
+  EPKIT_TRY(post("cached dispatch (buckets)", sends, receives, peers));
+  EPKIT_TRY(wait_network("cached dispatch (buckets)", peers));
+
+  const std::int64_t forwarded = h.segment_begin.back();
+  DispatchArgs fa;
+  fa.x = field(rows, f, 0, a.x.dtype, forwarded, hidden);
+  if (f.num_scales > 0)
+    fa.x_scales = field(rows, f, f.scales_offset, DType::fp32, forwarded, f.num_scales);
+  fa.handle = h.forward;
+  fa.config = a.config;
+  fa.order.stream = stream;
+  fa.order.async = true;
+  fa.order.want_event = false;
+  auto result = m_local->dispatch(fa);
+  if (!result) return result.error();
+  auto event = m_local->leave(a.order);
+  if (!event) return event.error();
+  result->handle = a.handle;
+  result->recv_src_idx = TensorView{};
+  result->event = std::move(*event);
+  return result;
+}
+
+}  // namespace epkit::ep

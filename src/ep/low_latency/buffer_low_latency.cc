@@ -1,0 +1,120 @@
+// The low-latency mode's host side that dispatch and combine share: the
+// region a call's shape needs, the launch of one half (send or receive) in
+// the Buffer's stream order, the receive hook, the zero-copy buffer, the
+// clean, and the refusals of Buffers without the mode.
+#include <fmt/format.h>
+
+#include "ep/intranode/buffer.h"
+#include "ep/low_latency/checks.h"
+#include "ep/low_latency/region.h"
+
+namespace epkit::ep {
+
+namespace {
+
+Error no_low_latency(const char* op) {
+  return make_error(ErrorCode::unavailable,
+                    fmt::format("{}: this Buffer has no low-latency mode (an internode Buffer does "
+                                "not offer it yet; see docs/ep-engine.md)",
+                                op));
+}
+
+}  // namespace
+
+Result<LowLatencyDispatchResult> Buffer::low_latency_dispatch(const LowLatencyDispatchArgs&) {
+  return no_low_latency("low_latency_dispatch");
+}
+
+Result<LowLatencyCombineResult> Buffer::low_latency_combine(const LowLatencyCombineArgs&) {
+  return no_low_latency("low_latency_combine");
+}
+
+Result<TensorView> Buffer::get_next_low_latency_combine_buffer(const LowLatencyHandle&) {
+  return no_low_latency("get_next_low_latency_combine_buffer");
+}
+
+Result<void> Buffer::clean_low_latency_buffer(int, int, int) {
+  return no_low_latency("clean_low_latency_buffer");
+}
+
+std::size_t Buffer::low_latency_size_hint(int num_max_dispatch_tokens_per_rank, int hidden,
+                                          int num_ranks, int num_experts) {
+  auto region =
+      low_latency::region_for(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts);
+  return region ? static_cast<std::size_t>(region->total) : 0;
+}
+
+Result<void> LowLatencyHook::operator()() {
+  if (!m_receive)
+    return make_error(ErrorCode::invalid,
+                      "low-latency hook: empty, or already called (a hook runs once)");
+  auto receive = std::move(m_receive);
+  m_receive = nullptr;
+  return receive();
+}
+
+Result<k::LowLatencyRegion> BufferImpl::ll_region(const char* op, int max_tokens, int hidden,
+                                                  int experts) const {
+  return check_ll_region(op, m_opts, m_ranks, max_tokens, hidden, experts);
+}
+
+k::LowLatencyCommon BufferImpl::ll_common(const k::LowLatencyRegion& region, int buffer,
+                                          int phases) const {
+  k::LowLatencyCommon c;
+  c.phases = phases;
+  c.rank = m_rank;
+  c.num_ranks = m_ranks;
+  c.buffer = buffer;
+  c.region = region;
+  for (int r = 0; r < m_ranks; ++r) c.base[r] = m_peers[r] + m_heap.low_latency;
+  c.timeout_ns = static_cast<std::uint64_t>(m_opts.timeout_s * 1e9);
+  c.mailbox = m_mailbox_dev;
+  return c;
+}
+
+Result<Event> BufferImpl::ll_launch(const StreamOrder& order, const char* what,
+                                    const std::function<cudaError_t()>& launch) {
+  EPKIT_TRY(enter(order));
+  if (cudaError_t rc = launch(); rc != cudaSuccess) return failure(rc, what);
+  return leave(order);
+}
+
+LowLatencyHook BufferImpl::ll_hook(const StreamOrder& order, const char* what,
+                                   std::function<cudaError_t()> launch) {
+  // The receive half follows whatever the caller queued after the send (the
+  // work the hook lets overlap), on the same stream; a `previous` event of
+  // the send is not reused.
+  StreamOrder after;
+  after.stream = order.stream;
+  after.want_event = false;
+  return LowLatencyHook([this, after, what, launch = std::move(launch)]() -> Result<void> {
+    auto event = ll_launch(after, what, launch);
+    if (!event) return event.error();
+    return {};
+  });
+}
+
+Result<TensorView> BufferImpl::get_next_low_latency_combine_buffer(const LowLatencyHandle& h) {
+  auto region = ll_region("get_next_low_latency_combine_buffer", h.num_max_dispatch_tokens_per_rank,
+                          h.hidden, h.num_experts);
+  if (!region) return region.error();
+  const auto& g = *region;
+  return TensorView::tensor3(m_peers[m_rank] + m_heap.low_latency + g.buffer[m_ll_next].combine_in,
+                             DType::bf16, g.local_experts, g.rows_per_expert, g.hidden);
+}
+
+Result<void> BufferImpl::clean_low_latency_buffer(int max_tokens, int hidden, int experts) {
+  auto region = ll_region("clean_low_latency_buffer", max_tokens, hidden, experts);
+  if (!region) return region.error();
+  if (m_broken)
+    return make_error(ErrorCode::unavailable, "the Buffer failed before and cannot be used");
+  k::LowLatencyCleanParams p;
+  p.sync = sync();
+  p.header = reinterpret_cast<k::LowLatencyHeader*>(m_peers[m_rank] + m_heap.low_latency);
+  if (cudaError_t rc = k::launch_low_latency_clean(p, m_stream); rc != cudaSuccess)
+    return failure(rc, "clean_low_latency_buffer");
+  m_ll_next = 0;
+  return synchronize();
+}
+
+}  // namespace epkit::ep

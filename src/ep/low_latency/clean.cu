@@ -1,0 +1,30 @@
+// clean_low_latency_buffer: a rank barrier, this rank's header zeroed (flags,
+// epochs, the grid counter), another barrier, so that every rank starts the
+// next low-latency operation from epoch 1 and no peer writes a flag before
+// the owner cleared it. One warp.
+#include "ep/core/ep_device.cuh"
+#include "ep/low_latency/kernels.h"
+
+namespace epkit::ep::kernels {
+namespace {
+
+__global__ void low_latency_clean(LowLatencyCleanParams p) {
+  const std::uint64_t base = epoch_base(p.sync);
+  __threadfence_system();
+  rank_barrier_warp(p.sync, base + 1, true);
+  auto* words = reinterpret_cast<std::uint64_t*>(p.header);
+  for (std::size_t i = threadIdx.x; i < sizeof(LowLatencyHeader) / 8; i += 32) words[i] = 0;
+  __threadfence_system();
+  __syncwarp();
+  rank_barrier_warp(p.sync, base + 2, true);
+  if (threadIdx.x == 0) *p.sync.epoch = base + 2;
+}
+
+}  // namespace
+
+cudaError_t launch_low_latency_clean(const LowLatencyCleanParams& p, cudaStream_t stream) {
+  low_latency_clean<<<1, 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace epkit::ep::kernels

@@ -1,0 +1,121 @@
+// Device pieces the low-latency kernels share: the region's arrays by rank,
+// the bounded wait for every source rank's flag, the end of a send (the last
+// block sets the flags), and a warp's copy of one row.
+#pragma once
+
+#include "ep/core/ep_device.cuh"
+#include "ep/low_latency/kernels.h"
+
+namespace epkit::ep::kernels {
+
+__device__ __forceinline__ LowLatencyHeader* ll_header(const LowLatencyCommon& c, int r) {
+  return reinterpret_cast<LowLatencyHeader*>(c.base[r]);
+}
+
+/// An array of this operation's buffer in rank r's region.
+template <typename T>
+__device__ __forceinline__ T* ll_array(const LowLatencyCommon& c, int r, std::int64_t offset) {
+  return reinterpret_cast<T*>(c.base[r] + offset);
+}
+
+template <typename T>
+__device__ __forceinline__ T load_volatile(const T* p) {
+  return *reinterpret_cast<const volatile T*>(p);
+}
+
+/// Loads that bypass L1: data other GPUs wrote into this rank's memory is
+/// coherent in this GPU's L2 only.
+__device__ __forceinline__ int load_cg(const int* p) {
+  return __ldcg(p);
+}
+__device__ __forceinline__ int4 load_cg(const int4* p) {
+  return __ldcg(p);
+}
+
+/// The epoch of this kernel's operation: the next one for a send, the one
+/// its send recorded for a receive-only kernel (a hook). Read by every block
+/// at its start, before the last block of the send can advance it.
+__device__ __forceinline__ std::uint64_t ll_epoch(const LowLatencyCommon& c) {
+  const LowLatencyHeader* h = ll_header(c, c.rank);
+  if (c.phases & k_ll_send) return load_volatile(&h->epoch) + 1;
+  return load_volatile(&h->op_epoch[c.buffer]);
+}
+
+/// One thread waits until *flag reaches `epoch` (bounded like every wait).
+__device__ __forceinline__ void ll_wait_one(const LowLatencyCommon& c, const std::uint64_t* flag,
+                                            std::uint64_t epoch, int rank, int what) {
+  if (load_acquire_sys(flag) >= epoch) return;
+  const std::uint64_t t0 = global_timer_ns();
+  while (load_acquire_sys(flag) < epoch)
+    if (global_timer_ns() - t0 > c.timeout_ns) fail(c.mailbox, k_timeout_low_latency, rank, what);
+}
+
+/// Lanes 0..ranks-1 of the calling warp wait until flags[lane] reaches the
+/// epoch (bounded by the timeout, which names the rank and the wait), and
+/// add the cycles waited to wait_stats when asked.
+__device__ __forceinline__ void ll_wait_flags(const LowLatencyCommon& c, const std::uint64_t* flags,
+                                              std::uint64_t epoch, int what, bool record) {
+  const int lane = threadIdx.x & 31;
+  if (lane < c.num_ranks) {
+    const long long start = clock64();
+    ll_wait_one(c, flags + lane, epoch, lane, what);
+    if (record && c.wait_stats != nullptr)
+      atomicAdd(reinterpret_cast<unsigned long long*>(c.wait_stats + lane),
+                static_cast<unsigned long long>(clock64() - start));
+  }
+  __syncwarp();
+}
+
+/// The end of a send: each block fences its stores (system scope) and counts
+/// itself in; the last one sets this rank's flag (dispatch or combine) on
+/// every rank to the epoch, and records the epoch for the receive half.
+__device__ __forceinline__ void ll_send_done(const LowLatencyCommon& c, std::uint64_t epoch,
+                                             bool combine) {
+  __shared__ bool last;
+  LowLatencyHeader* mine = ll_header(c, c.rank);
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int done = atomicAdd(&mine->grid_counter, 1u);
+    last = done == gridDim.x - 1;
+    if (last) mine->grid_counter = 0;  // every other block has counted in
+  }
+  __syncthreads();
+  if (last && threadIdx.x < 32) {
+    __threadfence_system();
+    const int lane = threadIdx.x;
+    if (lane < c.num_ranks) {
+      LowLatencyHeader* peer = ll_header(c, lane);
+      std::uint64_t* flag =
+          combine ? &peer->combine_flag[c.buffer][c.rank] : &peer->dispatch_flag[c.buffer][c.rank];
+      store_release_sys(flag, epoch);
+    }
+    if (lane == 0) {
+      mine->epoch = epoch;
+      mine->op_epoch[c.buffer] = epoch;
+      if (!combine) mine->dispatch_epoch[c.buffer] = epoch;
+    }
+  }
+}
+
+/// A warp copies n16 16-byte vectors; `Load` reads one. Unroll vectors per
+/// lane are in flight at once: a row crosses NVLink latency-bound otherwise.
+template <int Unroll, typename Load>
+__device__ __forceinline__ void warp_copy(int4* dst, const int4* src, int n16, Load load) {
+  const int lane = threadIdx.x & 31;
+  for (int first = 0; first < n16; first += 32 * Unroll) {
+    int4 v[Unroll];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      const int i = first + u * 32 + lane;
+      if (i < n16) v[u] = load(src + i);
+    }
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      const int i = first + u * 32 + lane;
+      if (i < n16) store_vec(dst + i, v[u]);
+    }
+  }
+}
+
+}  // namespace epkit::ep::kernels

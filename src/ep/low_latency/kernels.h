@@ -1,0 +1,115 @@
+// The low-latency mode's kernels and what they share with the host (plain
+// C++17: included by the launchers and the .cu files): where each array of a
+// buffer sits, and the kernel parameters (the region's header is in
+// ep/core/kernels.h). The protocol is in docs/ep-engine.md, "Low-latency mode".
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ep/core/kernels.h"
+
+namespace epkit::ep::kernels {
+
+/// The largest top-k: combine_rows has this many rows per token.
+constexpr int k_ll_max_topk = 16;
+/// Threads of every low-latency block (one block per SM).
+constexpr int k_ll_threads = 1024;
+
+/// Byte offsets of one buffer's arrays from the region's start (the same on
+/// every rank). See docs/ep-engine.md for who writes what.
+struct LowLatencyBufferOffsets {
+  std::int64_t counts = 0;        // int32 [ranks][experts]
+  std::int64_t recv_x = 0;        // [L][RM] rows of 2 * hidden bytes (FP8: hidden-byte rows)
+  std::int64_t recv_scales = 0;   // fp32 [L][S][RM] or int32 [L][S / 4][RM]
+  std::int64_t scale_rows = 0;    // fp32 [L][RM][S]
+  std::int64_t src_info = 0;      // int32 [L][RM]
+  std::int64_t src_slot = 0;      // int32 [L][RM]: source rank << 8 | k
+  std::int64_t layout_range = 0;  // int64 [L][ranks]
+  std::int64_t recv_count = 0;    // int32 [L]
+  std::int64_t combine_in = 0;    // bf16 [L][RM][hidden]
+  std::int64_t combine_rows = 0;  // bf16 [max tokens][k_ll_max_topk][hidden]
+  std::int64_t combined = 0;      // bf16 [max tokens][hidden]
+  std::int64_t cast = 0;          // [max tokens] x (hidden FP8 bytes + S fp32)
+};
+
+/// A shape's region: header, then two buffers.
+struct LowLatencyRegion {
+  int max_tokens = 0;  // num_max_dispatch_tokens_per_rank
+  int hidden = 0;
+  int num_ranks = 0;
+  int num_experts = 0;
+  int local_experts = 0;
+  int num_scales = 0;                // hidden / 128
+  std::int64_t rows_per_expert = 0;  // ranks * max_tokens
+  std::int64_t cast_row_bytes = 0;   // hidden + 4 * num_scales, rounded up to 16
+  LowLatencyBufferOffsets buffer[2];
+  std::int64_t total = 0;  // bytes
+};
+
+/// What every low-latency kernel knows about the ranks and its buffer.
+struct LowLatencyCommon {
+  int phases = 3;  // 1: send, 2: receive, 3: both
+  int rank = 0;
+  int num_ranks = 1;
+  int buffer = 0;  // which of the two buffers this operation uses
+  LowLatencyRegion region;
+  std::uint8_t* base[k_max_ranks] = {};  // every rank's region (mapped)
+  std::uint64_t timeout_ns = 0;
+  Mailbox* mailbox = nullptr;
+  /// int64 [ranks], optional: clock cycles the receive waited per source.
+  long long* wait_stats = nullptr;
+};
+
+constexpr int k_ll_send = 1;
+constexpr int k_ll_recv = 2;
+
+struct LowLatencyDispatchParams {
+  LowLatencyCommon c;
+  const std::uint8_t* x = nullptr;  // BF16 rows
+  std::int64_t x_stride = 0;        // bytes between tokens
+  const void* topk = nullptr;
+  bool topk_int64 = true;
+  std::int64_t topk_stride = 0;  // elements between tokens
+  int num_tokens = 0;
+  int num_topk = 0;
+  bool fp8 = false;
+  bool round_scale = false;
+  bool ue8m0 = false;
+  std::int32_t* cumulative_stats = nullptr;  // int32 [local experts], optional
+  int num_blocks = 24;
+};
+/// Dynamic shared memory the dispatch kernel needs for this grid (per-expert
+/// counts and the slots of a block's own selections).
+std::size_t low_latency_dispatch_smem(int num_experts, int num_tokens, int num_topk,
+                                      int num_blocks);
+cudaError_t launch_low_latency_dispatch(const LowLatencyDispatchParams& p, cudaStream_t stream);
+
+struct LowLatencyCombineParams {
+  LowLatencyCommon c;
+  int dispatch_buffer = 0;           // the buffer of the dispatch whose rows come back
+  const std::uint8_t* x = nullptr;   // BF16 [L][RM][hidden] (or combine_in with zero copy)
+  std::int64_t x_expert_stride = 0;  // bytes
+  std::int64_t x_row_stride = 0;     // bytes
+  const void* topk = nullptr;
+  bool topk_int64 = true;
+  std::int64_t topk_stride = 0;
+  const float* weights = nullptr;
+  std::int64_t weights_stride = 0;
+  int num_tokens = 0;
+  int num_topk = 0;
+  std::uint16_t* out = nullptr;  // BF16 [tokens][hidden]
+  std::int64_t out_stride = 0;   // elements
+  int num_blocks = 24;
+};
+cudaError_t launch_low_latency_combine(const LowLatencyCombineParams& p, cudaStream_t stream);
+
+/// Barrier, zero the own region's header, barrier (one block).
+struct LowLatencyCleanParams {
+  SyncParams sync;
+  LowLatencyHeader* header = nullptr;  // own
+};
+cudaError_t launch_low_latency_clean(const LowLatencyCleanParams& p, cudaStream_t stream);
+
+}  // namespace epkit::ep::kernels
