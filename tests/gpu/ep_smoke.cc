@@ -223,7 +223,12 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   // by DispatchArgs::into must be written there directly (no result left
   // in the Buffer), bit for bit what the Buffer's regions held, and a
   // combine of that recv_x (read in place) must give the same sum.
-  if (const ep::Buffer::Region arena = buf.output_arena(); arena.data != nullptr) {
+  const ep::Buffer::Region arena = buf.output_arena();
+  if (nodes == 1 && arena.data == nullptr) {
+    std::fprintf(stderr, "rank %d: the Buffer made with an output arena has none\n", rank);
+    ++bad;
+  }
+  if (arena.data != nullptr) {
     auto* at = static_cast<std::uint8_t*>(arena.data);
     auto carve = [&](ep::DType dtype, std::int64_t nrows, std::int64_t ncols) {
       auto v = ncols == 0 ? ep::TensorView::vector(at, dtype, nrows)

@@ -71,11 +71,11 @@ unsigned BufferImpl::place_outputs(const DispatchArgs& a, std::int64_t rows, boo
     if (v.dtype != dtype || v.ndim != (matrix ? 2 : 1) || v.shape[0] != rows) return;
     if (matrix && (v.shape[1] != cols || (rows > 1 && v.strides[0] != cols))) return;
     if (rows > 1 && !matrix && v.strides[0] != 1) return;
-    const std::int64_t bytes = rows * (matrix ? cols : 1) * static_cast<std::int64_t>(dtype_size(dtype));
+    const std::int64_t bytes =
+        rows * (matrix ? cols : 1) * static_cast<std::int64_t>(dtype_size(dtype));
     if (bytes > 0) {
       const auto* p = static_cast<const std::uint8_t*>(v.data);
-      if (p == nullptr || !aligned16(p) || p < arena ||
-          p + bytes > arena + m_heap.arena_bytes)
+      if (p == nullptr || !aligned16(p) || p < arena || p + bytes > arena + m_heap.arena_bytes)
         return;
       dp.own_offsets[field] = p - own;
     }
@@ -104,8 +104,8 @@ unsigned BufferImpl::place_outputs(const DispatchArgs& a, std::int64_t rows, boo
   return written;
 }
 
-Result<Layout> BufferImpl::layout(const TensorView& topk, int num_experts,
-                                  const StreamOrder& order, const LayoutOutputs& into) {
+Result<Layout> BufferImpl::layout(const TensorView& topk, int num_experts, const StreamOrder& order,
+                                  const LayoutOutputs& into) {
   auto params = layout_params(topk, num_experts, m_ranks, m_opts.max_tokens);
   if (!params) return params.error();
   EPKIT_TRY(check_layout_outputs(into, topk, m_ranks, num_experts, 1));

@@ -49,11 +49,21 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
       at = p.heap[r] + m->dispatch_offsets[f];
     } else {
       switch (f) {
-        case k_field_x: at = p.recv_x[r]; break;
-        case k_field_scales: at = reinterpret_cast<std::uint8_t*>(p.recv_scales[r]); break;
-        case k_field_topk: at = static_cast<std::uint8_t*>(p.recv_topk[r]); break;
-        case k_field_weights: at = reinterpret_cast<std::uint8_t*>(p.recv_weights[r]); break;
-        default: at = reinterpret_cast<std::uint8_t*>(p.recv_src[r]); break;
+        case k_field_x:
+          at = p.recv_x[r];
+          break;
+        case k_field_scales:
+          at = reinterpret_cast<std::uint8_t*>(p.recv_scales[r]);
+          break;
+        case k_field_topk:
+          at = static_cast<std::uint8_t*>(p.recv_topk[r]);
+          break;
+        case k_field_weights:
+          at = reinterpret_cast<std::uint8_t*>(p.recv_weights[r]);
+          break;
+        default:
+          at = reinterpret_cast<std::uint8_t*>(p.recv_src[r]);
+          break;
       }
     }
     region[f][r] = at;
@@ -100,8 +110,8 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
 #pragma unroll
       for (int d = 0; d < k_max_ranks; ++d) {
         if (rows[d] < 0) continue;
-        int4* dst =
-            reinterpret_cast<int4*>(region[k_field_x][d] + static_cast<std::int64_t>(rows[d]) * p.row_bytes);
+        int4* dst = reinterpret_cast<int4*>(region[k_field_x][d] +
+                                            static_cast<std::int64_t>(rows[d]) * p.row_bytes);
 #pragma unroll
         for (int u = 0; u < Chunk; ++u) {
           int i = base + u * 32 + lane;
@@ -114,8 +124,7 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
       float s = p.scales[t * p.scale_stride_token + i * p.scale_stride_hidden];
 #pragma unroll
       for (int d = 0; d < k_max_ranks; ++d)
-        if (rows[d] >= 0)
-          recv_scales[d][static_cast<std::int64_t>(rows[d]) * p.num_scales + i] = s;
+        if (rows[d] >= 0) recv_scales[d][static_cast<std::int64_t>(rows[d]) * p.num_scales + i] = s;
     }
     if (lane < p.num_topk) {
       std::int64_t e = p.topk_int64

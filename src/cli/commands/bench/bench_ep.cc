@@ -19,8 +19,8 @@
 
 #ifdef EPKIT_WITH_CUDA
 #include "cli/node_nics.h"
-#include "ep_harness/bench/run.h"
 #include "ep_harness/bench/low_latency_run.h"
+#include "ep_harness/bench/run.h"
 #include "runtime/gpu_rank.h"
 #endif
 
@@ -173,7 +173,7 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
 }
 
 int bench_ep_low_latency_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
-                     const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
+                              const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
   auto fail = [&](int code, const std::string& why) {
     io.line("FAIL: " + why);
     return code;
