@@ -2,7 +2,8 @@
 # The Python package on one GPU with ranks sharing it (issue: Python access):
 #   1. DeepEP's tests/test_intranode.py (commit 29d31c0) with only
 #      `import deep_ep` changed to epkit.deep_ep, with 2 and 4 ranks;
-#   2. CUDA-graph capture and replay vs eager (tests/python/device/graph_replay.py);
+#   2. CUDA-graph capture and replay vs eager (tests/python/device/graph_replay.py), and the
+#      low-latency calls' hook and handle objects (tests/python/device/low_latency_api.py);
 #   3. host time per call: Python vs the C++ API (host_cost.py, epkit_ep_call_overhead);
 #   4. (step internode, not in the default set) DeepEP's tests/test_internode.py,
 #      import changed only, on 2 nodes x 8 ranks faked on this host: two
@@ -221,6 +222,9 @@ fi
 if want graph; then
   step graph_replay timeout 300 python3 "$here/tests/python/device/graph_replay.py" --num-processes 2
   grep -h "graph\|differs\|Error" "$out/graph_replay.txt" | tail -n 8
+  # The low-latency calls' objects made by the extension (hooks, handles).
+  step low_latency_api timeout 200 python3 "$here/tests/python/device/low_latency_api.py" --num-processes 2
+  grep -h "low_latency_api\|Error" "$out/low_latency_api.txt" | tail -n 4
 fi
 
 # 3. Host time per call: the C++ API, then the Python package (host_cost.py;

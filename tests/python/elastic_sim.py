@@ -487,6 +487,9 @@ class Replay:
     def _dispatch_plain(self, *args):
         return self._call("dispatch", lambda: self.inner._dispatch_plain(*args))
 
+    def _layout_dispatch(self, *args):
+        return self._call("layout_dispatch", lambda: self.inner._layout_dispatch(*args))
+
     def _combine_plain(self, x, handle, topk_weights, bias, config):
         return self._call("combine_plain", lambda: self.inner._combine_plain(x, handle, topk_weights, bias, config))
 

@@ -346,12 +346,28 @@ class Paths(unittest.TestCase):
         self.assertEqual(calls[-1], ("release", 8))
 
     def test_low_latency_handle_from_either_path(self):
+        # ctypes: a handle that is not low_latency_dispatch's is refused
+        # before any call.
         buffer = deep_ep.Buffer.__new__(deep_ep.Buffer)
         buffer.low_latency_mode = True
-        buffer._engine = object()  # the extension path checks the handle before any call
+        buffer._engine = None
         idx = T((TOKENS, TOPK), "int64")
         with self.assertRaisesRegex(TypeError, "low_latency_dispatch"):
             buffer.low_latency_combine(None, idx, None, (None,) * 5)
+
+        # The extension gets the handle as given (it reads `native` itself,
+        # and refuses one without it: tests/python/device/low_latency_api.py).
+        class Engine:
+            def low_latency_combine(self, *args):
+                self.args = args
+                return "out", "event", None
+        buffer._engine = engine = Engine()
+        buffer.low_latency_num_sms = 24
+        handle = deep_ep.buffer.LowLatencyHandle((None,) * 5)
+        handle.native = b"raw"
+        self.assertEqual(buffer.low_latency_combine("x", idx, "w", handle), ("out", "event", None))
+        self.assertIs(engine.args[3], handle)
+        self.assertEqual(engine.args[0], "x")
 
 
 if __name__ == "__main__":

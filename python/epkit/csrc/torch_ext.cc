@@ -61,7 +61,9 @@ inline void check(epkit_ep_status status) {
   if (status != EPKIT_EP_OK) raise_status(status);
 }
 
-[[noreturn]] void value_error(const std::string& message) { throw py::value_error(message); }
+[[noreturn]] void value_error(const std::string& message) {
+  throw py::value_error(message);
+}
 
 std::int32_t dtype_code(at::ScalarType t) {
   switch (t) {
@@ -102,10 +104,79 @@ at::ScalarType scalar_type(std::int32_t code) {
 }
 
 /// Present: the C ABI's "given" (memory, or a shaped empty matrix).
-bool present(const epkit_ep_tensor& v) { return v.ndim > 0; }
+bool present(const epkit_ep_tensor& v) {
+  return v.ndim > 0;
+}
 
 std::vector<std::int64_t> shape_of(const epkit_ep_tensor& v) {
   return std::vector<std::int64_t>(v.shape, v.shape + v.ndim);
+}
+
+/// epkit.deep_ep's Python types the low-latency calls return, given once by
+/// the package (set_types) and kept for the process, as g_engine_error.
+struct PythonTypes {
+  PyObject* low_latency_handle = nullptr;  // a tuple subclass: cls(items)
+  PyObject* event_overlap = nullptr;       // EventOverlap (class defaults: no event)
+  PyObject* event_handle = nullptr;        // EventHandle(ptr)
+  PyObject* object_new = nullptr;          // object.__new__
+
+  py::object call(PyObject* callable, const py::handle& arg) const {
+    PyObject* r = PyObject_CallOneArg(callable, arg.ptr());
+    if (r == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(r);
+  }
+  py::object low_latency_handle_of(const py::tuple& items) const {
+    return call(low_latency_handle, items);
+  }
+};
+PythonTypes g_types;
+
+const PythonTypes& python_types() {
+  if (g_types.low_latency_handle == nullptr)
+    throw std::runtime_error("epkit._C: set_types was not called (epkit.deep_ep does at import)");
+  return g_types;
+}
+
+/// DeepEP's EventOverlap for an event the engine made (ptr), or one with
+/// none: made without __init__, its class's defaults are its fields (a
+/// Python frame per call is a tenth of a low-latency call's host cost).
+py::object event_overlap(void* ptr) {
+  const PythonTypes& t = python_types();
+  if (ptr == nullptr) return t.call(t.object_new, py::handle(t.event_overlap));
+  py::object handle = t.call(t.event_handle, py::int_(reinterpret_cast<std::intptr_t>(ptr)));
+  return t.call(t.event_overlap, handle);
+}
+
+/// A receive hook (DeepEP's `hook()`): its first call launches the receive
+/// half, later ones raise; the call's tensors stay referenced until then.
+/// A C++ object so that a hooked call costs one more step into C++, not a
+/// Python object whose call makes two.
+class Hook {
+ public:
+  Hook(epkit_ep_hook* hook, std::vector<at::Tensor> keep) : m_hook(hook), m_keep(std::move(keep)) {}
+  Hook(const Hook&) = delete;
+  Hook& operator=(const Hook&) = delete;
+  ~Hook() {
+    if (m_hook != nullptr) epkit_ep_hook_release(m_hook);
+  }
+
+  void call() {
+    if (m_hook == nullptr) value_error("the hook was called already");
+    epkit_ep_hook* hook = m_hook;
+    m_hook = nullptr;
+    const epkit_ep_status status = epkit_ep_hook_call(hook);
+    epkit_ep_hook_release(hook);
+    m_keep.clear();
+    check(status);
+  }
+
+ private:
+  epkit_ep_hook* m_hook;
+  std::vector<at::Tensor> m_keep;
+};
+
+py::object make_hook(epkit_ep_hook* hook, std::vector<at::Tensor> keep) {
+  return py::cast(new Hook(hook, std::move(keep)), py::return_value_policy::take_ownership);
 }
 
 /// Owns one reference to a dispatch handle until it is handed to Python.
@@ -218,39 +289,39 @@ class Engine {
     return m_arena ? static_cast<std::int64_t>(m_arena->in_use()) : -1;
   }
 
+  /// get_dispatch_layout's tensors and event.
+  struct Layout {
+    at::Tensor per_rank, per_node, per_expert, in_rank, copy;
+    void* event = nullptr;
+  };
+
   /// copy_topk: also a copy of topk_idx, written by the layout kernel
   /// (ElasticBuffer's handle copy without a launch of its own).
   py::tuple layout(const at::Tensor& topk_idx, std::int64_t num_experts, std::int64_t previous,
                    bool async_finish, bool alloc_on_comm, bool copy_topk) {
-    epkit_ep_buffer* rt = live();
-    epkit_ep_tensor idx = describe(topk_idx, "topk_idx");
-    if (topk_idx.dim() != 2) value_error("topk_idx must be a matrix [tokens, topk]");
-    if (num_experts < 1 || num_experts > (1 << 20))
-      value_error("num_experts must be positive (got " + std::to_string(num_experts) + ")");
-    const std::int64_t tokens = topk_idx.size(0);
-    at::Tensor per_rank, per_expert, in_rank, per_node, copy;
-    {
-      AllocationScope scope(alloc_on_comm, m_comm);
-      per_rank = empty({m_ranks}, at::kInt);
-      per_expert = empty({num_experts}, at::kInt);
-      in_rank = empty({tokens, m_ranks}, at::kBool);
-      if (m_nodes > 1) per_node = empty({m_nodes}, at::kInt);
-      if (copy_topk) copy = empty({tokens, topk_idx.size(1)}, topk_idx.scalar_type());
-    }
-    epkit_ep_layout_out into{};
-    into.num_tokens_per_rank = describe(per_rank, "num_tokens_per_rank");
-    into.num_tokens_per_expert = describe(per_expert, "num_tokens_per_expert");
-    into.is_token_in_rank = describe(in_rank, "is_token_in_rank");
-    if (per_node.defined())
-      into.num_tokens_per_rdma_rank = describe(per_node, "num_tokens_per_rdma_rank");
-    if (copy.defined()) into.topk_idx_copy = describe(copy, "topk_idx_copy");
-    epkit_ep_order order = order_of(previous, async_finish, async_finish);
-    epkit_ep_layout_out out{};
-    check(epkit_ep_layout_into(rt, &idx, static_cast<std::int32_t>(num_experts), &order, &into,
-                               &out));
-    record(async_finish, alloc_on_comm, {topk_idx}, {per_rank, per_expert, in_rank, per_node, copy});
-    return py::make_tuple(per_rank, optional(per_node), per_expert, in_rank,
-                          reinterpret_cast<std::int64_t>(out.event), optional(copy));
+    Layout l = make_layout(topk_idx, num_experts, previous, async_finish, alloc_on_comm, copy_topk);
+    return py::make_tuple(l.per_rank, optional(l.per_node), l.per_expert, l.in_rank,
+                          reinterpret_cast<std::int64_t>(l.event), optional(l.copy));
+  }
+
+  /// ElasticBuffer's plain dispatch in one step into C++: the layout (with
+  /// the handle's copy of topk_idx when asked) and the dispatch, on the
+  /// current stream, no event. dispatch's tuple, then is_token_in_rank and
+  /// the copy (None when not asked).
+  py::tuple layout_dispatch(const at::Tensor& x, const OptTensor& x_scales,
+                            const at::Tensor& topk_idx, const OptTensor& topk_weights,
+                            std::int64_t num_experts, std::int64_t expert_alignment,
+                            std::int64_t num_worst_tokens, std::int64_t num_sms,
+                            std::int64_t num_warps, std::int64_t nvl_chunk, bool copy_topk) {
+    Layout l = make_layout(topk_idx, num_experts, 0, false, false, copy_topk);
+    py::tuple d = dispatch(x, x_scales, 0, l.per_rank, l.in_rank, l.per_expert, topk_idx,
+                           topk_weights, expert_alignment, num_worst_tokens, num_sms, num_warps,
+                           nvl_chunk, 0, false, false);
+    py::tuple result(d.size() + 2);
+    for (std::size_t i = 0; i < d.size(); ++i) result[i] = d[i];
+    result[d.size()] = py::cast(l.in_rank);
+    result[d.size() + 1] = optional(l.copy);
+    return result;
   }
 
   py::tuple dispatch(const at::Tensor& x, const OptTensor& x_scales, std::int64_t handle,
@@ -303,9 +374,9 @@ class Engine {
     HandleRef ref(out.handle);
 
     // What the caller gets, in DeepEP's order; absent ones stay undefined.
-    std::array<epkit_ep_tensor, 6> views{out.recv_x,         out.recv_x_scales,
-                                         out.recv_topk_idx,  out.recv_topk_weights,
-                                         out.recv_src_idx,   epkit_ep_tensor{}};
+    std::array<epkit_ep_tensor, 6> views{out.recv_x,        out.recv_x_scales,
+                                         out.recv_topk_idx, out.recv_topk_weights,
+                                         out.recv_src_idx,  epkit_ep_tensor{}};
     if (cached) {
       views[2] = views[3] = views[4] = epkit_ep_tensor{};
     } else {
@@ -354,8 +425,8 @@ class Engine {
     // dropped here (HandleRef), the caller keeps its own.
     const std::int64_t new_handle = cached ? 0 : reinterpret_cast<std::int64_t>(ref.release());
     return py::make_tuple(tensors[0], optional(tensors[1]), optional(tensors[2]),
-                          optional(tensors[3]), optional(tensors[4]), optional(tensors[5]),
-                          counts, new_handle, rows, reinterpret_cast<std::int64_t>(event));
+                          optional(tensors[3]), optional(tensors[4]), optional(tensors[5]), counts,
+                          new_handle, rows, reinterpret_cast<std::int64_t>(event));
   }
 
   py::tuple combine(const at::Tensor& x, const OptTensor& topk_weights, std::int64_t handle,
@@ -394,12 +465,18 @@ class Engine {
                           reinterpret_cast<std::int64_t>(out.event));
   }
 
+  /// DeepEP's low_latency_dispatch, its whole result: (recv_x or (recv_x,
+  /// scales), recv_count, LowLatencyHandle, EventOverlap, hook or None).
+  /// Built here rather than in Python: a low-latency call's host cost is a
+  /// few microseconds, so every Python object and frame on the way shows.
   py::tuple low_latency_dispatch(const at::Tensor& x, const at::Tensor& topk_idx,
                                  std::int64_t max_tokens, std::int64_t num_experts,
                                  const OptTensor& cumulative_stats, const OptTensor& wait_stats,
                                  bool use_fp8, bool round_scale, bool use_ue8m0, bool async_finish,
                                  bool return_recv_hook, std::int64_t num_sms) {
     epkit_ep_buffer* rt = live();
+    if (async_finish && return_recv_hook)
+      value_error("async_finish and return_recv_hook exclude each other");
     epkit_ep_ll_dispatch_args a{};
     a.x = describe(x, "x");
     a.topk_idx = describe(topk_idx, "topk_idx");
@@ -411,7 +488,8 @@ class Engine {
     if (cumulative_stats)
       a.cumulative_local_expert_recv_stats =
           describe(*cumulative_stats, "cumulative_local_expert_recv_stats");
-    if (wait_stats) a.dispatch_wait_recv_cost_stats = describe(*wait_stats, "dispatch_wait_recv_cost_stats");
+    if (wait_stats)
+      a.dispatch_wait_recv_cost_stats = describe(*wait_stats, "dispatch_wait_recv_cost_stats");
     a.return_recv_hook = return_recv_hook;
     a.num_sms = static_cast<std::int32_t>(num_sms);
     a.order = order_of(0, async_finish, async_finish);
@@ -419,25 +497,37 @@ class Engine {
     check(epkit_ep_ll_dispatch(rt, &a, &out));
     // Views into the Buffer's low-latency region, as DeepEP returns them:
     // valid until the low-latency call two calls later.
-    py::bytes handle(reinterpret_cast<const char*>(&out.handle), sizeof(out.handle));
-    return py::make_tuple(view(out.recv_x), optional(view(out.recv_x_scales)),
-                          view(out.recv_count), view(out.handle.src_info),
-                          view(out.handle.layout_range), handle,
-                          reinterpret_cast<std::int64_t>(out.hook),
-                          reinterpret_cast<std::int64_t>(out.event));
+    py::object recv_x = py::cast(view(out.recv_x));
+    if (use_fp8) recv_x = py::make_tuple(recv_x, optional(view(out.recv_x_scales)));
+    py::tuple items = py::make_tuple(view(out.handle.src_info), view(out.handle.layout_range),
+                                     max_tokens, x.dim() == 2 ? x.size(1) : 0, num_experts);
+    py::object handle = python_types().low_latency_handle_of(items);
+    handle.attr("native") =
+        py::bytes(reinterpret_cast<const char*>(&out.handle), sizeof(out.handle));
+    py::object hook = py::none();
+    if (out.hook != nullptr)
+      hook = make_hook(out.hook, {x, topk_idx, value(cumulative_stats), value(wait_stats)});
+    return py::make_tuple(recv_x, view(out.recv_count), handle, event_overlap(out.event), hook);
   }
 
+  /// DeepEP's low_latency_combine: (out, EventOverlap, hook or None).
   py::tuple low_latency_combine(const OptTensor& x, const at::Tensor& topk_idx,
-                                const at::Tensor& topk_weights, const py::bytes& handle_bytes,
+                                const at::Tensor& topk_weights, const py::object& handle,
                                 bool zero_copy, bool async_finish, bool return_recv_hook,
                                 const OptTensor& out_given, const OptTensor& wait_stats,
                                 std::int64_t num_sms) {
     epkit_ep_buffer* rt = live();
+    if (async_finish && return_recv_hook)
+      value_error("async_finish and return_recv_hook exclude each other");
     epkit_ep_ll_combine_args a{};
-    std::string raw = handle_bytes;
-    if (raw.size() != sizeof(a.handle))
-      value_error("the handle must come from epkit.deep_ep.Buffer.low_latency_dispatch");
-    std::memcpy(&a.handle, raw.data(), sizeof(a.handle));
+    // The engine's handle travels as bytes on DeepEP's tuple (`native`).
+    PyObject* raw = PyObject_GetAttrString(handle.ptr(), "native");
+    if (raw == nullptr) PyErr_Clear();
+    py::object owned = py::reinterpret_steal<py::object>(raw);
+    if (raw == nullptr || !PyBytes_Check(raw) ||
+        PyBytes_GET_SIZE(raw) != static_cast<Py_ssize_t>(sizeof(a.handle)))
+      throw py::type_error("the handle must come from epkit.deep_ep.Buffer.low_latency_dispatch");
+    std::memcpy(&a.handle, PyBytes_AS_STRING(raw), sizeof(a.handle));
     if (x && !zero_copy) a.x = describe(*x, "x");
     a.topk_idx = describe(topk_idx, "topk_idx");
     a.topk_weights = describe(topk_weights, "topk_weights");
@@ -447,18 +537,54 @@ class Engine {
       out = empty({topk_idx.size(0), a.handle.hidden}, at::kBFloat16);
     }
     a.out = describe(out, "out");
-    if (wait_stats) a.combine_wait_recv_cost_stats = describe(*wait_stats, "combine_wait_recv_cost_stats");
+    if (wait_stats)
+      a.combine_wait_recv_cost_stats = describe(*wait_stats, "combine_wait_recv_cost_stats");
     a.zero_copy = zero_copy;
     a.return_recv_hook = return_recv_hook;
     a.num_sms = static_cast<std::int32_t>(num_sms);
     a.order = order_of(0, async_finish, async_finish);
     epkit_ep_ll_combine_out result{};
     check(epkit_ep_ll_combine(rt, &a, &result));
-    return py::make_tuple(out, reinterpret_cast<std::int64_t>(result.hook),
-                          reinterpret_cast<std::int64_t>(result.event));
+    py::object hook = py::none();
+    if (result.hook != nullptr)
+      hook = make_hook(result.hook, {value(x), topk_idx, topk_weights, out, value(wait_stats)});
+    return py::make_tuple(out, event_overlap(result.event), hook);
   }
 
  private:
+  Layout make_layout(const at::Tensor& topk_idx, std::int64_t num_experts, std::int64_t previous,
+                     bool async_finish, bool alloc_on_comm, bool copy_topk) {
+    epkit_ep_buffer* rt = live();
+    epkit_ep_tensor idx = describe(topk_idx, "topk_idx");
+    if (topk_idx.dim() != 2) value_error("topk_idx must be a matrix [tokens, topk]");
+    if (num_experts < 1 || num_experts > (1 << 20))
+      value_error("num_experts must be positive (got " + std::to_string(num_experts) + ")");
+    const std::int64_t tokens = topk_idx.size(0);
+    at::Tensor per_rank, per_expert, in_rank, per_node, copy;
+    {
+      AllocationScope scope(alloc_on_comm, m_comm);
+      per_rank = empty({m_ranks}, at::kInt);
+      per_expert = empty({num_experts}, at::kInt);
+      in_rank = empty({tokens, m_ranks}, at::kBool);
+      if (m_nodes > 1) per_node = empty({m_nodes}, at::kInt);
+      if (copy_topk) copy = empty({tokens, topk_idx.size(1)}, topk_idx.scalar_type());
+    }
+    epkit_ep_layout_out into{};
+    into.num_tokens_per_rank = describe(per_rank, "num_tokens_per_rank");
+    into.num_tokens_per_expert = describe(per_expert, "num_tokens_per_expert");
+    into.is_token_in_rank = describe(in_rank, "is_token_in_rank");
+    if (per_node.defined())
+      into.num_tokens_per_rdma_rank = describe(per_node, "num_tokens_per_rdma_rank");
+    if (copy.defined()) into.topk_idx_copy = describe(copy, "topk_idx_copy");
+    epkit_ep_order order = order_of(previous, async_finish, async_finish);
+    epkit_ep_layout_out out{};
+    check(epkit_ep_layout_into(rt, &idx, static_cast<std::int32_t>(num_experts), &order, &into,
+                               &out));
+    record(async_finish, alloc_on_comm, {topk_idx},
+           {per_rank, per_expert, in_rank, per_node, copy});
+    return Layout{per_rank, per_node, per_expert, in_rank, copy, out.event};
+  }
+
   /// One dispatch's outputs, asked for by the engine once it knows the rows.
   struct Outputs {
     Engine* engine = nullptr;
@@ -521,9 +647,9 @@ class Engine {
     }
     if (!pooled) make();
     if (!o.cached && m_nodes == 1) o.t[5] = empty({m_ranks, m_ranks}, at::kInt);
-    epkit_ep_tensor* slots[6] = {&into.recv_x,         &into.recv_x_scales, &into.recv_topk_idx,
-                                 &into.recv_topk_weights, &into.recv_src_idx,
-                                 &into.rank_prefix_matrix};
+    epkit_ep_tensor* slots[6] = {&into.recv_x,        &into.recv_x_scales,
+                                 &into.recv_topk_idx, &into.recv_topk_weights,
+                                 &into.recv_src_idx,  &into.rank_prefix_matrix};
     for (std::size_t i = 0; i < o.t.size(); ++i)
       if (o.t[i].defined()) *slots[i] = describe(o.t[i], "output");
   }
@@ -543,8 +669,8 @@ class Engine {
   epkit_ep_tensor describe(const at::Tensor& t, const char* name) const {
     if (!t.defined()) value_error(std::string(name) + " is not a tensor");
     if (!t.is_cuda() || t.get_device() != m_device)
-      value_error(std::string(name) + " must be a tensor on the Buffer's GPU (cuda:" +
-                  std::to_string(m_device) + ")");
+      value_error(std::string(name) +
+                  " must be a tensor on the Buffer's GPU (cuda:" + std::to_string(m_device) + ")");
     const std::int32_t code = dtype_code(t.scalar_type());
     if (code < 0)
       value_error(std::string(name) + " has dtype " + std::string(c10::toString(t.scalar_type())) +
@@ -571,9 +697,9 @@ class Engine {
     for (const auto& [key, tensor] : m_views)
       if (same_view(key, v)) return tensor;
     std::vector<std::int64_t> strides(v.strides, v.strides + v.ndim);
-    at::Tensor t = at::from_blob(
-        v.data, shape_of(v), strides,
-        at::TensorOptions().dtype(scalar_type(v.dtype)).device(at::kCUDA, m_device));
+    at::Tensor t =
+        at::from_blob(v.data, shape_of(v), strides,
+                      at::TensorOptions().dtype(scalar_type(v.dtype)).device(at::kCUDA, m_device));
     if (m_views.size() >= k_max_views) m_views.erase(m_views.begin());
     m_views.emplace_back(v, t);
     return t;
@@ -588,7 +714,6 @@ class Engine {
   at::Tensor empty(at::IntArrayRef shape, at::ScalarType type) const {
     return at::empty(shape, at::TensorOptions().dtype(type).device(at::kCUDA, m_device));
   }
-
 
   epkit_ep_order order_of(std::int64_t previous, bool async_finish, bool want_event) const {
     epkit_ep_order o{};
@@ -625,9 +750,7 @@ class Engine {
   }
 
   static at::Tensor value(const OptTensor& t) { return t ? *t : at::Tensor(); }
-  static py::object optional(const at::Tensor& t) {
-    return t.defined() ? py::cast(t) : py::none();
-  }
+  static py::object optional(const at::Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
 
   static constexpr std::size_t k_max_views = 32;
   std::vector<std::pair<epkit_ep_tensor, at::Tensor>> m_views;
@@ -641,11 +764,6 @@ class Engine {
   int m_ranks;
   int m_nodes;
 };
-
-void hook_call(std::int64_t hook) {
-  if (hook == 0) value_error("the hook was called already");
-  check(epkit_ep_hook_call(reinterpret_cast<epkit_ep_hook*>(hook)));
-}
 
 }  // namespace
 
@@ -684,13 +802,20 @@ PYBIND11_MODULE(_C, m) {
       .def("use_arena", &Engine::use_arena)
       .def("arena_in_use", &Engine::arena_in_use)
       .def("layout", &Engine::layout)
+      .def("layout_dispatch", &Engine::layout_dispatch)
       .def("dispatch", &Engine::dispatch)
       .def("combine", &Engine::combine)
       .def("low_latency_dispatch", &Engine::low_latency_dispatch)
       .def("low_latency_combine", &Engine::low_latency_combine);
-  m.def("hook_call", &hook_call);
-  m.def("hook_release", [](std::int64_t hook) {
-    epkit_ep_hook_release(reinterpret_cast<epkit_ep_hook*>(hook));
+  py::class_<Hook>(m, "Hook").def("__call__", &Hook::call);
+  m.def("set_types", [](const py::object& low_latency_handle, const py::object& event_overlap,
+                        const py::object& event_handle) {
+    g_types.low_latency_handle = low_latency_handle.inc_ref().ptr();
+    g_types.event_overlap = event_overlap.inc_ref().ptr();
+    g_types.event_handle = event_handle.inc_ref().ptr();
+    py::object object_new = py::module_::import("builtins").attr("object").attr("__new__");
+    g_types.object_new = object_new.release().ptr();
   });
-  m.def("event_destroy", [](std::int64_t event) { epkit_ep_event_destroy(reinterpret_cast<void*>(event)); });
+  m.def("event_destroy",
+        [](std::int64_t event) { epkit_ep_event_destroy(reinterpret_cast<void*>(event)); });
 }

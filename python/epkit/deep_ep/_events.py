@@ -114,6 +114,11 @@ class EventHandle:
 class EventOverlap:
     """DeepEP's EventOverlap: an optional event plus tensors to keep alive."""
 
+    # Defaults on the class: epkit._C makes one without an event without
+    # calling __init__ (host cost of a low-latency call).
+    event: Optional["EventHandle"] = None
+    extra_tensors: Optional[Tuple[Any, ...]] = None
+
     def __init__(self, event: Optional[EventHandle] = None,
                  extra_tensors: Optional[Tuple[Any, ...]] = None) -> None:
         self.event = event

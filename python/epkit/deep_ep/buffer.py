@@ -64,6 +64,8 @@ def _extension():
                     _EXTENSION = (None, f"epkit._C was built for C ABI {_C.ABI_VERSION}, "
                                         f"the package speaks {_native.ABI_VERSION}")
                 else:
+                    # The low-latency calls build their results in C++.
+                    _C.set_types(LowLatencyHandle, EventOverlap, EventHandle)
                     _EXTENSION = (_C, None)
             except ImportError as e:
                 _EXTENSION = (None, f"epkit._C is not built ({e}); python -m epkit._build_ext builds it")
@@ -567,6 +569,30 @@ class Buffer:
         return self._dispatch_fast(False, x, x_scales, None, None, per_rank, None, in_rank, per_expert, topk_idx,
                                    topk_weights, expert_alignment, num_worst_tokens, config, None, False, False)
 
+    def _layout_dispatch(self, x, x_scales, topk_idx, topk_weights, num_experts: int, expert_alignment: int,
+                         num_worst_tokens: int, config: Config, copy_topk: bool):
+        """get_dispatch_layout then a non-cached dispatch, in one step into
+        the extension where it serves: (recv_x, recv_topk_idx,
+        recv_topk_weights, counts, handle, the layout's copy of topk_idx or
+        None)."""
+        engine = self._engine
+        if engine is None or self.num_nodes > 1 or config.num_sms % 2 != 0:
+            if copy_topk:
+                per_rank, per_node, per_expert, in_rank, copy = self._layout_and_copy(topk_idx, num_experts)
+            else:
+                per_rank, per_node, per_expert, in_rank, _ = self.get_dispatch_layout(topk_idx, num_experts)
+                copy = None
+            out = self._dispatch_plain(x, x_scales, per_rank, per_node, in_rank, per_expert, topk_idx, topk_weights,
+                                       expert_alignment, num_worst_tokens, config)
+            return out[:5] + (copy,)
+        (recv_x, recv_scales, recv_topk, recv_weights, recv_src, prefix, counts, new_handle, rows, _, in_rank,
+         copy) = engine.layout_dispatch(x, x_scales, topk_idx, topk_weights, num_experts, expert_alignment,
+                                        num_worst_tokens, config.num_sms, config.num_warps, config.nvl_chunk,
+                                        copy_topk)
+        handle = DispatchHandle((prefix, None, None, recv_src, in_rank, None),
+                                _NativeHandle(self._lib, new_handle, rows))
+        return (recv_x, recv_scales) if x_scales is not None else recv_x, recv_topk, recv_weights, counts, handle, copy
+
     def _combine_plain(self, x, handle, topk_weights, bias, config: Config):
         """combine's (combined_x, combined_topk_weights)."""
         engine = self._engine
@@ -769,10 +795,6 @@ class Buffer:
         lib = self._lib
         return _Hook(ptr, keep, (lambda p: lib.check(lib.hook_call(p)), lib.hook_release)) if ptr else None
 
-    def _ext_hooks(self):
-        module = _extension()[0]
-        return module.hook_call, module.hook_release
-
     def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank: int, num_experts: int,
                              cumulative_local_expert_recv_stats=None, dispatch_wait_recv_cost_stats=None,
                              use_fp8: bool = True, round_scale: bool = False, use_ue8m0: bool = False,
@@ -781,20 +803,15 @@ class Buffer:
         the handle's tensors are views into the Buffer's low-latency region,
         valid until the low-latency call two calls later (DeepEP's double
         buffer); clone what must live longer."""
-        require(self.low_latency_mode, "low_latency_dispatch needs a Buffer made with low_latency_mode=True")
+        if not self.low_latency_mode:
+            require(False, "low_latency_dispatch needs a Buffer made with low_latency_mode=True")
         engine = self._engine
         if engine is not None:
-            require(not (async_finish and return_recv_hook), "async_finish and return_recv_hook exclude each other")
-            (recv_x, recv_scales, recv_count, src_info, layout_range, raw, hook,
-             event) = engine.low_latency_dispatch(
+            # The whole result, hook included, is made by the extension.
+            return engine.low_latency_dispatch(
                 x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts, cumulative_local_expert_recv_stats,
                 dispatch_wait_recv_cost_stats, use_fp8, round_scale, use_ue8m0, async_finish, return_recv_hook,
                 self.low_latency_num_sms)
-            handle = LowLatencyHandle((src_info, layout_range, num_max_dispatch_tokens_per_rank, x.size(1),
-                                       num_experts), raw)
-            hook = _Hook(hook, (x, topk_idx, cumulative_local_expert_recv_stats, dispatch_wait_recv_cost_stats),
-                         self._ext_hooks()) if hook else None
-            return (recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, _event(event), hook
         _checks.low_latency_dispatch(x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts, async_finish,
                                      return_recv_hook)
         describe = _checks.describe
@@ -818,7 +835,8 @@ class Buffer:
             recv_x = (recv_x, self._as_view(out.recv_x_scales))
         native = _native.LLHandle.from_buffer_copy(out.handle)
         handle = LowLatencyHandle((self._as_view(native.src_info), self._as_view(native.layout_range),
-                                   num_max_dispatch_tokens_per_rank, x.size(1), num_experts), native)
+                                   num_max_dispatch_tokens_per_rank, x.size(1), num_experts))
+        handle.native = native
         hook = self._ll_hook(out.hook, (x, topk_idx, cumulative_local_expert_recv_stats,
                                         dispatch_wait_recv_cost_stats))
         event = EventHandle(out.event) if out.event else None
@@ -829,23 +847,17 @@ class Buffer:
                             out=None, combine_wait_recv_cost_stats=None):
         """DeepEP's low_latency_combine; the result goes to `out` (a new
         tensor when not given)."""
-        require(self.low_latency_mode, "low_latency_combine needs a Buffer made with low_latency_mode=True")
-        require(not (async_finish and return_recv_hook), "async_finish and return_recv_hook exclude each other")
+        if not self.low_latency_mode:
+            require(False, "low_latency_combine needs a Buffer made with low_latency_mode=True")
         if use_logfmt:
             raise _not_implemented("the LogFMT combine (use_logfmt=True)")
         engine = self._engine
         if engine is not None:
-            raw = getattr(handle, "native", None)
-            if isinstance(raw, _native.LLHandle):
-                raw = bytes(raw)
-            if not isinstance(raw, bytes):
-                raise TypeError("the handle must come from epkit.deep_ep.Buffer.low_latency_dispatch")
-            out, hook, event = engine.low_latency_combine(
-                None if zero_copy else x, topk_idx, topk_weights, raw, zero_copy, async_finish, return_recv_hook,
+            # The extension checks async_finish against return_recv_hook.
+            return engine.low_latency_combine(
+                None if zero_copy else x, topk_idx, topk_weights, handle, zero_copy, async_finish, return_recv_hook,
                 out, combine_wait_recv_cost_stats, self.low_latency_num_sms)
-            hook = _Hook(hook, (x, topk_idx, topk_weights, out, combine_wait_recv_cost_stats),
-                         self._ext_hooks()) if hook else None
-            return out, _event(event), hook
+        require(not (async_finish and return_recv_hook), "async_finish and return_recv_hook exclude each other")
         native = getattr(handle, "native", None)
         if not isinstance(native, _native.LLHandle):
             raise TypeError("the handle must come from epkit.deep_ep.Buffer.low_latency_dispatch")
@@ -901,20 +913,18 @@ class Buffer:
 
 class LowLatencyHandle(tuple):
     """DeepEP's low-latency handle (src_info, layout_range,
-    num_max_dispatch_tokens_per_rank, hidden, num_experts) plus the engine's."""
+    num_max_dispatch_tokens_per_rank, hidden, num_experts) plus the engine's
+    (`native`: the C ABI's struct, or its bytes on the extension's path).
+    Made as LowLatencyHandle(items) with `native` set after: no Python
+    frame per call."""
 
     native: "_native.LLHandle"
 
-    def __new__(cls, items, native):
-        self = super().__new__(cls, items)
-        self.native = native
-        return self
-
 
 class _Hook:
-    """A receive hook: launches the receive half once; keeps the call's
-    tensors alive until then. `calls` is (call, release) of the path that
-    made it (the extension's or ctypes')."""
+    """The ctypes path's receive hook (the extension's is epkit._C.Hook):
+    launches the receive half once; keeps the call's tensors alive until
+    then. `calls` is (call, release) over the C ABI."""
 
     __slots__ = ("_ptr", "_keep", "_calls")
 

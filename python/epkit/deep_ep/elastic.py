@@ -916,18 +916,16 @@ class ElasticBuffer:
         num_tokens, num_topk = ts[0], ts[1]
         weights = topk_weights if topk_weights is not None else \
             torch.zeros(topk_idx.shape, dtype=torch.float32, device=topk_idx.device)
-        if do_handle_copy:
-            # The handle's copy of topk_idx comes from the layout kernel.
-            per_rank, per_node, per_expert, in_rank, handle_idx = buffer._layout_and_copy(topk_idx, num_experts)
-        else:
-            per_rank, per_node, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk_idx, num_experts)
-            handle_idx = topk_idx
         worst_tokens = worst_expanded = 0
         if not do_cpu_sync:
             worst_tokens, worst_expanded = worst_case_rows(p.num_ranks, num_max_tokens_per_rank, num_topk,
                                                            num_experts // p.num_ranks, expert_alignment)
-        recv_x, recv_topk_idx, recv_w, counts_list, v1, _ = buffer._dispatch_plain(
-            x, sf, per_rank, per_node, in_rank, per_expert, topk_idx, weights, expert_alignment, worst_tokens, config)
+        # The layout and the dispatch in one call; the handle's copy of
+        # topk_idx comes from the layout kernel.
+        recv_x, recv_topk_idx, recv_w, counts_list, v1, handle_idx = buffer._layout_dispatch(
+            x, sf, topk_idx, weights, num_experts, expert_alignment, worst_tokens, config, do_handle_copy)
+        if handle_idx is None:
+            handle_idx = topk_idx
         recv_sf = None
         if sf is not None:
             recv_x, recv_sf = recv_x

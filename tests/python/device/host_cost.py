@@ -7,10 +7,12 @@ queued); its outputs are dropped right away, as a model layer drops them;
 the stream is synchronised every 50 calls outside the timed part; median of
 --iters. 2 ranks, 8 tokens, hidden 7168, top-8, 256 experts by default.
 --low-latency adds low_latency_dispatch / low_latency_combine, without and
-with the receive hook (the hook call counted with its operation).
+with the receive hook (the hook call counted with its operation), the
+combine also with its output given (`_out`: the C++ API's work).
 --elastic (epkit.deep_ep only) times DeepEP V2's ElasticBuffer against the V1
-calls doing the same work in the same process: a V2 dispatch against V1's
-get_dispatch_layout + dispatch, a V2 cached dispatch and combine against V1's.
+calls doing the same work in the same process, interleaved call by call: a V2
+dispatch against V1's get_dispatch_layout + dispatch, a V2 cached dispatch
+and combine against V1's (v2_over_v1_*: the ratios).
 
 --profile (with --elastic) prints, on rank 0, where a V1 dispatch and a V2
 dispatch spend their host time (cProfile, top functions by own time).
@@ -87,24 +89,30 @@ def low_latency(deep_ep, group, tokens, iters, rank, num_ranks):
     x, topk_idx, topk_weights = inputs(tokens, rank)
     expert_out = torch.randn((EXPERTS // num_ranks, num_ranks * LL_MAX_TOKENS, HIDDEN), dtype=torch.bfloat16,
                              device="cuda")
-    samples = {"ll_dispatch": [], "ll_combine": [], "ll_dispatch_hook": [], "ll_combine_hook": []}
+    # A combine allocates its output unless given one (`out=`): the C++
+    # API's figure writes into a given one, so the _out columns are the
+    # same work as the C++ API's.
+    given = torch.empty((tokens, HIDDEN), dtype=torch.bfloat16, device="cuda")
+    samples = {name: [] for name in ("ll_dispatch", "ll_dispatch_hook", "ll_combine", "ll_combine_hook",
+                                     "ll_combine_out", "ll_combine_hook_out")}
     for i in range(iters + iters // 10):
         for hooked in (False, True):
-            suffix = "_hook" if hooked else ""
-            t0 = time.perf_counter_ns()
-            _, _, handle, _, hook = buffer.low_latency_dispatch(x, topk_idx, LL_MAX_TOKENS, EXPERTS,
-                                                                use_fp8=True, return_recv_hook=hooked)
-            if hooked:
-                hook()
-            t1 = time.perf_counter_ns()
-            _, _, hook = buffer.low_latency_combine(expert_out, topk_idx, topk_weights, handle,
-                                                    return_recv_hook=hooked)
-            if hooked:
-                hook()
-            t2 = time.perf_counter_ns()
-            if i >= iters // 10:
-                samples["ll_dispatch" + suffix].append((t1 - t0) / 1e3)
-                samples["ll_combine" + suffix].append((t2 - t1) / 1e3)
+            for out in (None, given):
+                suffix = ("_hook" if hooked else "") + ("_out" if out is not None else "")
+                t0 = time.perf_counter_ns()
+                _, _, handle, _, hook = buffer.low_latency_dispatch(x, topk_idx, LL_MAX_TOKENS, EXPERTS,
+                                                                    use_fp8=True, return_recv_hook=hooked)
+                if hooked:
+                    hook()
+                t1 = time.perf_counter_ns()
+                _, _, hook = buffer.low_latency_combine(expert_out, topk_idx, topk_weights, handle,
+                                                        return_recv_hook=hooked, out=out)
+                if hooked:
+                    hook()
+                t2 = time.perf_counter_ns()
+                if i >= iters // 10:
+                    samples["ll_dispatch" + ("_hook" if hooked else "")].append((t1 - t0) / 1e3)
+                    samples["ll_combine" + suffix].append((t2 - t1) / 1e3)
         if i % 50 == 49:
             torch.cuda.synchronize()
     torch.cuda.synchronize()
@@ -131,29 +139,52 @@ PROFILE = False
 
 
 def elastic(deep_ep, group, tokens, iters, rank, num_ranks):
+    """V2's calls against V1's doing the same work, interleaved call by call
+    (which goes first alternating), both Buffers alive: the drift of a
+    shared machine moves both alike, so the ratio is read within a round."""
     x, topk_idx, topk_weights = inputs(tokens, rank)
     v1 = deep_ep.Buffer(group, int(256e6), 0, explicitly_destroy=True)
+    v2 = deep_ep.ElasticBuffer(group, num_max_tokens_per_rank=max(tokens, 128), hidden=HIDDEN, num_topk=TOPK,
+                               explicitly_destroy=True)
 
     def v1_dispatch():
         per_rank, _, per_expert, in_rank, _ = v1.get_dispatch_layout(topk_idx, EXPERTS)
         return v1.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
                            num_tokens_per_expert=per_expert, topk_idx=topk_idx, topk_weights=topk_weights)
+
+    def v2_dispatch():
+        return v2.dispatch(x, topk_idx=topk_idx, topk_weights=topk_weights, num_experts=EXPERTS)
+
     recv_x, _, _, _, handle, _ = v1_dispatch()
-    out = {"v1_dispatch": profiled("v1_dispatch", v1_dispatch, iters, rank),
-           "v1_cached_dispatch": median_us(lambda: v1.dispatch(x, handle=handle), iters),
-           "v1_combine": median_us(lambda: v1.combine(recv_x, handle), iters)}
+    recv = v2_dispatch()
+    v2_handle = recv[3]
+    calls = {"v1_dispatch": v1_dispatch, "v2_dispatch": v2_dispatch,
+             "v1_cached_dispatch": lambda: v1.dispatch(x, handle=handle),
+             "v2_cached_dispatch": lambda: v2.dispatch(x, handle=v2_handle),
+             "v1_combine": lambda: v1.combine(recv_x, handle),
+             "v2_combine": lambda: v2.combine(recv[0], v2_handle)}
+    pairs = [("v1_dispatch", "v2_dispatch"), ("v1_cached_dispatch", "v2_cached_dispatch"),
+             ("v1_combine", "v2_combine")]
+    samples = {name: [] for name in calls}
+    for i in range(iters + iters // 10):
+        for a, b in pairs:
+            for name in ((a, b) if i % 2 == 0 else (b, a)):
+                t0 = time.perf_counter_ns()
+                calls[name]()
+                t1 = time.perf_counter_ns()
+                if i >= iters // 10:
+                    samples[name].append((t1 - t0) / 1e3)
+        if i % 50 == 49:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    out = {name: statistics.median(v) for name, v in samples.items()}
+    for a, b in pairs:
+        out[b.replace("v2_", "v2_over_v1_")] = round(out[b] / out[a], 3)
+    if PROFILE:
+        profiled("v1_dispatch", v1_dispatch, iters, rank)
+        profiled("v2_dispatch", v2_dispatch, iters, rank)
     dist.barrier()
     v1.destroy()
-    v2 = deep_ep.ElasticBuffer(group, num_max_tokens_per_rank=max(tokens, 128), hidden=HIDDEN, num_topk=TOPK,
-                               explicitly_destroy=True)
-    recv = v2.dispatch(x, topk_idx=topk_idx, topk_weights=topk_weights, num_experts=EXPERTS)
-    v2_handle = recv[3]
-    out.update({
-        "v2_dispatch": profiled("v2_dispatch", lambda: v2.dispatch(x, topk_idx=topk_idx, topk_weights=topk_weights,
-                                                                   num_experts=EXPERTS), iters, rank),
-        "v2_cached_dispatch": median_us(lambda: v2.dispatch(x, handle=v2_handle), iters),
-        "v2_combine": median_us(lambda: v2.combine(recv[0], v2_handle), iters)})
-    dist.barrier()
     v2.destroy()
     return out
 
