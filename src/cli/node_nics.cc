@@ -10,7 +10,8 @@ namespace epkit::cli {
 
 std::optional<checks::NicWatch> start_node_nic_watch(const host::Host& host,
                                                      const runtime::LaunchInfo& launch,
-                                                     const runtime::GpuRank& rank, RankIo& io) {
+                                                     const runtime::GpuRank& rank,
+                                                     runtime::RankIo& io) {
   if (launch.local_rank != 0 || launch.nnodes <= 1) return std::nullopt;
   auto snap = topo::probe(host);
   std::vector<std::string> ids;

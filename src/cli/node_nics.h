@@ -16,11 +16,12 @@ namespace epkit::cli {
 /// On local rank 0 of a run of several nodes: prints the NIC map of this
 /// node's GPUs and returns the watcher whose finish() gives the post-run
 /// lines. Elsewhere, or when the map cannot be made (a line says why):
-/// nullopt. Call after open_gpu_rank (the facts name each rank's GPU) and
+/// nullopt. Call after runtime::open_gpu_rank (the facts name each rank's GPU) and
 /// before the run's traffic.
 std::optional<checks::NicWatch> start_node_nic_watch(const host::Host& host,
                                                      const runtime::LaunchInfo& launch,
-                                                     const runtime::GpuRank& rank, RankIo& io);
+                                                     const runtime::GpuRank& rank,
+                                                     runtime::RankIo& io);
 
 }  // namespace epkit::cli
 #endif

@@ -77,38 +77,38 @@ std::string validate(const EpBenchCliOptions& o) {
 // shape the launch cannot take (nodes of unequal size, more than 8 ranks on
 // a node, SMs the low-latency kernels cannot have): the user's flags.
 int buffer_exit_code(const Error& e) {
-  return e.code == ErrorCode::unavailable ? k_gpu_unavailable
+  return e.code == ErrorCode::unavailable ? runtime::k_gpu_unavailable
          : e.code == ErrorCode::invalid   ? k_exit_usage
-                                          : exit_code_for(e);
+                                          : runtime::exit_code_for(e);
 }
 
 /// What both modes do before their Buffer: the experts must split over the
 /// ranks, then the rank joins the job.
-int join_ep_bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
-                       const EpBenchCliOptions& o, const GpuLaunchOptions& lo,
+int join_ep_bench_rank(const host::Host& host, const runtime::LaunchInfo& launch,
+                       runtime::RankIo& io, const EpBenchCliOptions& o, const GpuLaunchOptions& lo,
                        std::unique_ptr<runtime::GpuRank>& joined) {
   if (o.experts % launch.world_size != 0) {
     io.line(fmt::format("FAIL: --experts {} does not split evenly over {} ranks", o.experts,
                         launch.world_size));
     return k_exit_usage;
   }
-  return open_gpu_rank(host, launch, io, lo.timeout_s, joined);
+  return runtime::open_gpu_rank(host, launch, io, lo.timeout_s, joined);
 }
 
 /// What both modes do after their run: every rank's failed checks, a barrier
 /// (no rank frees its share while another may still read it), `after_free`,
 /// then rank 0's summary.
 template <typename Report, typename Json, typename Render>
-int end_ep_bench_rank(runtime::GpuRank& r, const runtime::LaunchInfo& launch, RankIo& io,
+int end_ep_bench_rank(runtime::GpuRank& r, const runtime::LaunchInfo& launch, runtime::RankIo& io,
                       const GpuLaunchOptions& lo, std::unique_ptr<ep::Buffer>& buffer,
                       const Report& report, const std::function<void()>& after_free, Json json,
                       Render render) {
   for (const auto& f : report.local_failures) io.line("FAIL: check " + f);
-  const int code = report.checks_passed() ? k_gpu_ok : k_gpu_wrong_data;
+  const int code = report.checks_passed() ? runtime::k_gpu_ok : runtime::k_gpu_wrong_data;
   if (auto done = buffer->barrier(); !done) {
     r.session->abort();
     io.line("FAIL: " + done.error().message);
-    return exit_code_for(done.error());
+    return runtime::exit_code_for(done.error());
   }
   buffer.reset();
   if (after_free) after_free();
@@ -120,17 +120,18 @@ int end_ep_bench_rank(runtime::GpuRank& r, const runtime::LaunchInfo& launch, Ra
     }
     io.summary.flush();
   }
-  return close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
+  return runtime::close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
 }
 
-int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, runtime::RankIo& io,
                   const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
   auto fail = [&](int code, const std::string& why) {
     io.line("FAIL: " + why);
     return code;
   };
   std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != k_gpu_ok) return rc;
+  if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != runtime::k_gpu_ok)
+    return rc;
   auto& r = *joined;
   harness::EpBenchOptions eo;
   eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
@@ -160,7 +161,7 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
   auto report = harness::run_ep_bench(r, **buffer, eo);
   if (!report) {
     r.session->abort();
-    return fail(exit_code_for(report.error()), report.error().message);
+    return fail(runtime::exit_code_for(report.error()), report.error().message);
   }
   auto finish_nics = [&] {
     if (nics)
@@ -172,14 +173,16 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, Ran
       [](const auto& rep) { return bench::render_ep_report(rep); });
 }
 
-int bench_ep_low_latency_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
-                              const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
+int bench_ep_low_latency_rank(const host::Host& host, const runtime::LaunchInfo& launch,
+                              runtime::RankIo& io, const EpBenchCliOptions& o,
+                              const GpuLaunchOptions& lo) {
   auto fail = [&](int code, const std::string& why) {
     io.line("FAIL: " + why);
     return code;
   };
   std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != k_gpu_ok) return rc;
+  if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != runtime::k_gpu_ok)
+    return rc;
   auto& r = *joined;
   harness::EpLowLatencyBenchOptions eo;
   eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
@@ -198,7 +201,7 @@ int bench_ep_low_latency_rank(const host::Host& host, const runtime::LaunchInfo&
     r.session->abort();
     const Error& e = report.error();
     // A shape or SM count the low-latency kernels refuse is the user's flags.
-    return fail(e.code == ErrorCode::invalid ? k_exit_usage : exit_code_for(e), e.message);
+    return fail(e.code == ErrorCode::invalid ? k_exit_usage : runtime::exit_code_for(e), e.message);
   }
   return end_ep_bench_rank(
       r, launch, io, lo, *buffer, *report, {},
@@ -272,7 +275,7 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
   RankMain main;
 #ifdef EPKIT_WITH_CUDA
   GpuLaunchOptions launch = lo;
-  main = [o, launch](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
+  main = [o, launch](const host::Host& h, const runtime::LaunchInfo& l, runtime::RankIo& rio) {
     if (o->mode == "low-latency") return bench_ep_low_latency_rank(h, l, rio, *o, launch);
     return bench_ep_rank(h, l, rio, *o, launch);
   };

@@ -59,7 +59,7 @@ Result<Parsed> parse(const NcclBenchOptions& o) {
 
 #ifdef EPKIT_WITH_CUDA
 
-int bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+int bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, runtime::RankIo& io,
                const NcclBenchOptions& o, const GpuLaunchOptions& lo, const Parsed& p) {
   auto fail = [&](int code, const std::string& why) {
     io.line("FAIL: " + why);
@@ -69,7 +69,9 @@ int bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo
                                  bench::element_granularity(p.kind, launch.world_size));
   if (!sizes) return fail(k_exit_usage, sizes.error().message);
   std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = open_gpu_rank(host, launch, io, lo.timeout_s, joined); rc != k_gpu_ok) return rc;
+  if (int rc = runtime::open_gpu_rank(host, launch, io, lo.timeout_s, joined);
+      rc != runtime::k_gpu_ok)
+    return rc;
   auto& r = *joined;
   bench::RunOptions ro;
   ro.kind = p.kind;
@@ -92,16 +94,16 @@ int bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo
   auto rows = bench::run_sweep(*r.session, r.store(), ro);
   if (!rows) {
     r.session->abort();
-    return fail(exit_code_for(rows.error()), rows.error().message);
+    return fail(runtime::exit_code_for(rows.error()), rows.error().message);
   }
-  int code = k_gpu_ok;
+  int code = runtime::k_gpu_ok;
   if (launch.rank == 0) {
     double avg = bench::average_busbw(*rows);
     std::uint64_t wrong = bench::total_wrong(*rows);
     if (wrong != 0) {
-      code = k_gpu_wrong_data;
+      code = runtime::k_gpu_wrong_data;
     } else if (o.min_busbw && avg < *o.min_busbw) {
-      code = k_gpu_below_busbw;
+      code = runtime::k_gpu_below_busbw;
     }
     const auto& f0 = r.facts.front();
     if (lo.json) {
@@ -135,7 +137,7 @@ int bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo
     }
     io.summary.flush();
   }
-  return close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
+  return runtime::close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
 }
 
 #endif
@@ -188,7 +190,8 @@ BenchSubcommand add_bench_nccl(CLI::App& bench) {
             RankMain main;
 #ifdef EPKIT_WITH_CUDA
             Parsed parsed = *p;
-            main = [o, lo, parsed](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
+            main = [o, lo, parsed](const host::Host& h, const runtime::LaunchInfo& l,
+                                   runtime::RankIo& rio) {
               return bench_rank(h, l, rio, *o, *lo, parsed);
             };
 #endif

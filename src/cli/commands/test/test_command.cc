@@ -130,7 +130,7 @@ void write_summary(runtime::GpuRank& r, const std::vector<nlohmann::json>& resul
   }
 }
 
-int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, runtime::RankIo& io,
               const GpuLaunchOptions& opts) {
   auto fail = [&](int code, const std::string& why) {
     io.line("FAIL: " + why);
@@ -140,7 +140,9 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
   const std::string log_path = runtime::capture_nccl_log(host, launch.rank);
   auto step = [&] { return runtime::Deadline::after_seconds(opts.timeout_s); };
   std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = open_gpu_rank(host, launch, io, opts.timeout_s, joined); rc != k_gpu_ok) return rc;
+  if (int rc = runtime::open_gpu_rank(host, launch, io, opts.timeout_s, joined);
+      rc != runtime::k_gpu_ok)
+    return rc;
   auto& r = *joined;
   const auto mismatches = runtime::compare_facts(r.facts);
   // Fault injection for the tests: this rank dies after NCCL started, the
@@ -152,7 +154,7 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
   auto result = runtime::run_connectivity(r, opts.timeout_s);
   if (!result) {
     r.session->abort();
-    return fail(exit_code_for(result.error()), result.error().message);
+    return fail(runtime::exit_code_for(result.error()), result.error().message);
   }
   nlohmann::json mine = {{"rank", launch.rank},
                          {"label", r.labels[static_cast<std::size_t>(launch.rank)]},
@@ -168,13 +170,13 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
   auto set =
       r.store().set(fmt::format("test/result/{}", launch.rank),
                     mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), step());
-  if (!set) return fail(exit_code_for(set.error()), set.error().message);
-  int code = result->ok ? k_gpu_ok : k_gpu_wrong_data;
+  if (!set) return fail(runtime::exit_code_for(set.error()), set.error().message);
+  int code = result->ok ? runtime::k_gpu_ok : runtime::k_gpu_wrong_data;
   if (launch.rank == 0) {
     std::vector<nlohmann::json> results;
     for (int q = 0; q < launch.world_size; ++q) {
       auto text = r.store().get(fmt::format("test/result/{}", q), step());
-      if (!text) return fail(exit_code_for(text.error()), text.error().message);
+      if (!text) return fail(runtime::exit_code_for(text.error()), text.error().message);
       // Another process's JSON: only checked fields of checked types reach
       // the summary (a malformed one is a failed rank, named).
       results.push_back(checked_test_result(*text, q));
@@ -184,8 +186,8 @@ int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo&
   }
   // Everyone waits for rank 0's summary before leaving: a rank that leaves
   // early looks like a crash to the store.
-  code = close_gpu_rank(r, io, "test/done", opts.timeout_s, code);
-  if (code == k_gpu_ok) {
+  code = runtime::close_gpu_rank(r, io, "test/done", opts.timeout_s, code);
+  if (code == runtime::k_gpu_ok) {
     io.line("OK");
   } else if (!result->ok) {
     io.line("FAIL: " + result->reason);
@@ -230,10 +232,12 @@ void write_ep_summary(const harness::ConformanceReport& report, const EpTestOpti
   }
 }
 
-int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
+int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, runtime::RankIo& io,
                  const GpuLaunchOptions& opts, const EpTestOptions& e, std::uint64_t seed) {
   std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = open_gpu_rank(host, launch, io, opts.timeout_s, joined); rc != k_gpu_ok) return rc;
+  if (int rc = runtime::open_gpu_rank(host, launch, io, opts.timeout_s, joined);
+      rc != runtime::k_gpu_ok)
+    return rc;
   auto& r = *joined;
   harness::ConformanceOptions co;
   co.mode = e.mode == "low-latency" ? harness::ConformanceMode::low_latency
@@ -268,14 +272,15 @@ int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, Rank
     r.session->abort();
     io.line("FAIL: " + report.error().message);
     // A shape the rank count cannot split is the user's flags, not the GPU.
-    return report.error().code == ErrorCode::invalid ? k_exit_usage : exit_code_for(report.error());
+    return report.error().code == ErrorCode::invalid ? k_exit_usage
+                                                     : runtime::exit_code_for(report.error());
   }
   if (launch.rank == 0) {
     write_ep_summary(*report, e, launch, opts.json, io.summary);
     io.summary.flush();
   }
-  int code = report->failed == 0 ? k_gpu_ok : k_gpu_wrong_data;
-  return close_gpu_rank(r, io, "test/ep/done", opts.timeout_s, code);
+  int code = report->failed == 0 ? runtime::k_gpu_ok : runtime::k_gpu_wrong_data;
+  return runtime::close_gpu_rank(r, io, "test/ep/done", opts.timeout_s, code);
 }
 
 #endif
@@ -367,7 +372,7 @@ Command make_test_command() {
                 RankMain ep_main;
 #ifdef EPKIT_WITH_CUDA
                 ep_main = [ep_opts, e, seed](const host::Host& h, const runtime::LaunchInfo& l,
-                                             RankIo& rio) {
+                                             runtime::RankIo& rio) {
                   return ep_rank_main(h, l, rio, *ep_opts, *e, seed);
                 };
 #endif
@@ -377,9 +382,8 @@ Command make_test_command() {
               if (opts->json) child.push_back("--json");
               RankMain main;
 #ifdef EPKIT_WITH_CUDA
-              main = [opts](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
-                return rank_main(h, l, rio, *opts);
-              };
+              main = [opts](const host::Host& h, const runtime::LaunchInfo& l,
+                            runtime::RankIo& rio) { return rank_main(h, l, rio, *opts); };
 #endif
               return run_gpu_command(io, "test", *common, *opts, child, main);
             };
