@@ -18,9 +18,9 @@
 #include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
-#include "cli/node_nics.h"
 #include "ep_harness/bench/low_latency_run.h"
 #include "ep_harness/bench/run.h"
+#include "ep_harness/node_nics.h"
 #include "runtime/gpu_rank.h"
 #endif
 
@@ -152,7 +152,7 @@ int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, run
   };
   // Across nodes: the NIC each GPU should use, before the traffic, and the
   // counters judged after it (one watcher per node), as `test ep` does.
-  auto nics = start_node_nic_watch(host, launch, r, io);
+  auto nics = harness::start_node_nic_watch(host, launch, r, io);
   auto buffer = harness::make_ep_buffer(r, eo);
   if (!buffer) {
     r.session->abort();

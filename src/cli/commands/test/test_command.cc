@@ -23,8 +23,8 @@
 #include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
-#include "cli/node_nics.h"
 #include "ep_harness/conformance.h"
+#include "ep_harness/node_nics.h"
 #include "runtime/connectivity.h"
 #include "runtime/gpu_rank.h"
 #endif
@@ -264,7 +264,7 @@ int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, runt
   }
   // Across nodes: the NIC each GPU should use, printed before the run and
   // checked from the NIC counters after it (one watcher per node).
-  auto nics = start_node_nic_watch(host, launch, r, io);
+  auto nics = harness::start_node_nic_watch(host, launch, r, io);
   auto report = harness::run_conformance(r, co, [&](const std::string& text) { io.line(text); });
   if (nics)
     for (const auto& l : nics->finish().lines) io.line(l);

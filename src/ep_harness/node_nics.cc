@@ -1,4 +1,4 @@
-#include "cli/node_nics.h"
+#include "ep_harness/node_nics.h"
 
 #ifdef EPKIT_WITH_CUDA
 #include <string>
@@ -6,7 +6,7 @@
 
 #include "topo/probe.h"
 
-namespace epkit::cli {
+namespace epkit::harness {
 
 std::optional<checks::NicWatch> start_node_nic_watch(const host::Host& host,
                                                      const runtime::LaunchInfo& launch,
@@ -29,5 +29,5 @@ std::optional<checks::NicWatch> start_node_nic_watch(const host::Host& host,
   return watch;
 }
 
-}  // namespace epkit::cli
+}  // namespace epkit::harness
 #endif
