@@ -4,14 +4,14 @@
 // checked payload and a barrier); this prints "[host:rank] OK" or the reason,
 // and rank 0 summarises versions and the transport NCCL chose per peer.
 //
-// epkit test ep: the EP engine's conformance suite (ep_harness/conformance.h), one
-// line per case on rank 0 and a summary with the seed that reproduces it.
+// epkit test ep: the EP engine's conformance suite, each rank's run being the
+// harness's (ep_harness/conformance_rank.h); this prints one line per case on
+// rank 0 and a summary with the seed that reproduces it.
 #include <fmt/format.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdint>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -23,8 +23,7 @@
 #include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
-#include "ep_harness/conformance.h"
-#include "ep_harness/node_nics.h"
+#include "ep_harness/conformance_rank.h"
 #include "runtime/connectivity.h"
 #include "runtime/gpu_rank.h"
 #endif
@@ -232,13 +231,8 @@ void write_ep_summary(const harness::ConformanceReport& report, const EpTestOpti
   }
 }
 
-int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, runtime::RankIo& io,
-                 const GpuLaunchOptions& opts, const EpTestOptions& e, std::uint64_t seed) {
-  std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = runtime::open_gpu_rank(host, launch, io, opts.timeout_s, joined);
-      rc != runtime::k_gpu_ok)
-    return rc;
-  auto& r = *joined;
+harness::ConformanceOptions conformance_options(const EpTestOptions& e, std::uint64_t seed,
+                                                double timeout_s) {
   harness::ConformanceOptions co;
   co.mode = e.mode == "low-latency" ? harness::ConformanceMode::low_latency
                                     : harness::ConformanceMode::normal;
@@ -248,39 +242,8 @@ int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, runt
   co.shape.num_experts = e.experts;
   co.num_sms = e.sms;
   co.seed = seed;
-  co.timeout_s = opts.timeout_s;
-  // Fault injection for the suite's own test (tests/gpu/gpu_tests.cc,
-  // EpConformance.FlippedBitIsCaught): the rank named flips one bit of its
-  // received rows, and the run must fail.
-  if (auto flip = host.env().get_nonempty("EPKIT_TEST_EP_FLIP_BIT")) {
-    char* end = nullptr;
-    const long n = std::strtol(flip->c_str(), &end, 10);
-    if (end == flip->c_str() || *end != 0 || n < 0 || n >= launch.world_size) {
-      io.line(fmt::format("FAIL: EPKIT_TEST_EP_FLIP_BIT is not a rank of 0..{}",
-                          launch.world_size - 1));
-      return k_exit_usage;
-    }
-    co.flip_bit_rank = static_cast<int>(n);
-  }
-  // Across nodes: the NIC each GPU should use, printed before the run and
-  // checked from the NIC counters after it (one watcher per node).
-  auto nics = harness::start_node_nic_watch(host, launch, r, io);
-  auto report = harness::run_conformance(r, co, [&](const std::string& text) { io.line(text); });
-  if (nics)
-    for (const auto& l : nics->finish().lines) io.line(l);
-  if (!report) {
-    r.session->abort();
-    io.line("FAIL: " + report.error().message);
-    // A shape the rank count cannot split is the user's flags, not the GPU.
-    return report.error().code == ErrorCode::invalid ? k_exit_usage
-                                                     : runtime::exit_code_for(report.error());
-  }
-  if (launch.rank == 0) {
-    write_ep_summary(*report, e, launch, opts.json, io.summary);
-    io.summary.flush();
-  }
-  int code = report->failed == 0 ? runtime::k_gpu_ok : runtime::k_gpu_wrong_data;
-  return runtime::close_gpu_rank(r, io, "test/ep/done", opts.timeout_s, code);
+  co.timeout_s = timeout_s;
+  return co;
 }
 
 #endif
@@ -373,7 +336,12 @@ Command make_test_command() {
 #ifdef EPKIT_WITH_CUDA
                 ep_main = [ep_opts, e, seed](const host::Host& h, const runtime::LaunchInfo& l,
                                              runtime::RankIo& rio) {
-                  return ep_rank_main(h, l, rio, *ep_opts, *e, seed);
+                  return harness::run_conformance_rank(
+                      h, l, rio, conformance_options(*e, seed, ep_opts->timeout_s),
+                      [&](const harness::ConformanceReport& report) {
+                        write_ep_summary(report, *e, l, ep_opts->json, rio.summary);
+                        rio.summary.flush();
+                      });
                 };
 #endif
                 return run_gpu_command(io, "test", *common, *ep_opts, child, ep_main);
