@@ -6,7 +6,7 @@
 // Two graphs: BF16 without hooks (the combine takes the received rows as
 // expert outputs), and FP8 with both receive hooks called inside the capture
 // (the combine takes a fixed BF16 tensor).
-// Usage: epkit_ep_ll_graph RANKS [TOKENS HIDDEN TOPK EXPERTS SMS REPLAYS]
+// Usage: epkit_ep_low_latency_graph RANKS [TOKENS HIDDEN TOPK EXPERTS SMS REPLAYS]
 // Where GPUs are fewer than ranks the ranks share them (rank % GPUs).
 #include <epkit/ep.h>
 #include <sys/wait.h>
@@ -302,6 +302,6 @@ int main(int argc, char** argv) {
     ::waitpid(kid, &status, 0);
     worst = std::max(worst, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
-  std::printf("ep_ll_graph: exit %d\n", worst);
+  std::printf("ep_low_latency_graph: exit %d\n", worst);
   return worst;
 }
