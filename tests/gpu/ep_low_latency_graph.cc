@@ -225,7 +225,7 @@ int run_variant(int rank, ep::Buffer& buf, const Shape& s, const Variant& v,
 
 int rank_main(int rank, int ranks, int gpus, std::uint16_t port, const Shape& s) {
   cudaSetDevice(rank % gpus);
-  auto session = test::join_forked_store(rank, ranks, port, "ll-graph");
+  auto session = test::join_forked_store(rank, ranks, port, "low-latency-graph");
   if (!session) {
     std::fprintf(stderr, "store: %s\n", session.error().message.c_str());
     return 2;
