@@ -47,11 +47,11 @@ std::string validate(const EpBenchCliOptions& o) {
     return fmt::format("--hidden {}: must be a multiple of 128 (one FP8 scale per 128 channels)",
                        o.hidden);
   }
-  const bool ll = o.mode == "low-latency";
-  if (ll && o.sms.size() != 1) {
+  const bool low_latency = o.mode == "low-latency";
+  if (low_latency && o.sms.size() != 1) {
     return "--mode low-latency takes one --sms value (the kernels' blocks)";
   }
-  if (ll && !o.dump.empty()) return "--dump is for --mode normal";
+  if (low_latency && !o.dump.empty()) return "--dump is for --mode normal";
   if (o.topk > o.experts) {
     return fmt::format("--topk {} is more than --experts {}", o.topk, o.experts);
   }

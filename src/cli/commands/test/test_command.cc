@@ -43,8 +43,8 @@ struct EpTestOptions {
 
 // DeepEP's test_low_latency.py shape: what --mode low-latency runs unless
 // the flags say otherwise.
-constexpr int k_ll_default_tokens = 128;
-constexpr int k_ll_default_experts = 288;
+constexpr int k_low_latency_default_tokens = 128;
+constexpr int k_low_latency_default_experts = 288;
 
 // The suite takes minutes at the default shape on 8 GPUs; the watchdog ends a
 // rank 3 x --timeout + 10 s after it started.
@@ -298,8 +298,8 @@ Command make_test_command() {
             return [common, opts, ep, ep_opts, e](Io& io) -> int {
               if (ep->parsed()) {
                 if (e->mode == "low-latency") {
-                  if (ep->count("--tokens") == 0) e->tokens = k_ll_default_tokens;
-                  if (ep->count("--experts") == 0) e->experts = k_ll_default_experts;
+                  if (ep->count("--tokens") == 0) e->tokens = k_low_latency_default_tokens;
+                  if (ep->count("--experts") == 0) e->experts = k_low_latency_default_experts;
                 }
                 if (e->hidden % 128 != 0) {
                   return refuse_run(io, "test ep", ep_opts->json, k_exit_usage,
