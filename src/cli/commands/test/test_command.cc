@@ -1,8 +1,9 @@
 // epkit test: proves every GPU of the job can talk to every other within a
-// bounded time. Per rank the runtime's connectivity test
+// bounded time. Each rank's run is the runtime's connectivity test
 // (runtime/connectivity.h: a checked all-reduce, a ring send/recv with a
-// checked payload and a barrier); this prints "[host:rank] OK" or the reason,
-// and rank 0 summarises versions and the transport NCCL chose per peer.
+// checked payload and a barrier, the results shared through the store); its
+// ranks print "[host:rank] OK" or the reason, and this prints rank 0's
+// summary of versions and the transport NCCL chose per peer.
 //
 // epkit test ep: the EP engine's conformance suite, each rank's run being the
 // harness's (ep_harness/conformance_rank.h); this prints one line per case on
@@ -10,14 +11,12 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/command.h"
 #include "cli/commands/test/ep_reproduce.h"
-#include "cli/commands/test/peer_results.h"
 #include "cli/gpu_launch.h"
 #include "host/dl/nccl.h"
 #include "util/json.h"
@@ -25,6 +24,7 @@
 #ifdef EPKIT_WITH_CUDA
 #include "ep_harness/conformance_rank.h"
 #include "runtime/connectivity.h"
+#include "runtime/connectivity_result.h"
 #include "runtime/gpu_rank.h"
 #endif
 
@@ -52,21 +52,11 @@ constexpr double k_ep_default_timeout_s = 120.0;
 
 #ifdef EPKIT_WITH_CUDA
 
-nlohmann::json transports_json(const runtime::PeerTransports& transports) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& [peers, transport] : transports) {
-    out.push_back({{"from", peers.first}, {"to", peers.second}, {"transport", transport}});
-  }
-  return out;
-}
-
-std::string cc_text(const runtime::GpuInfo& g) {
-  return fmt::format("{}.{}", g.cc_major, g.cc_minor);
-}
-
-void write_summary(runtime::GpuRank& r, const std::vector<nlohmann::json>& results,
-                   const std::vector<runtime::Mismatch>& mismatches, bool transports_known,
-                   bool json, std::ostream& out) {
+void write_summary(const runtime::ConnectivitySummary& summary, bool json, std::ostream& out) {
+  const runtime::GpuRank& r = summary.rank;
+  const auto& results = summary.results;
+  const auto& mismatches = summary.mismatches;
+  const bool transports_known = summary.transports_known;
   int failed = 0;
   for (const auto& res : results) failed += res.value("ok", false) ? 0 : 1;
   const auto& f0 = r.facts.front();
@@ -127,71 +117,6 @@ void write_summary(runtime::GpuRank& r, const std::vector<nlohmann::json>& resul
   for (const auto& m : mismatches) {
     out << fmt::format("  mismatch ({}): {}\n", runtime::to_string(m.kind), m.summary);
   }
-}
-
-int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, runtime::RankIo& io,
-              const GpuLaunchOptions& opts) {
-  auto fail = [&](int code, const std::string& why) {
-    io.line("FAIL: " + why);
-    return code;
-  };
-  // Before NCCL loads: it reads NCCL_DEBUG* once.
-  const std::string log_path = runtime::capture_nccl_log(host, launch.rank);
-  auto step = [&] { return runtime::Deadline::after_seconds(opts.timeout_s); };
-  std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = runtime::open_gpu_rank(host, launch, io, opts.timeout_s, joined);
-      rc != runtime::k_gpu_ok)
-    return rc;
-  auto& r = *joined;
-  const auto mismatches = runtime::compare_facts(r.facts);
-  // Fault injection for the tests: this rank dies after NCCL started, the
-  // others must name it and exit instead of hanging in the collectives.
-  if (auto kill = host.env().get_nonempty("EPKIT_TEST_KILL_RANK");
-      kill && *kill == std::to_string(launch.rank)) {
-    std::raise(SIGKILL);
-  }
-  auto result = runtime::run_connectivity(r, opts.timeout_s);
-  if (!result) {
-    r.session->abort();
-    return fail(runtime::exit_code_for(result.error()), result.error().message);
-  }
-  nlohmann::json mine = {{"rank", launch.rank},
-                         {"label", r.labels[static_cast<std::size_t>(launch.rank)]},
-                         {"ok", result->ok},
-                         {"reason", result->reason},
-                         {"gpu_name", r.gpu.name},
-                         {"gpu_uuid", r.gpu.uuid},
-                         {"gpu_pci_bus_id", r.gpu.pci_bus_id},
-                         {"compute_capability", cc_text(r.gpu)},
-                         {"wrong_all_reduce", result->wrong_allreduce},
-                         {"wrong_ring", result->wrong_ring},
-                         {"transports", transports_json(runtime::read_nccl_transports(log_path))}};
-  auto set =
-      r.store().set(fmt::format("test/result/{}", launch.rank),
-                    mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), step());
-  if (!set) return fail(runtime::exit_code_for(set.error()), set.error().message);
-  int code = result->ok ? runtime::k_gpu_ok : runtime::k_gpu_wrong_data;
-  if (launch.rank == 0) {
-    std::vector<nlohmann::json> results;
-    for (int q = 0; q < launch.world_size; ++q) {
-      auto text = r.store().get(fmt::format("test/result/{}", q), step());
-      if (!text) return fail(runtime::exit_code_for(text.error()), text.error().message);
-      // Another process's JSON: only checked fields of checked types reach
-      // the summary (a malformed one is a failed rank, named).
-      results.push_back(checked_test_result(*text, q));
-    }
-    write_summary(r, results, mismatches, !log_path.empty(), opts.json, io.summary);
-    io.summary.flush();
-  }
-  // Everyone waits for rank 0's summary before leaving: a rank that leaves
-  // early looks like a crash to the store.
-  code = runtime::close_gpu_rank(r, io, "test/done", opts.timeout_s, code);
-  if (code == runtime::k_gpu_ok) {
-    io.line("OK");
-  } else if (!result->ok) {
-    io.line("FAIL: " + result->reason);
-  }
-  return code;
 }
 
 void write_ep_summary(const harness::ConformanceReport& report, const EpTestOptions& e,
@@ -351,7 +276,13 @@ Command make_test_command() {
               RankMain main;
 #ifdef EPKIT_WITH_CUDA
               main = [opts](const host::Host& h, const runtime::LaunchInfo& l,
-                            runtime::RankIo& rio) { return rank_main(h, l, rio, *opts); };
+                            runtime::RankIo& rio) {
+                return runtime::run_connectivity_rank(
+                    h, l, rio, opts->timeout_s, [&](const runtime::ConnectivitySummary& summary) {
+                      write_summary(summary, opts->json, rio.summary);
+                      rio.summary.flush();
+                    });
+              };
 #endif
               return run_gpu_command(io, "test", *common, *opts, child, main);
             };
