@@ -52,12 +52,12 @@ nvidia-smi -L >"$OUT/gpus.txt" 2>&1
 step ctest_gpu ctest --test-dir "$tests" -L gpu --output-on-failure --timeout 900
 grep -E "tests passed|Passed|Skipped|Failed|SKIP" "$OUT/ctest_gpu.txt" | tail -n 40
 step test_ep "$EPKIT" test ep --nproc-per-node "$RANKS" --oversubscribe --timeout 300
-step test_ep_ll "$EPKIT" test ep --mode low-latency --nproc-per-node "$RANKS" --oversubscribe \
-  --timeout 300
+step test_ep_low_latency "$EPKIT" test ep --mode low-latency --nproc-per-node "$RANKS" \
+  --oversubscribe --timeout 300
 step bench_ep "$EPKIT" bench ep --nproc-per-node "$RANKS" --oversubscribe --sms 24 --chunks 4 \
   -w 3 -n 10 --timeout 300
-step bench_ep_ll "$EPKIT" bench ep --mode low-latency --nproc-per-node "$RANKS" --oversubscribe \
-  -w 3 -n 20 --timeout 300
+step bench_ep_low_latency "$EPKIT" bench ep --mode low-latency --nproc-per-node "$RANKS" \
+  --oversubscribe -w 3 -n 20 --timeout 300
 
 # Two nodes of 2 ranks faked on this machine: one node agent per NCCL_HOSTID,
 # so the internode Buffer's network leg runs over NCCL's sockets. Node 1's

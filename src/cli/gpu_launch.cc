@@ -35,7 +35,7 @@ void start_watchdog(double seconds, std::string label) {
     std::string msg = fmt::format("{}FAIL: still running {:.0f} s after the timeout; exiting\n",
                                   label, k_watchdog_grace_s);
     [[maybe_unused]] auto n = ::write(2, msg.data(), msg.size());
-    std::_Exit(k_gpu_timeout);
+    std::_Exit(runtime::k_gpu_timeout);
   }).detach();
 }
 
@@ -60,13 +60,13 @@ int check_gpu_sharing(Io& io, const std::string& name, const host::Host& host,
                       const runtime::LaunchInfo& launch, bool json) {
 #ifdef EPKIT_WITH_CUDA
   auto count = runtime::cuda_device_count();
-  if (!count || launch.local_world_size <= *count) return k_gpu_ok;
+  if (!count || launch.local_world_size <= *count) return runtime::k_gpu_ok;
   if (!launch.share_gpus) {
     io.err << fmt::format(
         "epkit {}: {} ranks on this node but {} GPU{} visible; pass --oversubscribe to let ranks "
         "share GPUs (checks only: timings are not representative)\n",
         name, launch.local_world_size, *count, *count == 1 ? "" : "s");
-    return k_gpu_unavailable;
+    return runtime::k_gpu_unavailable;
   }
   // With --json, standard output holds the JSON document alone.
   std::ostream& notice = json ? io.err : io.out;
@@ -76,16 +76,10 @@ int check_gpu_sharing(Io& io, const std::string& name, const host::Host& host,
 #else
   (void)io, (void)name, (void)host, (void)launch, (void)json;
 #endif
-  return k_gpu_ok;
+  return runtime::k_gpu_ok;
 }
 
 }  // namespace
-
-void RankIo::line(const std::string& text) const {
-  last_line = text;
-  out << prefix << text << "\n";
-  out.flush();
-}
 
 void add_gpu_launch_options(CLI::App& app, GpuLaunchOptions& opts) {
   app.add_option("--nproc-per-node", opts.nproc_per_node,
@@ -104,75 +98,6 @@ void add_gpu_launch_options(CLI::App& app, GpuLaunchOptions& opts) {
                "Let ranks share GPUs round-robin when there are more ranks than GPUs (checks "
                "only: timings are not representative; start MPS so ranks run concurrently)");
 }
-
-int exit_code_for(const Error& error) {
-  switch (error.code) {
-    case ErrorCode::timeout:
-      return k_gpu_timeout;
-    case ErrorCode::unavailable:
-      return k_gpu_peer_lost;
-    case ErrorCode::nccl:
-    case ErrorCode::cuda:
-      return k_gpu_nccl_error;
-    default:
-      return k_gpu_nccl_error;
-  }
-}
-
-#ifdef EPKIT_WITH_CUDA
-int open_gpu_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
-                  double timeout_s, std::unique_ptr<runtime::GpuRank>& out) {
-  auto fail = [&](int code, const std::string& why) {
-    io.line("FAIL: " + why);
-    return code;
-  };
-  auto count = runtime::cuda_device_count();
-  if (!count) return fail(k_gpu_unavailable, count.error().message);
-  if (auto device = runtime::choose_device(launch.local_rank, launch.local_world_size, *count,
-                                           launch.share_gpus);
-      !device) {
-    return fail(k_gpu_unavailable, device.error().message);
-  }
-  if (auto nccl = host::dl::load_nccl(); !nccl) {
-    return fail(k_gpu_unavailable, "NCCL cannot be loaded: " + nccl.error().message);
-  }
-  auto joined = runtime::join_gpu_job(host, launch, runtime::Deadline::after_seconds(timeout_s));
-  if (!joined) return fail(exit_code_for(joined.error()), joined.error().message);
-  if (launch.rank == 0 && (*joined)->shared_gpu &&
-      launch.launcher != runtime::Launcher::epkit_spawn) {
-    // Ranks another launcher started: no epkit agent said it for them.
-    std::istringstream lines(runtime::shared_gpu_notice(
-        launch.local_world_size, *count, runtime::detect_mps(host.env(), host.fs())));
-    for (std::string l; std::getline(lines, l);) io.line(l);
-  }
-  if (launch.rank == 0) {
-    for (const auto& m : runtime::compare_facts((*joined)->facts)) {
-      io.line(fmt::format("mismatch ({}): {}", runtime::to_string(m.kind), m.summary));
-    }
-  }
-  if (auto started = runtime::start_nccl(**joined, runtime::Deadline::after_seconds(timeout_s));
-      !started) {
-    return fail(exit_code_for(started.error()), started.error().message);
-  }
-  out = std::move(*joined);
-  return k_gpu_ok;
-}
-
-int close_gpu_rank(runtime::GpuRank& rank, RankIo& io, const std::string& barrier, double timeout_s,
-                   int code) {
-  auto step = [&] { return runtime::Deadline::after_seconds(timeout_s); };
-  if (auto done = rank.store().barrier(barrier, step()); !done) {
-    io.line("FAIL: " + done.error().message);
-    return exit_code_for(done.error());
-  }
-  if (auto closed = rank.session->close(step()); !closed) {
-    io.line("FAIL: " + closed.error().message);
-    return exit_code_for(closed.error());
-  }
-  rank.store().close();
-  return code;
-}
-#endif
 
 namespace {
 
@@ -203,7 +128,7 @@ int run_gpu_command_impl(Io& io, const std::string& name, const CommonOptions& c
   if (launch->spawn) {
     if (launch->local_world_size < 1) {
       return refuse(
-          k_gpu_unavailable,
+          runtime::k_gpu_unavailable,
           fmt::format("no GPU to start a rank on ({}); pass --nproc-per-node to force",
 #ifdef EPKIT_WITH_CUDA
                       runtime::cuda_device_count() ? std::string("0 GPUs")
@@ -213,12 +138,13 @@ int run_gpu_command_impl(Io& io, const std::string& name, const CommonOptions& c
 #endif
                       ));
     }
-    if (int code = check_gpu_sharing(io, name, *host, *launch, opts.json); code != k_gpu_ok) {
+    if (int code = check_gpu_sharing(io, name, *host, *launch, opts.json);
+        code != runtime::k_gpu_ok) {
       error = "more ranks than GPUs on this node";
       return code;
     }
     auto path = host::make_temp_file(host->env(), "epkit-summary-");
-    if (!path) return refuse(k_gpu_nccl_error, path.error().message);
+    if (!path) return refuse(runtime::k_gpu_nccl_error, path.error().message);
     runtime::SpawnOptions so;
     so.argv = {"/proc/self/exe", name};
     so.argv.insert(so.argv.end(), child_args.begin(), child_args.end());
@@ -236,7 +162,7 @@ int run_gpu_command_impl(Io& io, const std::string& name, const CommonOptions& c
     std::string text = host::read_regular_file(*path, *path, 64 << 20, host::OverLimit::truncate)
                            .value_or(std::string());
     std::remove(path->c_str());
-    if (!report) return refuse(k_gpu_unavailable, report.error().message);
+    if (!report) return refuse(runtime::k_gpu_unavailable, report.error().message);
     io.out << text;
     summary = !text.empty();
     int code = report->exit_code();
@@ -261,10 +187,10 @@ int run_gpu_command_impl(Io& io, const std::string& name, const CommonOptions& c
   std::ostringstream held;
   // With --json, standard output holds the JSON document alone: a rank's
   // lines go to standard error.
-  RankIo rio{opts.json ? io.err : io.out,
-             summary_file.is_open() ? static_cast<std::ostream&>(summary_file) : held,
-             spawned ? std::string() : fmt::format("[{}:{}] ", label, launch->rank)};
-  int code = k_gpu_unavailable;
+  runtime::RankIo rio{opts.json ? io.err : io.out,
+                      summary_file.is_open() ? static_cast<std::ostream&>(summary_file) : held,
+                      spawned ? std::string() : fmt::format("[{}:{}] ", label, launch->rank)};
+  int code = runtime::k_gpu_unavailable;
   if (!rank_main) {
     rio.line(
         "FAIL: this epkit was built without CUDA (no nvcc at build time); GPU commands need a "

@@ -9,7 +9,7 @@
 namespace epkit::ep::testing {
 
 int low_latency_max_topk() {
-  return kernels::k_ll_max_topk;
+  return kernels::k_low_latency_max_topk;
 }
 
 Result<void> check_low_latency_shape(int max_tokens, int hidden, int num_ranks, int num_experts) {

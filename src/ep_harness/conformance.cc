@@ -14,9 +14,9 @@
 
 #include "ep/testing.h"
 #include "ep_harness/conformance/case.h"
+#include "ep_harness/conformance/low_latency_run.h"
 #include "ep_harness/conformance_checks.h"
 #include "ep_harness/conformance_gather.h"
-#include "ep_harness/conformance/low_latency_run.h"
 #include "ep_harness/reference.h"
 #include "ep_harness/store_bootstrap.h"
 
@@ -854,25 +854,26 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
   std::vector<std::string> names;
   std::function<Result<cf::Verdict>(int)> run_one;
   std::vector<CaseSpec> cases;
-  std::vector<LowLatencyCase> ll_cases;
-  LowLatencySuite ll;
+  std::vector<LowLatencyCase> low_latency_specs;
+  LowLatencySuite low_latency_suite;
   if (low_latency) {
-    ll.session = &session;
-    ll.nccl = s.nccl;
-    ll.buffer = s.buffer;
-    ll.stream = s.stream;
-    ll.options = &options;
-    ll.seed = s.seed;
-    ll.rank = rank;
-    ll.ranks = ranks;
+    low_latency_suite.session = &session;
+    low_latency_suite.nccl = s.nccl;
+    low_latency_suite.buffer = s.buffer;
+    low_latency_suite.stream = s.stream;
+    low_latency_suite.options = &options;
+    low_latency_suite.seed = s.seed;
+    low_latency_suite.rank = rank;
+    low_latency_suite.ranks = ranks;
     auto x = ep::DeviceMemory::allocate(static_cast<std::size_t>(sh.num_experts) * sh.num_tokens *
                                         sh.hidden * 2);
     if (!x) return x.error();
-    ll.combine_x = std::move(*x);
-    ll_cases = low_latency_cases(options, ranks);
-    for (const auto& c : ll_cases) names.push_back(c.name);
+    low_latency_suite.combine_x = std::move(*x);
+    low_latency_specs = low_latency_cases(options, ranks);
+    for (const auto& c : low_latency_specs) names.push_back(c.name);
     run_one = [&](int n) {
-      return run_low_latency_case(ll, ll_cases[static_cast<std::size_t>(n)], n);
+      return run_low_latency_case(low_latency_suite, low_latency_specs[static_cast<std::size_t>(n)],
+                                  n);
     };
   } else {
     cases = intranode_cases(options, ranks);

@@ -14,7 +14,11 @@
 #ifdef EPKIT_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include <csignal>
+#include <memory>
+
 #include "base/cuda_error.h"
+#include "runtime/connectivity_result.h"
 #endif
 
 namespace epkit::runtime {
@@ -138,6 +142,85 @@ Result<ConnectivityResult> run_connectivity(GpuRank& r, double timeout_s) {
   }
   EPKIT_TRY(r.store().barrier("test/barrier", Deadline::after_seconds(timeout_s)));
   return out;
+}
+
+namespace {
+
+nlohmann::json transports_json(const PeerTransports& transports) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [peers, transport] : transports) {
+    out.push_back({{"from", peers.first}, {"to", peers.second}, {"transport", transport}});
+  }
+  return out;
+}
+
+std::string cc_text(const GpuInfo& g) {
+  return fmt::format("{}.{}", g.cc_major, g.cc_minor);
+}
+
+}  // namespace
+
+int run_connectivity_rank(const host::Host& host, const LaunchInfo& launch, RankIo& io,
+                          double timeout_s,
+                          const std::function<void(const ConnectivitySummary&)>& write_summary) {
+  auto fail = [&](int code, const std::string& why) {
+    io.line("FAIL: " + why);
+    return code;
+  };
+  // Before NCCL loads: it reads NCCL_DEBUG* once.
+  const std::string log_path = capture_nccl_log(host, launch.rank);
+  auto step = [&] { return Deadline::after_seconds(timeout_s); };
+  std::unique_ptr<GpuRank> joined;
+  if (int rc = open_gpu_rank(host, launch, io, timeout_s, joined); rc != k_gpu_ok) return rc;
+  auto& r = *joined;
+  auto mismatches = compare_facts(r.facts);
+  // Fault injection for the tests: this rank dies after NCCL started, the
+  // others must name it and exit instead of hanging in the collectives.
+  if (auto kill = host.env().get_nonempty("EPKIT_TEST_KILL_RANK");
+      kill && *kill == std::to_string(launch.rank)) {
+    std::raise(SIGKILL);
+  }
+  auto result = run_connectivity(r, timeout_s);
+  if (!result) {
+    r.session->abort();
+    return fail(exit_code_for(result.error()), result.error().message);
+  }
+  nlohmann::json mine = {{"rank", launch.rank},
+                         {"label", r.labels[static_cast<std::size_t>(launch.rank)]},
+                         {"ok", result->ok},
+                         {"reason", result->reason},
+                         {"gpu_name", r.gpu.name},
+                         {"gpu_uuid", r.gpu.uuid},
+                         {"gpu_pci_bus_id", r.gpu.pci_bus_id},
+                         {"compute_capability", cc_text(r.gpu)},
+                         {"wrong_all_reduce", result->wrong_allreduce},
+                         {"wrong_ring", result->wrong_ring},
+                         {"transports", transports_json(read_nccl_transports(log_path))}};
+  auto set =
+      r.store().set(fmt::format("test/result/{}", launch.rank),
+                    mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), step());
+  if (!set) return fail(exit_code_for(set.error()), set.error().message);
+  int code = result->ok ? k_gpu_ok : k_gpu_wrong_data;
+  if (launch.rank == 0) {
+    ConnectivitySummary summary{r, {}, std::move(mismatches), !log_path.empty()};
+    for (int q = 0; q < launch.world_size; ++q) {
+      auto text = r.store().get(fmt::format("test/result/{}", q), step());
+      if (!text) return fail(exit_code_for(text.error()), text.error().message);
+      // Another process's JSON: only checked fields of checked types reach
+      // the summary (a malformed one is a failed rank, named).
+      summary.results.push_back(checked_connectivity_result(*text, q));
+    }
+    if (write_summary) write_summary(summary);
+  }
+  // Everyone waits for rank 0's summary before leaving: a rank that leaves
+  // early looks like a crash to the store.
+  code = close_gpu_rank(r, io, "test/done", timeout_s, code);
+  if (code == k_gpu_ok) {
+    io.line("OK");
+  } else if (!result->ok) {
+    io.line("FAIL: " + result->reason);
+  }
+  return code;
 }
 
 #endif

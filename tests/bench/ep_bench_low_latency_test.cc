@@ -37,7 +37,7 @@ EpLowLatencyReport report() {
   return rep;
 }
 
-TEST(EpBenchLl, BytesAreDeepEpsPerSelectedPair) {
+TEST(EpBenchLowLatency, BytesAreDeepEpsPerSelectedPair) {
   // test_low_latency.py: hidden + hidden / 128 * 4 + 16 (FP8), hidden * 2.
   EXPECT_DOUBLE_EQ(ep_low_latency_dispatch_bytes_per_pair(true, 7168), 7168 + 224 + 16);
   EXPECT_DOUBLE_EQ(ep_low_latency_dispatch_bytes_per_pair(false, 7168), 14336 + 16);
@@ -48,7 +48,7 @@ TEST(EpBenchLl, BytesAreDeepEpsPerSelectedPair) {
   EXPECT_DOUBLE_EQ(r.combine_bytes, 1000.0 * 14336);
 }
 
-TEST(EpBenchLl, SummaryHasMeanMinMaxAndNumpysMedian) {
+TEST(EpBenchLowLatency, SummaryHasMeanMinMaxAndNumpysMedian) {
   EpLowLatencyTiming t = ep_low_latency_summarize({4, 1, 3, 2});
   EXPECT_DOUBLE_EQ(t.avg_us, 2.5);
   EXPECT_DOUBLE_EQ(t.min_us, 1);
@@ -57,7 +57,7 @@ TEST(EpBenchLl, SummaryHasMeanMinMaxAndNumpysMedian) {
   EXPECT_DOUBLE_EQ(ep_low_latency_summarize({}).avg_us, 0);
 }
 
-TEST(EpBenchLl, DeepEpsLinesFromTheMeanTimes) {
+TEST(EpBenchLowLatency, DeepEpsLinesFromTheMeanTimes) {
   auto lines = ep_low_latency_deepep_lines(run(true), 1);
   ASSERT_EQ(lines.size(), 3U);
   // (7408 + 14336) x 1000 B / 100 us = 217.44 GB/s.
@@ -72,7 +72,7 @@ TEST(EpBenchLl, DeepEpsLinesFromTheMeanTimes) {
             "25.00 us");
 }
 
-TEST(EpBenchLl, ReportPrintsEveryRanksLinesThenTheTable) {
+TEST(EpBenchLowLatency, ReportPrintsEveryRanksLinesThenTheTable) {
   std::string out = render_ep_low_latency_report(report());
   EXPECT_EQ(out.rfind("[config] num_tokens=128, hidden=7168, num_topk=8, num_experts=288, ranks=2, "
                       "num_sms=24\n[check] recv_count (pairs): passed on 2 ranks\n\n[FP8 dispatch, "
@@ -93,7 +93,7 @@ TEST(EpBenchLl, ReportPrintsEveryRanksLinesThenTheTable) {
       << out;
 }
 
-TEST(EpBenchLl, FailedCheckStopsBeforeTheFigures) {
+TEST(EpBenchLowLatency, FailedCheckStopsBeforeTheFigures) {
   EpLowLatencyReport rep = report();
   rep.checks[0].failed_ranks = {1};
   rep.checks[0].first_failure = "rank 1: local expert 3: recv_count 2, expected 3";
@@ -105,7 +105,7 @@ TEST(EpBenchLl, FailedCheckStopsBeforeTheFigures) {
   EXPECT_EQ(out.find("Dispatch bandwidth"), std::string::npos);
 }
 
-TEST(EpBenchLl, JsonHasTheTableRowsAndRoundTripsRuns) {
+TEST(EpBenchLowLatency, JsonHasTheTableRowsAndRoundTripsRuns) {
   auto j = ep_low_latency_report_json(report(), 0);
   EXPECT_EQ(j["mode"], "low-latency");
   EXPECT_EQ(j["num_experts"], 288);

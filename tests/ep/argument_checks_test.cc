@@ -90,9 +90,9 @@ TEST(IntranodeOptionChecks, NumBytes) {
 TEST(IntranodeOptionChecks, OutputArenaBytes) {
   BufferOptions o = small_options();
   o.output_arena_bytes = (std::size_t{1} << 40) + 1;
-  EXPECT_EQ(refusal(check_buffer_options(o, 2)),
-            fmt::format("BufferOptions.output_arena_bytes = {}: at most 1 TiB",
-                        o.output_arena_bytes));
+  EXPECT_EQ(
+      refusal(check_buffer_options(o, 2)),
+      fmt::format("BufferOptions.output_arena_bytes = {}: at most 1 TiB", o.output_arena_bytes));
   // The arena comes last, on a 2 MiB boundary, on top of num_bytes.
   o.output_arena_bytes = std::size_t{3} << 20;
   const HeapLayout h = heap_layout(o, 2);
@@ -388,8 +388,7 @@ TEST(CombineChecks, CallerOutputs) {
             "combine: out_topk_weights (fp32[16, 8]) must be a contiguous fp32[16, 4]");
   a.topk_weights = {};
   a.out_topk_weights = TensorView::matrix(k_mem, DType::fp32, 16, 4);
-  EXPECT_EQ(combine_refusal(a),
-            "combine: out_topk_weights given without topk_weights to combine");
+  EXPECT_EQ(combine_refusal(a), "combine: out_topk_weights given without topk_weights to combine");
 }
 
 TEST(LayoutChecks, CallerOutputs) {
@@ -633,13 +632,13 @@ TEST(InternodeCombineChecks, Bias) {
 
 // ---- low-latency ----------------------------------------------------------
 
-BufferOptions ll_options() {
+BufferOptions low_latency_options() {
   BufferOptions o = small_options();
   o.low_latency_bytes = Buffer::low_latency_size_hint(32, 256, k_ranks, 8);
   return o;
 }
 
-LowLatencyDispatchArgs good_ll_dispatch() {
+LowLatencyDispatchArgs good_low_latency_dispatch() {
   LowLatencyDispatchArgs a;
   a.x = TensorView::matrix(k_mem, DType::bf16, 16, 256);
   a.topk_idx = TensorView::matrix(k_mem, DType::int64, 16, 4);
@@ -648,35 +647,36 @@ LowLatencyDispatchArgs good_ll_dispatch() {
   return a;
 }
 
-std::string ll_dispatch_refusal(const LowLatencyDispatchArgs& a) {
-  return refusal(check_ll_dispatch(a, ll_options(), k_ranks));
+std::string low_latency_dispatch_refusal(const LowLatencyDispatchArgs& a) {
+  return refusal(check_low_latency_dispatch(a, low_latency_options(), k_ranks));
 }
 
 TEST(LowLatencyChecks, AcceptsGoodArguments) {
-  ASSERT_GT(ll_options().low_latency_bytes, 0u);
-  EXPECT_EQ(ll_dispatch_refusal(good_ll_dispatch()), "(accepted)");
+  ASSERT_GT(low_latency_options().low_latency_bytes, 0u);
+  EXPECT_EQ(low_latency_dispatch_refusal(good_low_latency_dispatch()), "(accepted)");
 }
 
 TEST(LowLatencyChecks, NoRegion) {
-  EXPECT_EQ(refusal(check_ll_dispatch(good_ll_dispatch(), small_options(), k_ranks)),
-            "low_latency_dispatch: the Buffer has no low-latency region "
-            "(BufferOptions.low_latency_bytes is 0; Buffer::low_latency_size_hint gives what a "
-            "shape needs)");
+  EXPECT_EQ(
+      refusal(check_low_latency_dispatch(good_low_latency_dispatch(), small_options(), k_ranks)),
+      "low_latency_dispatch: the Buffer has no low-latency region "
+      "(BufferOptions.low_latency_bytes is 0; Buffer::low_latency_size_hint gives what a "
+      "shape needs)");
 }
 
 TEST(LowLatencyChecks, Shape) {
-  LowLatencyDispatchArgs a = good_ll_dispatch();
+  LowLatencyDispatchArgs a = good_low_latency_dispatch();
   a.num_experts = 6;
-  EXPECT_EQ(ll_dispatch_refusal(a),
+  EXPECT_EQ(low_latency_dispatch_refusal(a),
             "low_latency_dispatch: num_experts = 6: must be 1..1024 and a multiple of the 4 "
             "ranks");
 }
 
 TEST(LowLatencyChecks, RegionTooSmall) {
-  LowLatencyDispatchArgs a = good_ll_dispatch();
+  LowLatencyDispatchArgs a = good_low_latency_dispatch();
   a.num_max_dispatch_tokens_per_rank = 64;
-  const BufferOptions o = ll_options();
-  EXPECT_EQ(ll_dispatch_refusal(a),
+  const BufferOptions o = low_latency_options();
+  EXPECT_EQ(low_latency_dispatch_refusal(a),
             fmt::format("low_latency_dispatch: 64 tokens per rank of hidden 256 over 8 experts "
                         "and 4 ranks need {} bytes of low-latency region, the Buffer has {} "
                         "(BufferOptions.low_latency_bytes; see Buffer::low_latency_size_hint)",
@@ -684,68 +684,69 @@ TEST(LowLatencyChecks, RegionTooSmall) {
 }
 
 TEST(LowLatencyChecks, HookWithAsync) {
-  LowLatencyDispatchArgs a = good_ll_dispatch();
+  LowLatencyDispatchArgs a = good_low_latency_dispatch();
   a.return_recv_hook = true;
   a.order.async = true;
-  EXPECT_EQ(ll_dispatch_refusal(a),
+  EXPECT_EQ(low_latency_dispatch_refusal(a),
             "low_latency_dispatch: return_recv_hook and async together (the hook orders the "
             "caller's stream itself)");
 }
 
 TEST(LowLatencyChecks, NumSms) {
-  LowLatencyDispatchArgs a = good_ll_dispatch();
+  LowLatencyDispatchArgs a = good_low_latency_dispatch();
   a.num_sms = 0;
-  EXPECT_EQ(ll_dispatch_refusal(a), "low_latency_dispatch: num_sms = 0: must be 1..1024");
+  EXPECT_EQ(low_latency_dispatch_refusal(a), "low_latency_dispatch: num_sms = 0: must be 1..1024");
 }
 
 TEST(LowLatencyChecks, DispatchX) {
-  LowLatencyDispatchArgs a = good_ll_dispatch();
+  LowLatencyDispatchArgs a = good_low_latency_dispatch();
   a.x.dtype = DType::fp8_e4m3;
-  EXPECT_EQ(ll_dispatch_refusal(a), "low_latency_dispatch: x is fp8_e4m3[16, 256], expected bf16");
+  EXPECT_EQ(low_latency_dispatch_refusal(a),
+            "low_latency_dispatch: x is fp8_e4m3[16, 256], expected bf16");
 }
 
 TEST(LowLatencyChecks, DispatchTokens) {
-  LowLatencyDispatchArgs a = good_ll_dispatch();
+  LowLatencyDispatchArgs a = good_low_latency_dispatch();
   a.x = TensorView::matrix(k_mem, DType::bf16, 33, 256);
   a.topk_idx = TensorView::matrix(k_mem, DType::int64, 33, 4);
-  EXPECT_EQ(ll_dispatch_refusal(a),
+  EXPECT_EQ(low_latency_dispatch_refusal(a),
             "low_latency_dispatch: 33 tokens, more than num_max_dispatch_tokens_per_rank = 32");
 }
 
 TEST(LowLatencyChecks, TopKMissing) {
-  LowLatencyDispatchArgs a = good_ll_dispatch();
+  LowLatencyDispatchArgs a = good_low_latency_dispatch();
   a.topk_idx = TensorView{};
-  EXPECT_EQ(ll_dispatch_refusal(a), "low_latency_dispatch: topk_idx is missing");
+  EXPECT_EQ(low_latency_dispatch_refusal(a), "low_latency_dispatch: topk_idx is missing");
 }
 
 TEST(LowLatencyChecks, TopKShape) {
-  LowLatencyDispatchArgs a = good_ll_dispatch();
+  LowLatencyDispatchArgs a = good_low_latency_dispatch();
   a.topk_idx = TensorView::matrix(k_mem, DType::int64, 16, 17);
-  EXPECT_EQ(ll_dispatch_refusal(a),
+  EXPECT_EQ(low_latency_dispatch_refusal(a),
             "low_latency_dispatch: topk_idx (int64[16, 17]) must be a row-major int64/int32 [16, "
             "1..16]");
 }
 
 TEST(LowLatencyChecks, Ue8m0NeedsRoundScale) {
-  LowLatencyDispatchArgs a = good_ll_dispatch();
+  LowLatencyDispatchArgs a = good_low_latency_dispatch();
   a.use_ue8m0 = true;
-  EXPECT_EQ(ll_dispatch_refusal(a),
+  EXPECT_EQ(low_latency_dispatch_refusal(a),
             "low_latency_dispatch: use_ue8m0 needs round_scale (UE8M0 holds powers of two)");
 }
 
 TEST(LowLatencyChecks, Ue8m0Hidden) {
-  LowLatencyDispatchArgs a = good_ll_dispatch();
+  LowLatencyDispatchArgs a = good_low_latency_dispatch();
   a.use_ue8m0 = true;
   a.round_scale = true;
-  EXPECT_EQ(ll_dispatch_refusal(a),
+  EXPECT_EQ(low_latency_dispatch_refusal(a),
             "low_latency_dispatch: use_ue8m0 packs four scales per int32, so hidden 256 must be a "
             "multiple of 512");
 }
 
 TEST(LowLatencyChecks, Stats) {
-  LowLatencyDispatchArgs a = good_ll_dispatch();
+  LowLatencyDispatchArgs a = good_low_latency_dispatch();
   a.cumulative_local_expert_recv_stats = TensorView::vector(k_mem, DType::int64, 2);
-  EXPECT_EQ(ll_dispatch_refusal(a),
+  EXPECT_EQ(low_latency_dispatch_refusal(a),
             "low_latency_dispatch: cumulative_local_expert_recv_stats (int64[2]) must be a "
             "contiguous int32[2]");
 }
@@ -760,7 +761,7 @@ TEST(LowLatencyChecks, SharedMemory) {
   a.num_max_dispatch_tokens_per_rank = 1024;
   a.num_experts = 1024;
   a.num_sms = 1;
-  const std::string message = refusal(check_ll_dispatch(a, o, k_ranks));
+  const std::string message = refusal(check_low_latency_dispatch(a, o, k_ranks));
   EXPECT_EQ(message.rfind("low_latency_dispatch: 1024 tokens of top-16 over 1 blocks and 1024 "
                           "experts need ",
                           0),
@@ -771,7 +772,7 @@ TEST(LowLatencyChecks, SharedMemory) {
       << message;
 }
 
-LowLatencyCombineArgs good_ll_combine() {
+LowLatencyCombineArgs good_low_latency_combine() {
   LowLatencyCombineArgs a;
   a.handle.num_max_dispatch_tokens_per_rank = 32;
   a.handle.hidden = 256;
@@ -785,97 +786,98 @@ LowLatencyCombineArgs good_ll_combine() {
   return a;
 }
 
-std::string ll_combine_refusal(const LowLatencyCombineArgs& a) {
-  return refusal(check_ll_combine(a, ll_options(), k_ranks));
+std::string low_latency_combine_refusal(const LowLatencyCombineArgs& a) {
+  return refusal(check_low_latency_combine(a, low_latency_options(), k_ranks));
 }
 
 TEST(LowLatencyCombineChecks, AcceptsGoodArguments) {
-  EXPECT_EQ(ll_combine_refusal(good_ll_combine()), "(accepted)");
-  LowLatencyCombineArgs a = good_ll_combine();
+  EXPECT_EQ(low_latency_combine_refusal(good_low_latency_combine()), "(accepted)");
+  LowLatencyCombineArgs a = good_low_latency_combine();
   a.zero_copy = true;
   a.x = TensorView{};
-  EXPECT_EQ(ll_combine_refusal(a), "(accepted)");
+  EXPECT_EQ(low_latency_combine_refusal(a), "(accepted)");
 }
 
 TEST(LowLatencyCombineChecks, LogFmt) {
-  LowLatencyCombineArgs a = good_ll_combine();
+  LowLatencyCombineArgs a = good_low_latency_combine();
   a.use_logfmt = true;
-  EXPECT_EQ(ll_combine_refusal(a),
+  EXPECT_EQ(low_latency_combine_refusal(a),
             "low_latency_combine: use_logfmt (DeepEP's LogFMT-10 combine) is not supported; "
             "combine BF16");
 }
 
 TEST(LowLatencyCombineChecks, Handle) {
-  LowLatencyCombineArgs a = good_ll_combine();
+  LowLatencyCombineArgs a = good_low_latency_combine();
   a.handle.buffer = 2;
-  EXPECT_EQ(ll_combine_refusal(a),
+  EXPECT_EQ(low_latency_combine_refusal(a),
             "low_latency_combine: the handle does not come from this Buffer's dispatch");
 }
 
 TEST(LowLatencyCombineChecks, XShape) {
-  LowLatencyCombineArgs a = good_ll_combine();
+  LowLatencyCombineArgs a = good_low_latency_combine();
   a.x = TensorView::tensor3(k_mem, DType::bf16, 2, 64, 256);
-  EXPECT_EQ(ll_combine_refusal(a),
+  EXPECT_EQ(low_latency_combine_refusal(a),
             "low_latency_combine: x is bf16[2, 64, 256], expected bf16[2, 128, 256] with rows "
             "contiguous");
 }
 
 TEST(LowLatencyCombineChecks, XAlignment) {
-  LowLatencyCombineArgs a = good_ll_combine();
+  LowLatencyCombineArgs a = good_low_latency_combine();
   a.x.data = k_odd;
-  EXPECT_EQ(ll_combine_refusal(a), "low_latency_combine: x rows must start on 16-byte boundaries");
+  EXPECT_EQ(low_latency_combine_refusal(a),
+            "low_latency_combine: x rows must start on 16-byte boundaries");
   // Zero-copy: x only names the buffer's shape, its address is not read.
   a.zero_copy = true;
-  EXPECT_EQ(ll_combine_refusal(a), "(accepted)");
+  EXPECT_EQ(low_latency_combine_refusal(a), "(accepted)");
 }
 
 TEST(LowLatencyCombineChecks, Tokens) {
-  LowLatencyCombineArgs a = good_ll_combine();
+  LowLatencyCombineArgs a = good_low_latency_combine();
   a.topk_idx = TensorView::matrix(k_mem, DType::int64, 33, 4);
-  EXPECT_EQ(ll_combine_refusal(a),
+  EXPECT_EQ(low_latency_combine_refusal(a),
             "low_latency_combine: 33 tokens, more than num_max_dispatch_tokens_per_rank = 32");
 }
 
 TEST(LowLatencyCombineChecks, TopKIdx) {
-  LowLatencyCombineArgs a = good_ll_combine();
+  LowLatencyCombineArgs a = good_low_latency_combine();
   a.topk_idx.dtype = DType::fp32;
-  EXPECT_EQ(ll_combine_refusal(a),
+  EXPECT_EQ(low_latency_combine_refusal(a),
             "low_latency_combine: topk_idx (fp32[16, 4]) must be a row-major int64/int32 [16, "
             "1..16]");
 }
 
 TEST(LowLatencyCombineChecks, TopKOfTheDispatch) {
-  LowLatencyCombineArgs a = good_ll_combine();
+  LowLatencyCombineArgs a = good_low_latency_combine();
   a.topk_idx = TensorView::matrix(k_mem, DType::int64, 16, 3);
-  EXPECT_EQ(ll_combine_refusal(a),
+  EXPECT_EQ(low_latency_combine_refusal(a),
             "low_latency_combine: topk_idx has top-3, the dispatch had top-4");
 }
 
 TEST(LowLatencyCombineChecks, Weights) {
-  LowLatencyCombineArgs a = good_ll_combine();
+  LowLatencyCombineArgs a = good_low_latency_combine();
   a.topk_weights.data = nullptr;
-  EXPECT_EQ(ll_combine_refusal(a),
+  EXPECT_EQ(low_latency_combine_refusal(a),
             "low_latency_combine: topk_weights (fp32[16, 4]) must be a row-major fp32 [16, 4]");
 }
 
 TEST(LowLatencyCombineChecks, OutRows) {
-  LowLatencyCombineArgs a = good_ll_combine();
+  LowLatencyCombineArgs a = good_low_latency_combine();
   a.out = TensorView::matrix(k_odd, DType::bf16, 16, 256);
-  EXPECT_EQ(ll_combine_refusal(a),
+  EXPECT_EQ(low_latency_combine_refusal(a),
             "low_latency_combine: out rows must start on 16-byte boundaries");
 }
 
 TEST(LowLatencyCombineChecks, OutShape) {
-  LowLatencyCombineArgs a = good_ll_combine();
+  LowLatencyCombineArgs a = good_low_latency_combine();
   a.out = TensorView::matrix(k_mem, DType::bf16, 8, 256);
-  EXPECT_EQ(ll_combine_refusal(a),
+  EXPECT_EQ(low_latency_combine_refusal(a),
             "low_latency_combine: out is bf16[8, 256], expected bf16[16, 256]");
 }
 
 TEST(LowLatencyCombineChecks, Stats) {
-  LowLatencyCombineArgs a = good_ll_combine();
+  LowLatencyCombineArgs a = good_low_latency_combine();
   a.combine_wait_recv_cost_stats = TensorView::vector(k_mem, DType::int64, 3);
-  EXPECT_EQ(ll_combine_refusal(a),
+  EXPECT_EQ(low_latency_combine_refusal(a),
             "low_latency_combine: combine_wait_recv_cost_stats (int64[3]) must be a contiguous "
             "int64[4]");
 }

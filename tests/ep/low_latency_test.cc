@@ -31,7 +31,8 @@ std::vector<std::pair<std::int64_t, std::int64_t>> arrays(const k::LowLatencyReg
     out.emplace_back(b.layout_range, std::int64_t{r.local_experts} * r.num_ranks * 8);
     out.emplace_back(b.recv_count, std::int64_t{r.local_experts} * 4);
     out.emplace_back(b.combine_in, rows * r.hidden * 2);
-    out.emplace_back(b.combine_rows, std::int64_t{r.max_tokens} * k::k_ll_max_topk * r.hidden * 2);
+    out.emplace_back(b.combine_rows,
+                     std::int64_t{r.max_tokens} * k::k_low_latency_max_topk * r.hidden * 2);
     out.emplace_back(b.combined, std::int64_t{r.max_tokens} * r.hidden * 2);
     out.emplace_back(b.cast, std::int64_t{r.max_tokens} * r.cast_row_bytes);
   }

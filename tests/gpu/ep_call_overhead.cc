@@ -53,8 +53,9 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   harness::StoreBootstrap boot(session->store, rank, ranks, "ep", 20s);
   ep::BufferOptions bo;
   bo.max_tokens = std::max(tokens, 128);
-  constexpr int ll_max_tokens = 128;
-  bo.low_latency_bytes = ep::Buffer::low_latency_size_hint(ll_max_tokens, hidden, ranks, experts);
+  constexpr int low_latency_max_tokens = 128;
+  bo.low_latency_bytes =
+      ep::Buffer::low_latency_size_hint(low_latency_max_tokens, hidden, ranks, experts);
   auto made = ep::Buffer::create(boot, bo);
   if (!made) {
     std::fprintf(stderr, "rank %d: %s\n", rank, made.error().message.c_str());
@@ -108,64 +109,69 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   ep::LowLatencyDispatchArgs ld;
   ld.x = x->view;
   ld.topk_idx = ti->view;
-  ld.num_max_dispatch_tokens_per_rank = ll_max_tokens;
+  ld.num_max_dispatch_tokens_per_rank = low_latency_max_tokens;
   ld.num_experts = experts;
   ld.order = order;
   const std::int64_t local_experts = experts / ranks;
-  const std::int64_t ll_rows = static_cast<std::int64_t>(ranks) * ll_max_tokens;
-  auto ll_in = ep::DeviceTensor::zeros(ep::DType::bf16, local_experts * ll_rows, hidden);
-  auto ll_out = ep::DeviceTensor::zeros(ep::DType::bf16, tokens, hidden);
-  if (!ll_in || !ll_out) return 2;
+  const std::int64_t low_latency_rows = static_cast<std::int64_t>(ranks) * low_latency_max_tokens;
+  auto low_latency_in =
+      ep::DeviceTensor::zeros(ep::DType::bf16, local_experts * low_latency_rows, hidden);
+  auto low_latency_out = ep::DeviceTensor::zeros(ep::DType::bf16, tokens, hidden);
+  if (!low_latency_in || !low_latency_out) return 2;
   ep::LowLatencyCombineArgs lc;
-  lc.x = ep::TensorView::tensor3(ll_in->view.data, ep::DType::bf16, local_experts, ll_rows, hidden);
+  lc.x = ep::TensorView::tensor3(low_latency_in->view.data, ep::DType::bf16, local_experts,
+                                 low_latency_rows, hidden);
   lc.topk_idx = ti->view;
   lc.topk_weights = tw->view;
-  lc.out = ll_out->view;
+  lc.out = low_latency_out->view;
   lc.order = order;
-  std::vector<double> ll_us[4];  // dispatch, combine, dispatch + hook, combine + hook
-  bool ll_ok = true;
-  for (int i = 0; i < iters + iters / 10 && ll_ok; ++i) {
-    for (int hooked = 0; hooked < 2 && ll_ok; ++hooked) {
+  std::vector<double> low_latency_us[4];  // dispatch, combine, dispatch + hook, combine + hook
+  bool low_latency_ok = true;
+  for (int i = 0; i < iters + iters / 10 && low_latency_ok; ++i) {
+    for (int hooked = 0; hooked < 2 && low_latency_ok; ++hooked) {
       ld.return_recv_hook = lc.return_recv_hook = hooked == 1;
       auto t0 = std::chrono::steady_clock::now();
       auto d = buf.low_latency_dispatch(ld);
-      if (d && hooked) ll_ok = d->hook().ok();
+      if (d && hooked) low_latency_ok = d->hook().ok();
       auto t1 = std::chrono::steady_clock::now();
       if (!d) {
         std::fprintf(stderr, "rank %d: %s\n", rank, d.error().message.c_str());
-        ll_ok = false;
+        low_latency_ok = false;
         break;
       }
       lc.handle = d->handle;
       auto c = buf.low_latency_combine(lc);
-      if (c && hooked) ll_ok = c->hook().ok();
+      if (c && hooked) low_latency_ok = c->hook().ok();
       auto t2 = std::chrono::steady_clock::now();
       if (!c) {
         std::fprintf(stderr, "rank %d: %s\n", rank, c.error().message.c_str());
-        ll_ok = false;
+        low_latency_ok = false;
         break;
       }
       if (i >= iters / 10) {
-        ll_us[2 * hooked].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-        ll_us[2 * hooked + 1].push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+        low_latency_us[2 * hooked].push_back(
+            std::chrono::duration<double, std::micro>(t1 - t0).count());
+        low_latency_us[2 * hooked + 1].push_back(
+            std::chrono::duration<double, std::micro>(t2 - t1).count());
       }
     }
     if (i % 50 == 49) cudaStreamSynchronize(stream);
   }
   cudaStreamSynchronize(stream);
-  double ll_median[4] = {-1, -1, -1, -1};
-  for (int k = 0; k < 4 && ll_ok; ++k) {
-    std::sort(ll_us[k].begin(), ll_us[k].end());
-    ll_median[k] = ll_us[k][ll_us[k].size() / 2];
+  double low_latency_median[4] = {-1, -1, -1, -1};
+  for (int k = 0; k < 4 && low_latency_ok; ++k) {
+    std::sort(low_latency_us[k].begin(), low_latency_us[k].end());
+    low_latency_median[k] = low_latency_us[k][low_latency_us[k].size() / 2];
   }
   if (rank == 0)
     std::printf(
         "cpp ranks=%d tokens=%d layout_us=%.1f dispatch_us=%.1f cached_dispatch_us=%.1f "
-        "combine_us=%.1f ll_dispatch_us=%.1f ll_combine_us=%.1f ll_dispatch_hook_us=%.1f "
-        "ll_combine_hook_us=%.1f\n",
-        ranks, tokens, t_layout, t_dispatch, t_cached, t_combine, ll_median[0], ll_median[1],
-        ll_median[2], ll_median[3]);
-  bool ok = t_layout >= 0 && t_dispatch >= 0 && t_cached >= 0 && t_combine >= 0 && ll_ok;
+        "combine_us=%.1f low_latency_dispatch_us=%.1f low_latency_combine_us=%.1f "
+        "low_latency_dispatch_hook_us=%.1f "
+        "low_latency_combine_hook_us=%.1f\n",
+        ranks, tokens, t_layout, t_dispatch, t_cached, t_combine, low_latency_median[0],
+        low_latency_median[1], low_latency_median[2], low_latency_median[3]);
+  bool ok = t_layout >= 0 && t_dispatch >= 0 && t_cached >= 0 && t_combine >= 0 && low_latency_ok;
   if (!buf.synchronize()) ok = false;
   session->store.close();
   return ok ? 0 : 1;

@@ -1,4 +1,4 @@
-// What the standalone GPU programs (epkit_ep_smoke, epkit_ep_ll_graph,
+// What the standalone GPU programs (epkit_ep_smoke, epkit_ep_low_latency_graph,
 // epkit_ep_call_overhead) share: they fork one process per rank, so CUDA must
 // not start in the parent (support/gpu_gate.h counts the GPUs in a child, and
 // decides between running, SKIP and FAIL).

@@ -216,14 +216,14 @@ TEST(EpConformance, FlippedBitIsCaught) {
 
 // The low-latency mode (--mode low-latency): DeepEP's test_low_latency.py
 // sweep (16 cases) and 5 edge cases, against the host reference.
-constexpr std::size_t k_ll_cases = 21;
+constexpr std::size_t k_low_latency_cases = 21;
 
-void expect_ll_passed(const Shell& r, int ranks) {
+void expect_low_latency_passed(const Shell& r, int ranks) {
   EXPECT_EQ(r.code, 0);
-  EXPECT_EQ(count_of(r.out, " ... passed\n"), k_ll_cases);
+  EXPECT_EQ(count_of(r.out, " ... passed\n"), k_low_latency_cases);
   EXPECT_EQ(count_of(r.out, "FAILED"), 0u);
-  EXPECT_NE(r.out.find(std::to_string(k_ll_cases) + " cases on " + std::to_string(ranks) +
-                       " ranks: " + std::to_string(k_ll_cases) + " passed, 0 failed"),
+  EXPECT_NE(r.out.find(std::to_string(k_low_latency_cases) + " cases on " + std::to_string(ranks) +
+                       " ranks: " + std::to_string(k_low_latency_cases) + " passed, 0 failed"),
             std::string::npos);
   EXPECT_NE(r.out.find("[low-latency] rank-constant x, FP8 round_scale UE8M0, "
                        "return_recv_hook=True ... passed"),
@@ -231,15 +231,17 @@ void expect_ll_passed(const Shell& r, int ranks) {
 }
 
 TEST(EpConformance, LowLatencyTwoRanks) {
-  expect_ll_passed(shell(epkit() + " test ep --mode low-latency --nproc-per-node 2 --timeout 150" +
-                         ranks_flag(2)),
-                   2);
+  expect_low_latency_passed(
+      shell(epkit() + " test ep --mode low-latency --nproc-per-node 2 --timeout 150" +
+            ranks_flag(2)),
+      2);
 }
 
 TEST(EpConformance, LowLatencyFourRanks) {
-  expect_ll_passed(shell(epkit() + " test ep --mode low-latency --nproc-per-node 4 --timeout 150" +
-                         ranks_flag(4)),
-                   4);
+  expect_low_latency_passed(
+      shell(epkit() + " test ep --mode low-latency --nproc-per-node 4 --timeout 150" +
+            ranks_flag(4)),
+      4);
 }
 
 // Internode: nodes faked by two node agents (on one GPU, distinct NCCL_HOSTID

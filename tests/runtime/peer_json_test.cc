@@ -8,7 +8,7 @@
 #include <string>
 
 #include "bench/ep_bench_low_latency.h"
-#include "cli/commands/test/peer_results.h"
+#include "runtime/connectivity_result.h"
 #include "runtime/facts.h"
 
 namespace epkit::runtime {
@@ -76,7 +76,7 @@ TEST(PeerJson, RankFactsWithWrongTypesOrControlCharactersAreNamed) {
 }
 
 TEST(PeerJson, TestResultsFromPeersAreCheckedFieldByField) {
-  auto good = cli::checked_test_result(
+  auto good = checked_connectivity_result(
       R"({"rank":2,"label":"b:2","ok":true,"reason":"","gpu_name":"H100","gpu_uuid":"GPU-1",)"
       R"("gpu_pci_bus_id":"0000:01:00.0","compute_capability":"9.0","wrong_all_reduce":0,)"
       R"("wrong_ring":0,"transports":[{"from":1,"to":2,"transport":"P2P/IPC"}]})",
@@ -92,7 +92,7 @@ TEST(PeerJson, TestResultsFromPeersAreCheckedFieldByField) {
         std::string(R"({"rank":2,"label":"b","ok":true,"reason":"","gpu_name":"","gpu_uuid":"",)"
                     R"("gpu_pci_bus_id":"","compute_capability":"","wrong_all_reduce":0,)"
                     R"("wrong_ring":0,"transports":[{"from":"x","to":2,"transport":"P2P"}]})")}) {
-    auto result = cli::checked_test_result(bad, 2);
+    auto result = checked_connectivity_result(bad, 2);
     // A failed rank, named; what rank 0 prints from it cannot throw.
     EXPECT_FALSE(result.value("ok", true)) << bad;
     EXPECT_NE(result.value("reason", "").find("rank 2 sent a malformed result"), std::string::npos);

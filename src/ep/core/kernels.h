@@ -158,9 +158,9 @@ struct alignas(256) LowLatencyHeader {
 /// Values of Mailbox::error_value with k_timeout_low_latency: what the
 /// kernel waited for.
 enum LowLatencyWait : std::int32_t {
-  k_ll_wait_counts = 1,
-  k_ll_wait_dispatch = 2,
-  k_ll_wait_combine = 3,
+  k_low_latency_wait_counts = 1,
+  k_low_latency_wait_dispatch = 2,
+  k_low_latency_wait_combine = 3,
 };
 
 }  // namespace epkit::ep::kernels

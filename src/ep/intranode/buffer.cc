@@ -224,9 +224,9 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
   if (kind == k::k_timeout_low_latency) {
     m_broken = true;
     const long long wait = m_mailbox->error_value;
-    const char* missing = wait == k::k_ll_wait_counts     ? "its low-latency dispatch counts"
-                          : wait == k::k_ll_wait_dispatch ? "its low-latency dispatch rows"
-                                                          : "its low-latency combine rows";
+    const char* missing = wait == k::k_low_latency_wait_counts ? "its low-latency dispatch counts"
+                          : wait == k::k_low_latency_wait_dispatch ? "its low-latency dispatch rows"
+                                                                   : "its low-latency combine rows";
     return make_error(
         ErrorCode::timeout,
         fmt::format("{}: rank {} did not send {} within {} s (it died, hung, or "

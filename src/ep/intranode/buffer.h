@@ -112,16 +112,17 @@ class BufferImpl final : public Buffer {
 
   // Low-latency mode (ep/low_latency/buffer_low_latency*.cc).
   /// The region for a call's shape, or why the call cannot have it.
-  Result<k::LowLatencyRegion> ll_region(const char* op, int max_tokens, int hidden,
-                                        int experts) const;
-  k::LowLatencyCommon ll_common(const k::LowLatencyRegion& region, int buffer, int phases) const;
+  Result<k::LowLatencyRegion> low_latency_region(const char* op, int max_tokens, int hidden,
+                                                 int experts) const;
+  k::LowLatencyCommon low_latency_common(const k::LowLatencyRegion& region, int buffer,
+                                         int phases) const;
   /// One half of an operation: ordered after `order`, launched, and the
   /// caller's stream made to wait (unless order.async).
-  Result<Event> ll_launch(const StreamOrder& order, const char* what,
-                          const std::function<cudaError_t()>& launch);
+  Result<Event> low_latency_launch(const StreamOrder& order, const char* what,
+                                   const std::function<cudaError_t()>& launch);
   /// The hook of a send: the receive half on the caller's stream of `order`.
-  LowLatencyHook ll_hook(const StreamOrder& order, const char* what,
-                         std::function<cudaError_t()> launch);
+  LowLatencyHook low_latency_hook(const StreamOrder& order, const char* what,
+                                  std::function<cudaError_t()> launch);
 
   BufferOptions m_opts;
   HeapLayout m_heap;
@@ -147,7 +148,7 @@ class BufferImpl final : public Buffer {
   float* m_combined_w = nullptr;
   std::uint64_t m_count_seq = 0;     // numbers the counts the mailbox carries
   std::uint64_t* m_epoch = nullptr;  // device (see SyncParams::epoch)
-  int m_ll_next = 0;                 // the buffer the next low-latency operation uses (0 or 1)
+  int m_low_latency_next = 0;        // the buffer the next low-latency operation uses (0 or 1)
   bool m_broken = false;
   /// Cached dispatch and combine run their entry barrier as a notify_peers
   /// kernel of its own instead of inside the data kernel. An internode

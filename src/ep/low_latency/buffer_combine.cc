@@ -10,11 +10,11 @@ namespace epkit::ep {
 
 Result<LowLatencyCombineResult> BufferImpl::low_latency_combine(const LowLatencyCombineArgs& a) {
   const char* op = "low_latency_combine";
-  auto region = check_ll_combine(a, m_opts, m_ranks);
+  auto region = check_low_latency_combine(a, m_opts, m_ranks);
   if (!region) return region.error();
   const k::LowLatencyRegion& g = *region;
   const LowLatencyHandle& h = a.handle;
-  const int buffer = m_ll_next;
+  const int buffer = m_low_latency_next;
   std::uint8_t* own = m_peers[m_rank] + m_heap.low_latency;
 
   // The expert outputs: x, or the zero-copy buffer of this operation.
@@ -37,7 +37,9 @@ Result<LowLatencyCombineResult> BufferImpl::low_latency_combine(const LowLatency
   }
 
   k::LowLatencyCombineParams p;
-  p.c = ll_common(g, buffer, a.return_recv_hook ? k::k_ll_send : k::k_ll_send | k::k_ll_recv);
+  p.c = low_latency_common(
+      g, buffer,
+      a.return_recv_hook ? k::k_low_latency_send : k::k_low_latency_send | k::k_low_latency_recv);
   p.c.wait_stats = static_cast<long long*>(a.combine_wait_recv_cost_stats.data);
   p.dispatch_buffer = h.buffer;
   p.x = x;
@@ -53,16 +55,18 @@ Result<LowLatencyCombineResult> BufferImpl::low_latency_combine(const LowLatency
   p.out = out;
   p.out_stride = out_stride;
   p.num_blocks = a.num_sms;
-  auto event = ll_launch(a.order, op, [&] { return k::launch_low_latency_combine(p, m_stream); });
+  auto event =
+      low_latency_launch(a.order, op, [&] { return k::launch_low_latency_combine(p, m_stream); });
   if (!event) return event.error();
-  m_ll_next ^= 1;
+  m_low_latency_next ^= 1;
 
   LowLatencyCombineResult result;
   if (a.return_recv_hook) {
     k::LowLatencyCombineParams recv = p;
-    recv.c.phases = k::k_ll_recv;
-    result.hook = ll_hook(a.order, "low_latency_combine (receive hook)",
-                          [this, recv] { return k::launch_low_latency_combine(recv, m_stream); });
+    recv.c.phases = k::k_low_latency_recv;
+    result.hook = low_latency_hook(a.order, "low_latency_combine (receive hook)", [this, recv] {
+      return k::launch_low_latency_combine(recv, m_stream);
+    });
   }
   result.combined_x = TensorView{out, DType::bf16, 2, {tokens, g.hidden, 0}, {out_stride, 1, 0}};
   result.event = std::move(*event);

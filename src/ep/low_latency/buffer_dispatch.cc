@@ -10,7 +10,7 @@ namespace epkit::ep {
 
 Result<LowLatencyDispatchResult> BufferImpl::low_latency_dispatch(const LowLatencyDispatchArgs& a) {
   const char* op = "low_latency_dispatch";
-  auto region = check_ll_dispatch(a, m_opts, m_ranks);
+  auto region = check_low_latency_dispatch(a, m_opts, m_ranks);
   if (!region) return region.error();
   const k::LowLatencyRegion& g = *region;
   const int tokens = static_cast<int>(a.x.rows());
@@ -19,9 +19,11 @@ Result<LowLatencyDispatchResult> BufferImpl::low_latency_dispatch(const LowLaten
   const bool ue8m0 = fp8 && a.use_ue8m0;
   const int topk = static_cast<int>(a.topk_idx.cols());
 
-  const int buffer = m_ll_next;
+  const int buffer = m_low_latency_next;
   k::LowLatencyDispatchParams p;
-  p.c = ll_common(g, buffer, a.return_recv_hook ? k::k_ll_send : k::k_ll_send | k::k_ll_recv);
+  p.c = low_latency_common(
+      g, buffer,
+      a.return_recv_hook ? k::k_low_latency_send : k::k_low_latency_send | k::k_low_latency_recv);
   p.c.wait_stats = static_cast<long long*>(a.dispatch_wait_recv_cost_stats.data);
   p.x = static_cast<const std::uint8_t*>(a.x.data);
   p.x_stride = a.x.strides[0] * 2;
@@ -35,16 +37,18 @@ Result<LowLatencyDispatchResult> BufferImpl::low_latency_dispatch(const LowLaten
   p.ue8m0 = ue8m0;
   p.cumulative_stats = static_cast<std::int32_t*>(a.cumulative_local_expert_recv_stats.data);
   p.num_blocks = a.num_sms;
-  auto event = ll_launch(a.order, op, [&] { return k::launch_low_latency_dispatch(p, m_stream); });
+  auto event =
+      low_latency_launch(a.order, op, [&] { return k::launch_low_latency_dispatch(p, m_stream); });
   if (!event) return event.error();
-  m_ll_next ^= 1;
+  m_low_latency_next ^= 1;
 
   LowLatencyDispatchResult out;
   if (a.return_recv_hook) {
     k::LowLatencyDispatchParams recv = p;
-    recv.c.phases = k::k_ll_recv;
-    out.hook = ll_hook(a.order, "low_latency_dispatch (receive hook)",
-                       [this, recv] { return k::launch_low_latency_dispatch(recv, m_stream); });
+    recv.c.phases = k::k_low_latency_recv;
+    out.hook = low_latency_hook(a.order, "low_latency_dispatch (receive hook)", [this, recv] {
+      return k::launch_low_latency_dispatch(recv, m_stream);
+    });
   }
   std::uint8_t* own = m_peers[m_rank] + m_heap.low_latency;
   const auto& b = g.buffer[buffer];

@@ -53,13 +53,13 @@ Result<void> LowLatencyHook::operator()() {
   return receive();
 }
 
-Result<k::LowLatencyRegion> BufferImpl::ll_region(const char* op, int max_tokens, int hidden,
-                                                  int experts) const {
-  return check_ll_region(op, m_opts, m_ranks, max_tokens, hidden, experts);
+Result<k::LowLatencyRegion> BufferImpl::low_latency_region(const char* op, int max_tokens,
+                                                           int hidden, int experts) const {
+  return check_low_latency_region(op, m_opts, m_ranks, max_tokens, hidden, experts);
 }
 
-k::LowLatencyCommon BufferImpl::ll_common(const k::LowLatencyRegion& region, int buffer,
-                                          int phases) const {
+k::LowLatencyCommon BufferImpl::low_latency_common(const k::LowLatencyRegion& region, int buffer,
+                                                   int phases) const {
   k::LowLatencyCommon c;
   c.phases = phases;
   c.rank = m_rank;
@@ -72,15 +72,15 @@ k::LowLatencyCommon BufferImpl::ll_common(const k::LowLatencyRegion& region, int
   return c;
 }
 
-Result<Event> BufferImpl::ll_launch(const StreamOrder& order, const char* what,
-                                    const std::function<cudaError_t()>& launch) {
+Result<Event> BufferImpl::low_latency_launch(const StreamOrder& order, const char* what,
+                                             const std::function<cudaError_t()>& launch) {
   EPKIT_TRY(enter(order));
   if (cudaError_t rc = launch(); rc != cudaSuccess) return failure(rc, what);
   return leave(order);
 }
 
-LowLatencyHook BufferImpl::ll_hook(const StreamOrder& order, const char* what,
-                                   std::function<cudaError_t()> launch) {
+LowLatencyHook BufferImpl::low_latency_hook(const StreamOrder& order, const char* what,
+                                            std::function<cudaError_t()> launch) {
   // The receive half follows whatever the caller queued after the send (the
   // work the hook lets overlap), on the same stream; a `previous` event of
   // the send is not reused.
@@ -88,23 +88,24 @@ LowLatencyHook BufferImpl::ll_hook(const StreamOrder& order, const char* what,
   after.stream = order.stream;
   after.want_event = false;
   return LowLatencyHook([this, after, what, launch = std::move(launch)]() -> Result<void> {
-    auto event = ll_launch(after, what, launch);
+    auto event = low_latency_launch(after, what, launch);
     if (!event) return event.error();
     return {};
   });
 }
 
 Result<TensorView> BufferImpl::get_next_low_latency_combine_buffer(const LowLatencyHandle& h) {
-  auto region = ll_region("get_next_low_latency_combine_buffer", h.num_max_dispatch_tokens_per_rank,
-                          h.hidden, h.num_experts);
+  auto region = low_latency_region("get_next_low_latency_combine_buffer",
+                                   h.num_max_dispatch_tokens_per_rank, h.hidden, h.num_experts);
   if (!region) return region.error();
   const auto& g = *region;
-  return TensorView::tensor3(m_peers[m_rank] + m_heap.low_latency + g.buffer[m_ll_next].combine_in,
-                             DType::bf16, g.local_experts, g.rows_per_expert, g.hidden);
+  return TensorView::tensor3(
+      m_peers[m_rank] + m_heap.low_latency + g.buffer[m_low_latency_next].combine_in, DType::bf16,
+      g.local_experts, g.rows_per_expert, g.hidden);
 }
 
 Result<void> BufferImpl::clean_low_latency_buffer(int max_tokens, int hidden, int experts) {
-  auto region = ll_region("clean_low_latency_buffer", max_tokens, hidden, experts);
+  auto region = low_latency_region("clean_low_latency_buffer", max_tokens, hidden, experts);
   if (!region) return region.error();
   if (m_broken)
     return make_error(ErrorCode::unavailable, "the Buffer failed before and cannot be used");
@@ -113,7 +114,7 @@ Result<void> BufferImpl::clean_low_latency_buffer(int max_tokens, int hidden, in
   p.header = reinterpret_cast<k::LowLatencyHeader*>(m_peers[m_rank] + m_heap.low_latency);
   if (cudaError_t rc = k::launch_low_latency_clean(p, m_stream); rc != cudaSuccess)
     return failure(rc, "clean_low_latency_buffer");
-  m_ll_next = 0;
+  m_low_latency_next = 0;
   return synchronize();
 }
 

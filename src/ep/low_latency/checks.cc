@@ -1,7 +1,7 @@
 // The low-latency mode's argument checks (see checks.h): moved out of the
-// launchers (buffer_low_latency.cc, buffer_ll_dispatch.cc,
-// buffer_ll_combine.cc) so that tests/ep/argument_checks_test.cc reaches each
-// refusal without a GPU.
+// launchers (buffer_low_latency.cc, buffer_dispatch.cc, buffer_combine.cc in
+// this folder) so that tests/ep/argument_checks_test.cc reaches each refusal
+// without a GPU.
 #include "ep/low_latency/checks.h"
 
 #include <fmt/format.h>
@@ -46,8 +46,9 @@ Result<void> check_low_latency_order(const char* op, bool hook, const StreamOrde
   return {};
 }
 
-Result<k::LowLatencyRegion> check_ll_region(const char* op, const BufferOptions& o, int ranks,
-                                            int max_tokens, int hidden, int experts) {
+Result<k::LowLatencyRegion> check_low_latency_region(const char* op, const BufferOptions& o,
+                                                     int ranks, int max_tokens, int hidden,
+                                                     int experts) {
   if (o.low_latency_bytes == 0)
     return invalid(fmt::format(
         "{}: the Buffer has no low-latency region (BufferOptions.low_latency_bytes is 0; "
@@ -64,21 +65,22 @@ Result<k::LowLatencyRegion> check_ll_region(const char* op, const BufferOptions&
   return region;
 }
 
-Result<k::LowLatencyRegion> check_ll_dispatch(const LowLatencyDispatchArgs& a,
-                                              const BufferOptions& o, int ranks) {
+Result<k::LowLatencyRegion> check_low_latency_dispatch(const LowLatencyDispatchArgs& a,
+                                                       const BufferOptions& o, int ranks) {
   const char* op = "low_latency_dispatch";
   EPKIT_TRY(check_low_latency_order(op, a.return_recv_hook, a.order, a.num_sms));
   EPKIT_TRY(check_rows(a.x, "low_latency_dispatch: x", DType::bf16));
   const int tokens = static_cast<int>(a.x.rows());
   const int hidden = static_cast<int>(a.x.cols());
-  auto region =
-      check_ll_region(op, o, ranks, a.num_max_dispatch_tokens_per_rank, hidden, a.num_experts);
+  auto region = check_low_latency_region(op, o, ranks, a.num_max_dispatch_tokens_per_rank, hidden,
+                                         a.num_experts);
   if (!region) return region.error();
   const k::LowLatencyRegion& g = *region;
   if (tokens > g.max_tokens)
     return invalid(fmt::format("{}: {} tokens, more than num_max_dispatch_tokens_per_rank = {}", op,
                                tokens, g.max_tokens));
-  EPKIT_TRY(check_topk_idx(a.topk_idx, "low_latency_dispatch: topk_idx", tokens, k::k_ll_max_topk));
+  EPKIT_TRY(check_topk_idx(a.topk_idx, "low_latency_dispatch: topk_idx", tokens,
+                           k::k_low_latency_max_topk));
   const bool fp8 = a.use_fp8;
   const bool ue8m0 = fp8 && a.use_ue8m0;
   if (ue8m0 && !a.round_scale)
@@ -103,8 +105,8 @@ Result<k::LowLatencyRegion> check_ll_dispatch(const LowLatencyDispatchArgs& a,
   return region;
 }
 
-Result<k::LowLatencyRegion> check_ll_combine(const LowLatencyCombineArgs& a, const BufferOptions& o,
-                                             int ranks) {
+Result<k::LowLatencyRegion> check_low_latency_combine(const LowLatencyCombineArgs& a,
+                                                      const BufferOptions& o, int ranks) {
   const char* op = "low_latency_combine";
   EPKIT_TRY(check_low_latency_order(op, a.return_recv_hook, a.order, a.num_sms));
   if (a.use_logfmt)
@@ -113,8 +115,8 @@ Result<k::LowLatencyRegion> check_ll_combine(const LowLatencyCombineArgs& a, con
   const LowLatencyHandle& h = a.handle;
   if (h.num_ranks != ranks || h.buffer < 0 || h.buffer > 1 || h.num_topk < 1)
     return invalid(fmt::format("{}: the handle does not come from this Buffer's dispatch", op));
-  auto region =
-      check_ll_region(op, o, ranks, h.num_max_dispatch_tokens_per_rank, h.hidden, h.num_experts);
+  auto region = check_low_latency_region(op, o, ranks, h.num_max_dispatch_tokens_per_rank, h.hidden,
+                                         h.num_experts);
   if (!region) return region.error();
   const k::LowLatencyRegion& g = *region;
   if (!a.zero_copy || a.x.data != nullptr) {
@@ -135,7 +137,8 @@ Result<k::LowLatencyRegion> check_ll_combine(const LowLatencyCombineArgs& a, con
   if (tokens > g.max_tokens)
     return invalid(fmt::format("{}: {} tokens, more than num_max_dispatch_tokens_per_rank = {}", op,
                                tokens, g.max_tokens));
-  EPKIT_TRY(check_topk_idx(idx, "low_latency_combine: topk_idx", tokens, k::k_ll_max_topk));
+  EPKIT_TRY(
+      check_topk_idx(idx, "low_latency_combine: topk_idx", tokens, k::k_low_latency_max_topk));
   if (idx.cols() != h.num_topk)
     return invalid(fmt::format("{}: topk_idx has top-{}, the dispatch had top-{}", op, idx.cols(),
                                h.num_topk));

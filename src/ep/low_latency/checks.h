@@ -19,14 +19,16 @@ Result<void> check_low_latency_order(const char* op, bool hook, const StreamOrde
                                      int num_sms);
 /// The region for a call's shape in a Buffer of `ranks` made with `options`,
 /// or why the call cannot have it.
-Result<kernels::LowLatencyRegion> check_ll_region(const char* op, const BufferOptions& options,
-                                                  int ranks, int max_tokens, int hidden,
-                                                  int experts);
+Result<kernels::LowLatencyRegion> check_low_latency_region(const char* op,
+                                                           const BufferOptions& options, int ranks,
+                                                           int max_tokens, int hidden, int experts);
 /// low_latency_dispatch()'s checks, and the region of its shape.
-Result<kernels::LowLatencyRegion> check_ll_dispatch(const LowLatencyDispatchArgs& args,
-                                                    const BufferOptions& options, int ranks);
+Result<kernels::LowLatencyRegion> check_low_latency_dispatch(const LowLatencyDispatchArgs& args,
+                                                             const BufferOptions& options,
+                                                             int ranks);
 /// low_latency_combine()'s checks, and the region of its shape.
-Result<kernels::LowLatencyRegion> check_ll_combine(const LowLatencyCombineArgs& args,
-                                                   const BufferOptions& options, int ranks);
+Result<kernels::LowLatencyRegion> check_low_latency_combine(const LowLatencyCombineArgs& args,
+                                                            const BufferOptions& options,
+                                                            int ranks);
 
 }  // namespace epkit::ep

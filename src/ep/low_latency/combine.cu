@@ -39,15 +39,15 @@ __device__ void combine_send(const LowLatencyCombineParams& p, std::uint64_t epo
   const LowLatencyBufferOffsets& to = g.buffer[c.buffer];
   const int L = g.local_experts;
   __shared__ int first[k_max_experts + 1];  // first flat row of each local expert
-  const int* recv_count = ll_array<int>(c, c.rank, from.recv_count);
+  const int* recv_count = low_latency_array<int>(c, c.rank, from.recv_count);
   const int mine = static_cast<int>(threadIdx.x) < L ? load_volatile(recv_count + threadIdx.x) : 0;
   const int excl = block_exclusive_scan(mine);
   if (static_cast<int>(threadIdx.x) < L) first[threadIdx.x] = excl;
   if (static_cast<int>(threadIdx.x) == L - 1) first[L] = excl + mine;
   __syncthreads();
   const int total = first[L];
-  const int* src_info = ll_array<int>(c, c.rank, from.src_info);
-  const int* src_slot = ll_array<int>(c, c.rank, from.src_slot);
+  const int* src_info = low_latency_array<int>(c, c.rank, from.src_info);
+  const int* src_slot = low_latency_array<int>(c, c.rank, from.src_slot);
   const int n16 = g.hidden / 8;
   const int warps = gridDim.x * (blockDim.x >> 5);
   for (int flat = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); flat < total;
@@ -69,11 +69,13 @@ __device__ void combine_send(const LowLatencyCombineParams& p, std::uint64_t epo
     const int k = slot & 0xff;
     const auto* src =
         reinterpret_cast<const int4*>(p.x + lo * p.x_expert_stride + j * p.x_row_stride);
-    auto* dst = ll_array<int4>(
-        c, s, to.combine_rows + (static_cast<std::int64_t>(t) * k_ll_max_topk + k) * g.hidden * 2);
+    auto* dst = low_latency_array<int4>(
+        c, s,
+        to.combine_rows +
+            (static_cast<std::int64_t>(t) * k_low_latency_max_topk + k) * g.hidden * 2);
     warp_copy<8>(dst, src, n16, [](const int4* q) { return load_stream(q); });
   }
-  ll_send_done(c, epoch, true);
+  low_latency_send_done(c, epoch, true);
 }
 
 __device__ void combine_receive(const LowLatencyCombineParams& p, std::uint64_t epoch) {
@@ -82,12 +84,12 @@ __device__ void combine_receive(const LowLatencyCombineParams& p, std::uint64_t 
   const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
   const int lane = threadIdx.x & 31;
   if (threadIdx.x < 32)
-    ll_wait_flags(c, ll_header(c, c.rank)->combine_flag[c.buffer], epoch, k_ll_wait_combine,
-                  blockIdx.x == 0);
+    low_latency_wait_flags(c, low_latency_header(c, c.rank)->combine_flag[c.buffer], epoch,
+                           k_low_latency_wait_combine, blockIdx.x == 0);
   __syncthreads();
   const int n16 = g.hidden / 8;
   const int pieces = (n16 + k_piece - 1) / k_piece;
-  const auto* rows = ll_array<const int4>(c, c.rank, off.combine_rows);
+  const auto* rows = low_latency_array<const int4>(c, c.rank, off.combine_rows);
   const int warps = gridDim.x * (blockDim.x >> 5);
   for (int item = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); item < p.num_tokens * pieces;
        item += warps) {
@@ -100,7 +102,7 @@ __device__ void combine_receive(const LowLatencyCombineParams& p, std::uint64_t 
       my_weight = p.weights[static_cast<std::int64_t>(t) * p.weights_stride + lane];
     }
     float acc[k_vectors_per_lane][8] = {};
-    const int4* token_rows = rows + static_cast<std::int64_t>(t) * k_ll_max_topk * n16;
+    const int4* token_rows = rows + static_cast<std::int64_t>(t) * k_low_latency_max_topk * n16;
     for (int k = 0; k < p.num_topk; ++k) {
       const int e = __shfl_sync(0xffffffffu, my_expert, k);
       const float w = __shfl_sync(0xffffffffu, my_weight, k);
@@ -123,16 +125,17 @@ __device__ void combine_receive(const LowLatencyCombineParams& p, std::uint64_t 
 // Named "combine_..." with both phases in one function: DeepEP's
 // test_low_latency.py profiles one kernel whose name has "::combine", twice per
 // call with a receive hook.
-__global__ void __launch_bounds__(k_ll_threads, 1) combine_low_latency(LowLatencyCombineParams p) {
-  const std::uint64_t epoch = ll_epoch(p.c);
-  if (p.c.phases & k_ll_send) combine_send(p, epoch);
-  if (p.c.phases & k_ll_recv) combine_receive(p, epoch);
+__global__ void __launch_bounds__(k_low_latency_threads, 1)
+    combine_low_latency(LowLatencyCombineParams p) {
+  const std::uint64_t epoch = low_latency_epoch(p.c);
+  if (p.c.phases & k_low_latency_send) combine_send(p, epoch);
+  if (p.c.phases & k_low_latency_recv) combine_receive(p, epoch);
 }
 
 }  // namespace
 
 cudaError_t launch_low_latency_combine(const LowLatencyCombineParams& p, cudaStream_t stream) {
-  combine_low_latency<<<p.num_blocks, k_ll_threads, 0, stream>>>(p);
+  combine_low_latency<<<p.num_blocks, k_low_latency_threads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -8,13 +8,14 @@
 
 namespace epkit::ep::kernels {
 
-__device__ __forceinline__ LowLatencyHeader* ll_header(const LowLatencyCommon& c, int r) {
+__device__ __forceinline__ LowLatencyHeader* low_latency_header(const LowLatencyCommon& c, int r) {
   return reinterpret_cast<LowLatencyHeader*>(c.base[r]);
 }
 
 /// An array of this operation's buffer in rank r's region.
 template <typename T>
-__device__ __forceinline__ T* ll_array(const LowLatencyCommon& c, int r, std::int64_t offset) {
+__device__ __forceinline__ T* low_latency_array(const LowLatencyCommon& c, int r,
+                                                std::int64_t offset) {
   return reinterpret_cast<T*>(c.base[r] + offset);
 }
 
@@ -35,15 +36,16 @@ __device__ __forceinline__ int4 load_cg(const int4* p) {
 /// The epoch of this kernel's operation: the next one for a send, the one
 /// its send recorded for a receive-only kernel (a hook). Read by every block
 /// at its start, before the last block of the send can advance it.
-__device__ __forceinline__ std::uint64_t ll_epoch(const LowLatencyCommon& c) {
-  const LowLatencyHeader* h = ll_header(c, c.rank);
-  if (c.phases & k_ll_send) return load_volatile(&h->epoch) + 1;
+__device__ __forceinline__ std::uint64_t low_latency_epoch(const LowLatencyCommon& c) {
+  const LowLatencyHeader* h = low_latency_header(c, c.rank);
+  if (c.phases & k_low_latency_send) return load_volatile(&h->epoch) + 1;
   return load_volatile(&h->op_epoch[c.buffer]);
 }
 
 /// One thread waits until *flag reaches `epoch` (bounded like every wait).
-__device__ __forceinline__ void ll_wait_one(const LowLatencyCommon& c, const std::uint64_t* flag,
-                                            std::uint64_t epoch, int rank, int what) {
+__device__ __forceinline__ void low_latency_wait_one(const LowLatencyCommon& c,
+                                                     const std::uint64_t* flag, std::uint64_t epoch,
+                                                     int rank, int what) {
   if (load_acquire_sys(flag) >= epoch) return;
   const std::uint64_t t0 = global_timer_ns();
   while (load_acquire_sys(flag) < epoch)
@@ -53,12 +55,13 @@ __device__ __forceinline__ void ll_wait_one(const LowLatencyCommon& c, const std
 /// Lanes 0..ranks-1 of the calling warp wait until flags[lane] reaches the
 /// epoch (bounded by the timeout, which names the rank and the wait), and
 /// add the cycles waited to wait_stats when asked.
-__device__ __forceinline__ void ll_wait_flags(const LowLatencyCommon& c, const std::uint64_t* flags,
-                                              std::uint64_t epoch, int what, bool record) {
+__device__ __forceinline__ void low_latency_wait_flags(const LowLatencyCommon& c,
+                                                       const std::uint64_t* flags,
+                                                       std::uint64_t epoch, int what, bool record) {
   const int lane = threadIdx.x & 31;
   if (lane < c.num_ranks) {
     const long long start = clock64();
-    ll_wait_one(c, flags + lane, epoch, lane, what);
+    low_latency_wait_one(c, flags + lane, epoch, lane, what);
     if (record && c.wait_stats != nullptr)
       atomicAdd(reinterpret_cast<unsigned long long*>(c.wait_stats + lane),
                 static_cast<unsigned long long>(clock64() - start));
@@ -69,10 +72,10 @@ __device__ __forceinline__ void ll_wait_flags(const LowLatencyCommon& c, const s
 /// The end of a send: each block fences its stores (system scope) and counts
 /// itself in; the last one sets this rank's flag (dispatch or combine) on
 /// every rank to the epoch, and records the epoch for the receive half.
-__device__ __forceinline__ void ll_send_done(const LowLatencyCommon& c, std::uint64_t epoch,
-                                             bool combine) {
+__device__ __forceinline__ void low_latency_send_done(const LowLatencyCommon& c,
+                                                      std::uint64_t epoch, bool combine) {
   __shared__ bool last;
-  LowLatencyHeader* mine = ll_header(c, c.rank);
+  LowLatencyHeader* mine = low_latency_header(c, c.rank);
   __threadfence_system();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -85,7 +88,7 @@ __device__ __forceinline__ void ll_send_done(const LowLatencyCommon& c, std::uin
     __threadfence_system();
     const int lane = threadIdx.x;
     if (lane < c.num_ranks) {
-      LowLatencyHeader* peer = ll_header(c, lane);
+      LowLatencyHeader* peer = low_latency_header(c, lane);
       std::uint64_t* flag =
           combine ? &peer->combine_flag[c.buffer][c.rank] : &peer->dispatch_flag[c.buffer][c.rank];
       store_release_sys(flag, epoch);

@@ -151,27 +151,30 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
   // A rank whose last dispatch on this buffer has not finished its send
   // (some block not yet past reading the counts: possible only if the hook
   // of that dispatch was never called) must not see them overwritten.
-  const LowLatencyHeader* mine = ll_header(c, me);
+  const LowLatencyHeader* mine = low_latency_header(c, me);
   const std::uint64_t previous = load_volatile(&mine->dispatch_epoch[c.buffer]);
   for (int r = blockIdx.x; r < c.num_ranks; r += gridDim.x) {
     if (threadIdx.x == 0)
-      ll_wait_one(c, &mine->dispatch_flag[c.buffer][r], previous, r, k_ll_wait_dispatch);
+      low_latency_wait_one(c, &mine->dispatch_flag[c.buffer][r], previous, r,
+                           k_low_latency_wait_dispatch);
     __syncthreads();
-    int* row = ll_array<int>(c, r, off.counts) + static_cast<std::int64_t>(me) * E;
+    int* row = low_latency_array<int>(c, r, off.counts) + static_cast<std::int64_t>(me) * E;
     for (int e = threadIdx.x; e < E; e += blockDim.x) row[e] = all[e];
     __threadfence_system();
     __syncthreads();
-    if (threadIdx.x == 0) store_release_sys(&ll_header(c, r)->count_flag[c.buffer][me], epoch);
+    if (threadIdx.x == 0)
+      store_release_sys(&low_latency_header(c, r)->count_flag[c.buffer][me], epoch);
   }
   if (warp == 0) rank_selections(p, t0, t1, cursor, slots);
-  std::uint8_t* cast = ll_array<std::uint8_t>(c, me, off.cast);
+  std::uint8_t* cast = low_latency_array<std::uint8_t>(c, me, off.cast);
   if (p.fp8) cast_tokens(p, t0, t1, cast);
   if (warp == 0)
-    ll_wait_flags(c, ll_header(c, me)->count_flag[c.buffer], epoch, k_ll_wait_counts, false);
+    low_latency_wait_flags(c, low_latency_header(c, me)->count_flag[c.buffer], epoch,
+                           k_low_latency_wait_counts, false);
   __syncthreads();
 
   // counts[s][e] of sources s < me come before this rank's rows of e.
-  const int* counts = ll_array<int>(c, me, off.counts);
+  const int* counts = low_latency_array<int>(c, me, off.counts);
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int sum = 0;
     for (int s = 0; s < me; ++s) sum += load_volatile(counts + s * E + e);
@@ -179,8 +182,8 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
   }
   if (blockIdx.x == 0) {
     // Where each source's rows of this rank's experts start.
-    auto* range = ll_array<long long>(c, me, off.layout_range);
-    int* recv_count = ll_array<int>(c, me, off.recv_count);
+    auto* range = low_latency_array<long long>(c, me, off.layout_range);
+    int* recv_count = low_latency_array<int>(c, me, off.recv_count);
     for (int i = threadIdx.x; i < L * c.num_ranks; i += blockDim.x) {
       const int le = i / c.num_ranks;
       const int s = i % c.num_ranks;
@@ -205,25 +208,25 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
     const std::int64_t row = static_cast<std::int64_t>(e % L) * g.rows_per_expert + base[e] + slot;
     if (p.fp8) {
       const std::uint8_t* src = cast + static_cast<std::int64_t>(t) * g.cast_row_bytes;
-      auto* dst = ll_array<int4>(c, r, off.recv_x + row * g.hidden);
+      auto* dst = low_latency_array<int4>(c, r, off.recv_x + row * g.hidden);
       // The cast rows were written by this block: plain loads, not the
       // read-only path.
       warp_copy<4>(dst, reinterpret_cast<const int4*>(src), n16,
                    [](const int4* q) { return load_peer(q); });
       const float* scales = reinterpret_cast<const float*>(src + g.hidden);
-      float* dst_scales = ll_array<float>(c, r, off.scale_rows) + row * g.num_scales;
+      float* dst_scales = low_latency_array<float>(c, r, off.scale_rows) + row * g.num_scales;
       for (int j = lane; j < g.num_scales; j += 32) dst_scales[j] = scales[j];
     } else {
-      auto* dst = ll_array<int4>(c, r, off.recv_x + row * 2 * g.hidden);
+      auto* dst = low_latency_array<int4>(c, r, off.recv_x + row * 2 * g.hidden);
       warp_copy<4>(dst, reinterpret_cast<const int4*>(p.x + t * p.x_stride), n16,
                    [](const int4* q) { return load_stream(q); });
     }
     if (lane == 0) {
-      ll_array<int>(c, r, off.src_info)[row] = t;
-      ll_array<int>(c, r, off.src_slot)[row] = (me << 8) | k;
+      low_latency_array<int>(c, r, off.src_info)[row] = t;
+      low_latency_array<int>(c, r, off.src_slot)[row] = (me << 8) | k;
     }
   }
-  ll_send_done(c, epoch, false);
+  low_latency_send_done(c, epoch, false);
 }
 
 __device__ void dispatch_receive(const LowLatencyDispatchParams& p, std::uint64_t epoch) {
@@ -231,12 +234,12 @@ __device__ void dispatch_receive(const LowLatencyDispatchParams& p, std::uint64_
   const LowLatencyRegion& g = c.region;
   const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
   if (threadIdx.x < 32)
-    ll_wait_flags(c, ll_header(c, c.rank)->dispatch_flag[c.buffer], epoch, k_ll_wait_dispatch,
-                  blockIdx.x == 0);
+    low_latency_wait_flags(c, low_latency_header(c, c.rank)->dispatch_flag[c.buffer], epoch,
+                           k_low_latency_wait_dispatch, blockIdx.x == 0);
   __syncthreads();
-  const int* recv_count = ll_array<int>(c, c.rank, off.recv_count);
+  const int* recv_count = low_latency_array<int>(c, c.rank, off.recv_count);
   if (p.fp8) {
-    const float* rows = ll_array<float>(c, c.rank, off.scale_rows);
+    const float* rows = low_latency_array<float>(c, c.rank, off.scale_rows);
     const int S = g.num_scales;
     const std::int64_t RM = g.rows_per_expert;
     for (int le = blockIdx.x; le < g.local_experts; le += gridDim.x) {
@@ -245,7 +248,8 @@ __device__ void dispatch_receive(const LowLatencyDispatchParams& p, std::uint64_
         const int* src = reinterpret_cast<const int*>(rows + (le * RM + row) * S);
         if (p.ue8m0) {
           // Four scales' exponent bytes per int32, low byte first.
-          auto* out = ll_array<unsigned int>(c, c.rank, off.recv_scales) + le * (S / 4) * RM;
+          auto* out =
+              low_latency_array<unsigned int>(c, c.rank, off.recv_scales) + le * (S / 4) * RM;
           for (int q = 0; q < S / 4; ++q) {
             unsigned int word = 0;
             for (int j = 0; j < 4; ++j)
@@ -254,7 +258,7 @@ __device__ void dispatch_receive(const LowLatencyDispatchParams& p, std::uint64_
             out[q * RM + row] = word;
           }
         } else {
-          auto* out = ll_array<int>(c, c.rank, off.recv_scales) + le * S * RM;
+          auto* out = low_latency_array<int>(c, c.rank, off.recv_scales) + le * S * RM;
           for (int q = 0; q < S; ++q) out[q * RM + row] = load_cg(src + q);
         }
       }
@@ -268,12 +272,12 @@ __device__ void dispatch_receive(const LowLatencyDispatchParams& p, std::uint64_
 // Named "dispatch_..." with both phases in one function: DeepEP's
 // test_low_latency.py profiles one kernel whose name has "::dispatch", twice per
 // call with a receive hook.
-__global__ void __launch_bounds__(k_ll_threads, 1)
+__global__ void __launch_bounds__(k_low_latency_threads, 1)
     dispatch_low_latency(LowLatencyDispatchParams p) {
   extern __shared__ int smem[];
-  const std::uint64_t epoch = ll_epoch(p.c);
-  if (p.c.phases & k_ll_send) dispatch_send(p, epoch, smem);
-  if (p.c.phases & k_ll_recv) dispatch_receive(p, epoch);
+  const std::uint64_t epoch = low_latency_epoch(p.c);
+  if (p.c.phases & k_low_latency_send) dispatch_send(p, epoch, smem);
+  if (p.c.phases & k_low_latency_recv) dispatch_receive(p, epoch);
 }
 
 }  // namespace
@@ -288,7 +292,7 @@ std::size_t low_latency_dispatch_smem(int num_experts, int num_tokens, int num_t
 cudaError_t launch_low_latency_dispatch(const LowLatencyDispatchParams& p, cudaStream_t stream) {
   const std::size_t smem =
       low_latency_dispatch_smem(p.c.region.num_experts, p.num_tokens, p.num_topk, p.num_blocks);
-  dispatch_low_latency<<<p.num_blocks, k_ll_threads, smem, stream>>>(p);
+  dispatch_low_latency<<<p.num_blocks, k_low_latency_threads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -13,9 +13,9 @@
 namespace epkit::ep::kernels {
 
 /// The largest top-k: combine_rows has this many rows per token.
-constexpr int k_ll_max_topk = 16;
+constexpr int k_low_latency_max_topk = 16;
 /// Threads of every low-latency block (one block per SM).
-constexpr int k_ll_threads = 1024;
+constexpr int k_low_latency_threads = 1024;
 
 /// Byte offsets of one buffer's arrays from the region's start (the same on
 /// every rank). See docs/ep-engine.md for who writes what.
@@ -29,7 +29,7 @@ struct LowLatencyBufferOffsets {
   std::int64_t layout_range = 0;  // int64 [L][ranks]
   std::int64_t recv_count = 0;    // int32 [L]
   std::int64_t combine_in = 0;    // bf16 [L][RM][hidden]
-  std::int64_t combine_rows = 0;  // bf16 [max tokens][k_ll_max_topk][hidden]
+  std::int64_t combine_rows = 0;  // bf16 [max tokens][k_low_latency_max_topk][hidden]
   std::int64_t combined = 0;      // bf16 [max tokens][hidden]
   std::int64_t cast = 0;          // [max tokens] x (hidden FP8 bytes + S fp32)
 };
@@ -62,8 +62,8 @@ struct LowLatencyCommon {
   long long* wait_stats = nullptr;
 };
 
-constexpr int k_ll_send = 1;
-constexpr int k_ll_recv = 2;
+constexpr int k_low_latency_send = 1;
+constexpr int k_low_latency_recv = 2;
 
 struct LowLatencyDispatchParams {
   LowLatencyCommon c;

@@ -62,7 +62,7 @@ Result<kernels::LowLatencyRegion> region_for(int max_tokens, int hidden, int num
     b.layout_range = take(static_cast<std::int64_t>(r.local_experts) * num_ranks * 8);
     b.recv_count = take(static_cast<std::int64_t>(r.local_experts) * 4);
     b.combine_in = take(rows * hidden * 2);
-    b.combine_rows = take(tokens * k::k_ll_max_topk * hidden * 2);
+    b.combine_rows = take(tokens * k::k_low_latency_max_topk * hidden * 2);
     b.combined = take(tokens * hidden * 2);
     b.cast = take(tokens * r.cast_row_bytes);
   }

@@ -61,7 +61,8 @@ EpLowLatencyInputs make_ep_low_latency_inputs(const bench::EpLowLatencyShape& s,
 
 Result<std::unique_ptr<ep::Buffer>> make_ep_low_latency_buffer(runtime::GpuRank& rank,
                                                                const EpLowLatencyBenchOptions& o) {
-  StoreBootstrap boot(rank.store(), rank.launch.rank, rank.launch.world_size, "epbench-ll/buffer",
+  StoreBootstrap boot(rank.store(), rank.launch.rank, rank.launch.world_size,
+                      "epbench-low-latency/buffer",
                       runtime::Millis(static_cast<std::int64_t>(o.timeout_s * 1000.0)));
   ep::BufferOptions bo;
   // The normal heap is not used; the smallest shape keeps it small.
@@ -412,8 +413,9 @@ Result<bench::EpLowLatencyReport> run_ep_low_latency_bench(runtime::GpuRank& ran
       rep.local_failures.push_back(std::string(k_checks[i].name) + ": " + verdict[i]);
     }
   }
-  auto checks = detail::exchange_verdicts(rank.store(), "epbench-ll/checks", me, world, step(),
-                                          verdict, {std::begin(k_checks), std::end(k_checks)});
+  auto checks =
+      detail::exchange_verdicts(rank.store(), "epbench-low-latency/checks", me, world, step(),
+                                verdict, {std::begin(k_checks), std::end(k_checks)});
   if (!checks) return checks.error();
   rep.checks = std::move(*checks);
   if (!rep.checks_passed()) return rep;
@@ -507,12 +509,13 @@ Result<bench::EpLowLatencyReport> run_ep_low_latency_bench(runtime::GpuRank& ran
   // Every rank's runs to rank 0, which prints them all, as DeepEP's ranks do.
   nlohmann::json mine_json = nlohmann::json::array();
   for (const auto& r : runs) mine_json.push_back(to_json(r));
-  EPKIT_TRY(rank.store().set(fmt::format("epbench-ll/runs/{}", me), mine_json.dump(), step()));
+  EPKIT_TRY(
+      rank.store().set(fmt::format("epbench-low-latency/runs/{}", me), mine_json.dump(), step()));
   rep.by_rank.assign(static_cast<std::size_t>(me == 0 ? world : 1), {});
   rep.by_rank[0] = runs;
   if (me == 0) {
     for (int r = 1; r < world; ++r) {
-      auto value = rank.store().get(fmt::format("epbench-ll/runs/{}", r), step());
+      auto value = rank.store().get(fmt::format("epbench-low-latency/runs/{}", r), step());
       if (!value) return value.error();
       auto j = runtime::peer::parse(*value);
       std::vector<bench::EpLowLatencyRun> theirs(j.is_array() ? j.size() : 0);

@@ -134,7 +134,7 @@ Result<Inputs> make_inputs(LowLatencySuite& s, const LowLatencyCase& c, int case
   in.weights_view = ep::TensorView::matrix(in.weights.get(), ep::DType::fp32, tokens, topk);
 
   // Every rank's routing and rows, padded to the largest token count.
-  const std::string tag = fmt::format("ep/conf/ll/{}/{}", case_no, set);
+  const std::string tag = fmt::format("ep/conf/low-latency/{}/{}", case_no, set);
   const auto per_idx = static_cast<std::size_t>(max_tokens * topk);
   const auto per_x = static_cast<std::size_t>(max_tokens) * static_cast<std::size_t>(hidden);
   std::vector<std::int64_t> idx(per_idx, -1);

@@ -1,12 +1,12 @@
-// The per-rank body (bench_ep_rank, bench_ep_low_latency_rank) stays here until the
-// harness takes the EP bench's rank code.
+// `epkit bench ep`'s flags and its summary; each rank's work is the EP
+// harness's (ep_harness/bench/rank.h).
 #include "cli/commands/bench/bench_ep.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -18,10 +18,7 @@
 #include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
-#include "cli/node_nics.h"
-#include "ep_harness/bench/low_latency_run.h"
-#include "ep_harness/bench/run.h"
-#include "runtime/gpu_rank.h"
+#include "ep_harness/bench/rank.h"
 #endif
 
 namespace epkit::cli {
@@ -50,11 +47,11 @@ std::string validate(const EpBenchCliOptions& o) {
     return fmt::format("--hidden {}: must be a multiple of 128 (one FP8 scale per 128 channels)",
                        o.hidden);
   }
-  const bool ll = o.mode == "low-latency";
-  if (ll && o.sms.size() != 1) {
+  const bool low_latency = o.mode == "low-latency";
+  if (low_latency && o.sms.size() != 1) {
     return "--mode low-latency takes one --sms value (the kernels' blocks)";
   }
-  if (ll && !o.dump.empty()) return "--dump is for --mode normal";
+  if (low_latency && !o.dump.empty()) return "--dump is for --mode normal";
   if (o.topk > o.experts) {
     return fmt::format("--topk {} is more than --experts {}", o.topk, o.experts);
   }
@@ -72,138 +69,47 @@ std::string validate(const EpBenchCliOptions& o) {
 
 #ifdef EPKIT_WITH_CUDA
 
-// The engine says unavailable when this node cannot run it (no peer access
-// between the GPUs, for one): that is exit 12, not a lost peer. Invalid is a
-// shape the launch cannot take (nodes of unequal size, more than 8 ranks on
-// a node, SMs the low-latency kernels cannot have): the user's flags.
-int buffer_exit_code(const Error& e) {
-  return e.code == ErrorCode::unavailable ? k_gpu_unavailable
-         : e.code == ErrorCode::invalid   ? k_exit_usage
-                                          : exit_code_for(e);
-}
-
-/// What both modes do before their Buffer: the experts must split over the
-/// ranks, then the rank joins the job.
-int join_ep_bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
-                       const EpBenchCliOptions& o, const GpuLaunchOptions& lo,
-                       std::unique_ptr<runtime::GpuRank>& joined) {
-  if (o.experts % launch.world_size != 0) {
-    io.line(fmt::format("FAIL: --experts {} does not split evenly over {} ranks", o.experts,
-                        launch.world_size));
-    return k_exit_usage;
-  }
-  return open_gpu_rank(host, launch, io, lo.timeout_s, joined);
-}
-
-/// What both modes do after their run: every rank's failed checks, a barrier
-/// (no rank frees its share while another may still read it), `after_free`,
-/// then rank 0's summary.
-template <typename Report, typename Json, typename Render>
-int end_ep_bench_rank(runtime::GpuRank& r, const runtime::LaunchInfo& launch, RankIo& io,
-                      const GpuLaunchOptions& lo, std::unique_ptr<ep::Buffer>& buffer,
-                      const Report& report, const std::function<void()>& after_free, Json json,
-                      Render render) {
-  for (const auto& f : report.local_failures) io.line("FAIL: check " + f);
-  const int code = report.checks_passed() ? k_gpu_ok : k_gpu_wrong_data;
-  if (auto done = buffer->barrier(); !done) {
-    r.session->abort();
-    io.line("FAIL: " + done.error().message);
-    return exit_code_for(done.error());
-  }
-  buffer.reset();
-  if (after_free) after_free();
-  if (launch.rank == 0) {
-    if (lo.json) {
-      io.summary << util::dump_json(json(report, code), 2) << "\n";
+// Rank 0's summary: the table, or with --json one JSON document.
+void write_summary(const harness::EpBenchSummary& s, bool json, std::ostream& out) {
+  if (s.normal != nullptr) {
+    if (json) {
+      out << util::dump_json(bench::ep_report_json(*s.normal, s.code), 2) << "\n";
     } else {
-      io.summary << render(report);
+      out << bench::render_ep_report(*s.normal);
     }
-    io.summary.flush();
+  } else if (s.low_latency != nullptr) {
+    if (json) {
+      out << util::dump_json(bench::ep_low_latency_report_json(*s.low_latency, s.code), 2) << "\n";
+    } else {
+      out << bench::render_ep_low_latency_report(*s.low_latency);
+    }
   }
-  return close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
+  out.flush();
 }
 
-int bench_ep_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
-                  const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
-  auto fail = [&](int code, const std::string& why) {
-    io.line("FAIL: " + why);
-    return code;
-  };
-  std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != k_gpu_ok) return rc;
-  auto& r = *joined;
-  harness::EpBenchOptions eo;
-  eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
-  eo.sms = o.sms;
-  eo.chunks = o.chunks;
-  eo.warmup = o.warmup;
-  eo.iters = o.iters;
-  eo.seed = o.seed;
-  eo.dump_dir = o.dump;
-  eo.timeout_s = lo.timeout_s;
-  const auto begin = std::chrono::steady_clock::now();
-  eo.progress = [begin](bench::EpOp op, int sms) {
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    if (s > 3.0) {
+harness::EpBenchRankOptions rank_options(const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
+  harness::EpBenchRankOptions r;
+  r.mode =
+      o.mode == "low-latency" ? harness::EpBenchMode::low_latency : harness::EpBenchMode::normal;
+  r.tokens = o.tokens;
+  r.hidden = o.hidden;
+  r.topk = o.topk;
+  r.experts = o.experts;
+  r.sms = o.sms;
+  r.chunks = o.chunks;
+  r.warmup = o.warmup;
+  r.iters = o.iters;
+  r.seed = o.seed;
+  r.dump_dir = o.dump;
+  r.timeout_s = lo.timeout_s;
+  // Said only once the sweep is slow enough for someone to wonder.
+  r.progress = [](bench::EpOp op, int sms, double seconds) {
+    if (seconds > 3.0) {
       std::fprintf(stderr, "epkit bench ep: %s at %d SMs timed (%.0f s)\n", bench::to_string(op),
-                   sms, s);
+                   sms, seconds);
     }
   };
-  // Across nodes: the NIC each GPU should use, before the traffic, and the
-  // counters judged after it (one watcher per node), as `test ep` does.
-  auto nics = start_node_nic_watch(host, launch, r, io);
-  auto buffer = harness::make_ep_buffer(r, eo);
-  if (!buffer) {
-    r.session->abort();
-    return fail(buffer_exit_code(buffer.error()), "ep::Buffer::create: " + buffer.error().message);
-  }
-  auto report = harness::run_ep_bench(r, **buffer, eo);
-  if (!report) {
-    r.session->abort();
-    return fail(exit_code_for(report.error()), report.error().message);
-  }
-  auto finish_nics = [&] {
-    if (nics)
-      for (const auto& l : nics->finish().lines) io.line(l);
-  };
-  return end_ep_bench_rank(
-      r, launch, io, lo, *buffer, *report, finish_nics,
-      [](const auto& rep, int code) { return bench::ep_report_json(rep, code); },
-      [](const auto& rep) { return bench::render_ep_report(rep); });
-}
-
-int bench_ep_low_latency_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
-                              const EpBenchCliOptions& o, const GpuLaunchOptions& lo) {
-  auto fail = [&](int code, const std::string& why) {
-    io.line("FAIL: " + why);
-    return code;
-  };
-  std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = join_ep_bench_rank(host, launch, io, o, lo, joined); rc != k_gpu_ok) return rc;
-  auto& r = *joined;
-  harness::EpLowLatencyBenchOptions eo;
-  eo.shape = {o.tokens, o.hidden, o.topk, o.experts, launch.world_size};
-  eo.sms = o.sms.front();
-  eo.warmup = o.warmup;
-  eo.iters = o.iters;
-  eo.seed = o.seed;
-  eo.timeout_s = lo.timeout_s;
-  auto buffer = harness::make_ep_low_latency_buffer(r, eo);
-  if (!buffer) {
-    r.session->abort();
-    return fail(buffer_exit_code(buffer.error()), "ep::Buffer::create: " + buffer.error().message);
-  }
-  auto report = harness::run_ep_low_latency_bench(r, **buffer, eo);
-  if (!report) {
-    r.session->abort();
-    const Error& e = report.error();
-    // A shape or SM count the low-latency kernels refuse is the user's flags.
-    return fail(e.code == ErrorCode::invalid ? k_exit_usage : exit_code_for(e), e.message);
-  }
-  return end_ep_bench_rank(
-      r, launch, io, lo, *buffer, *report, {},
-      [](const auto& rep, int code) { return bench::ep_low_latency_report_json(rep, code); },
-      [](const auto& rep) { return bench::render_ep_low_latency_report(rep); });
+  return r;
 }
 
 #endif
@@ -271,10 +177,11 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
   if (!o->dump.empty()) pass("--dump", o->dump);
   RankMain main;
 #ifdef EPKIT_WITH_CUDA
-  GpuLaunchOptions launch = lo;
-  main = [o, launch](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
-    if (o->mode == "low-latency") return bench_ep_low_latency_rank(h, l, rio, *o, launch);
-    return bench_ep_rank(h, l, rio, *o, launch);
+  main = [ro = rank_options(*o, lo), json = lo.json](
+             const host::Host& h, const runtime::LaunchInfo& l, runtime::RankIo& rio) {
+    return harness::run_ep_bench_rank(h, l, rio, ro, [&rio, json](const auto& summary) {
+      write_summary(summary, json, rio.summary);
+    });
   };
 #endif
   return run_gpu_command(io, "bench", common, lo, child, main);

@@ -1,8 +1,9 @@
+// `epkit bench nccl`'s flags and its summary (nccl-tests' table or JSON);
+// each rank's work is the bench layer's (bench/nccl_rank.h).
 #include "cli/commands/bench/bench_nccl.h"
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,8 +14,7 @@
 #include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
-#include "bench/nccl_runner.h"
-#include "runtime/gpu_rank.h"
+#include "bench/nccl_rank.h"
 #endif
 
 namespace epkit::cli {
@@ -59,83 +59,65 @@ Result<Parsed> parse(const NcclBenchOptions& o) {
 
 #ifdef EPKIT_WITH_CUDA
 
-int bench_rank(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
-               const NcclBenchOptions& o, const GpuLaunchOptions& lo, const Parsed& p) {
-  auto fail = [&](int code, const std::string& why) {
-    io.line("FAIL: " + why);
-    return code;
+// Rank 0's summary: nccl-tests' table, or with --json one JSON document.
+void write_summary(const bench::NcclBenchSummary& s, const NcclBenchOptions& o, const Parsed& p,
+                   bool json, std::ostream& out) {
+  const runtime::GpuRank& r = s.rank;
+  const auto& launch = r.launch;
+  const auto& f0 = r.facts.front();
+  if (json) {
+    nlohmann::json j = {{"collective", bench::to_string(p.kind)},
+                        {"nranks", launch.world_size},
+                        {"nnodes", launch.nnodes},
+                        {"nccl_version", f0.nccl_version},
+                        {"gpu", r.gpu.name},
+                        {"iters", o.iters},
+                        {"warmup", o.warmup},
+                        {"avg_busbw_gbps", s.avg_busbw},
+                        {"wrong", s.wrong},
+                        {"exit_code", s.code}};
+    j["min_busbw_gbps"] = o.min_busbw ? nlohmann::json(*o.min_busbw) : nlohmann::json(nullptr);
+    nlohmann::json rj = nlohmann::json::array();
+    for (const auto& row : s.rows) rj.push_back(bench::to_json(row));
+    j["rows"] = rj;
+    out << util::dump_json(j, 2) << "\n";
+  } else {
+    out << fmt::format(
+        "# epkit bench nccl {}: {} ranks on {} node{}, NCCL {}, {}, -n {} -w {} -c {}\n",
+        bench::to_string(p.kind), launch.world_size, launch.nnodes, launch.nnodes == 1 ? "" : "s",
+        f0.nccl_version, r.gpu.name, o.iters, o.warmup, o.check);
+    out << bench::table_header();
+    for (const auto& row : s.rows) out << bench::table_row(row);
+    out << bench::table_footer(s.rows);
+    if (o.min_busbw) {
+      out << fmt::format("# Min bus bandwidth    : {:.4f} {}\n", *o.min_busbw,
+                         s.avg_busbw < *o.min_busbw ? "FAILED" : "OK");
+    }
+  }
+  out.flush();
+}
+
+bench::NcclBenchRankOptions rank_options(const NcclBenchOptions& o, const Parsed& p,
+                                         double timeout_s) {
+  bench::NcclBenchRankOptions r;
+  r.kind = p.kind;
+  r.type = p.type;
+  r.min_bytes = p.min_bytes;
+  r.max_bytes = p.max_bytes;
+  r.factor = o.factor;
+  r.iters = o.iters;
+  r.warmup = o.warmup;
+  r.check = o.check != 0;
+  r.root = o.root;
+  r.min_busbw = o.min_busbw;
+  r.timeout_s = timeout_s;
+  // Said only once the sweep is slow enough for someone to wonder.
+  r.progress = [](std::size_t done, std::size_t total, double seconds) {
+    if (seconds > 3.0 && done < total) {
+      std::fprintf(stderr, "epkit bench: %zu of %zu sizes done (%.0f s)\n", done, total, seconds);
+    }
   };
-  auto sizes = bench::size_sweep(p.min_bytes, p.max_bytes, o.factor, p.type.size,
-                                 bench::element_granularity(p.kind, launch.world_size));
-  if (!sizes) return fail(k_exit_usage, sizes.error().message);
-  std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = open_gpu_rank(host, launch, io, lo.timeout_s, joined); rc != k_gpu_ok) return rc;
-  auto& r = *joined;
-  bench::RunOptions ro;
-  ro.kind = p.kind;
-  ro.type = p.type;
-  ro.sizes = *sizes;
-  ro.iters = o.iters;
-  ro.warmup = o.warmup;
-  ro.check = o.check != 0;
-  ro.root = o.root;
-  ro.timeout_s = lo.timeout_s;
-  const auto begin = std::chrono::steady_clock::now();
-  if (launch.rank == 0) {
-    ro.progress = [&](std::size_t done, std::size_t total) {
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-      if (s > 3.0 && done < total) {
-        std::fprintf(stderr, "epkit bench: %zu of %zu sizes done (%.0f s)\n", done, total, s);
-      }
-    };
-  }
-  auto rows = bench::run_sweep(*r.session, r.store(), ro);
-  if (!rows) {
-    r.session->abort();
-    return fail(exit_code_for(rows.error()), rows.error().message);
-  }
-  int code = k_gpu_ok;
-  if (launch.rank == 0) {
-    double avg = bench::average_busbw(*rows);
-    std::uint64_t wrong = bench::total_wrong(*rows);
-    if (wrong != 0) {
-      code = k_gpu_wrong_data;
-    } else if (o.min_busbw && avg < *o.min_busbw) {
-      code = k_gpu_below_busbw;
-    }
-    const auto& f0 = r.facts.front();
-    if (lo.json) {
-      nlohmann::json j = {{"collective", bench::to_string(p.kind)},
-                          {"nranks", launch.world_size},
-                          {"nnodes", launch.nnodes},
-                          {"nccl_version", f0.nccl_version},
-                          {"gpu", r.gpu.name},
-                          {"iters", o.iters},
-                          {"warmup", o.warmup},
-                          {"avg_busbw_gbps", avg},
-                          {"wrong", wrong},
-                          {"exit_code", code}};
-      j["min_busbw_gbps"] = o.min_busbw ? nlohmann::json(*o.min_busbw) : nlohmann::json(nullptr);
-      nlohmann::json rj = nlohmann::json::array();
-      for (const auto& row : *rows) rj.push_back(bench::to_json(row));
-      j["rows"] = rj;
-      io.summary << util::dump_json(j, 2) << "\n";
-    } else {
-      io.summary << fmt::format(
-          "# epkit bench nccl {}: {} ranks on {} node{}, NCCL {}, {}, -n {} -w {} -c {}\n",
-          bench::to_string(p.kind), launch.world_size, launch.nnodes, launch.nnodes == 1 ? "" : "s",
-          f0.nccl_version, r.gpu.name, o.iters, o.warmup, o.check);
-      io.summary << bench::table_header();
-      for (const auto& row : *rows) io.summary << bench::table_row(row);
-      io.summary << bench::table_footer(*rows);
-      if (o.min_busbw) {
-        io.summary << fmt::format("# Min bus bandwidth    : {:.4f} {}\n", *o.min_busbw,
-                                  avg < *o.min_busbw ? "FAILED" : "OK");
-      }
-    }
-    io.summary.flush();
-  }
-  return close_gpu_rank(r, io, "bench/done", lo.timeout_s, code);
+  return r;
 }
 
 #endif
@@ -187,9 +169,12 @@ BenchSubcommand add_bench_nccl(CLI::App& bench) {
             }
             RankMain main;
 #ifdef EPKIT_WITH_CUDA
-            Parsed parsed = *p;
-            main = [o, lo, parsed](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
-              return bench_rank(h, l, rio, *o, *lo, parsed);
+            main = [o, json = lo->json, parsed = *p, ro = rank_options(*o, *p, lo->timeout_s)](
+                       const host::Host& h, const runtime::LaunchInfo& l, runtime::RankIo& rio) {
+              return bench::run_nccl_bench_rank(
+                  h, l, rio, ro, [&](const bench::NcclBenchSummary& summary) {
+                    write_summary(summary, *o, parsed, json, rio.summary);
+                  });
             };
 #endif
             return run_gpu_command(io, "bench", *common, *lo, child, main);

@@ -53,10 +53,10 @@ int run_p2p_command(Io& io, const P2pCliOptions& o) {
     po.warmup = o.warmup;
     auto matrices = bench::run_p2p(po);
     if (!matrices) {
-      return refuse_run(
-          io, "bench p2p", o.json,
-          matrices.error().code == ErrorCode::unavailable ? k_gpu_unavailable : k_gpu_nccl_error,
-          matrices.error().message);
+      return refuse_run(io, "bench p2p", o.json,
+                        matrices.error().code == ErrorCode::unavailable ? runtime::k_gpu_unavailable
+                                                                        : runtime::k_gpu_nccl_error,
+                        matrices.error().message);
     }
     if (o.json) {
       nlohmann::json ms = nlohmann::json::array();
@@ -81,9 +81,10 @@ int run_p2p_command(Io& io, const P2pCliOptions& o) {
                         {"sizes", per_size}};
     io.out << util::dump_json(j, 2) << "\n";
   }
-  return k_gpu_ok;
+  return runtime::k_gpu_ok;
 #else
-  return refuse_run(io, "bench p2p", o.json, k_gpu_unavailable, host::dl::nccl_not_built().message);
+  return refuse_run(io, "bench p2p", o.json, runtime::k_gpu_unavailable,
+                    host::dl::nccl_not_built().message);
 #endif
 }
 

@@ -1,31 +1,30 @@
 // epkit test: proves every GPU of the job can talk to every other within a
-// bounded time. Per rank the runtime's connectivity test
+// bounded time. Each rank's run is the runtime's connectivity test
 // (runtime/connectivity.h: a checked all-reduce, a ring send/recv with a
-// checked payload and a barrier); this prints "[host:rank] OK" or the reason,
-// and rank 0 summarises versions and the transport NCCL chose per peer.
+// checked payload and a barrier, the results shared through the store); its
+// ranks print "[host:rank] OK" or the reason, and this prints rank 0's
+// summary of versions and the transport NCCL chose per peer.
 //
-// epkit test ep: the EP engine's conformance suite (ep_harness/conformance.h), one
-// line per case on rank 0 and a summary with the seed that reproduces it.
+// epkit test ep: the EP engine's conformance suite, each rank's run being the
+// harness's (ep_harness/conformance_rank.h); this prints one line per case on
+// rank 0 and a summary with the seed that reproduces it.
 #include <fmt/format.h>
 
 #include <chrono>
-#include <csignal>
 #include <cstdint>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/command.h"
 #include "cli/commands/test/ep_reproduce.h"
-#include "cli/commands/test/peer_results.h"
 #include "cli/gpu_launch.h"
 #include "host/dl/nccl.h"
 #include "util/json.h"
 
 #ifdef EPKIT_WITH_CUDA
-#include "cli/node_nics.h"
-#include "ep_harness/conformance.h"
+#include "ep_harness/conformance_rank.h"
 #include "runtime/connectivity.h"
+#include "runtime/connectivity_result.h"
 #include "runtime/gpu_rank.h"
 #endif
 
@@ -44,8 +43,8 @@ struct EpTestOptions {
 
 // DeepEP's test_low_latency.py shape: what --mode low-latency runs unless
 // the flags say otherwise.
-constexpr int k_ll_default_tokens = 128;
-constexpr int k_ll_default_experts = 288;
+constexpr int k_low_latency_default_tokens = 128;
+constexpr int k_low_latency_default_experts = 288;
 
 // The suite takes minutes at the default shape on 8 GPUs; the watchdog ends a
 // rank 3 x --timeout + 10 s after it started.
@@ -53,21 +52,11 @@ constexpr double k_ep_default_timeout_s = 120.0;
 
 #ifdef EPKIT_WITH_CUDA
 
-nlohmann::json transports_json(const runtime::PeerTransports& transports) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& [peers, transport] : transports) {
-    out.push_back({{"from", peers.first}, {"to", peers.second}, {"transport", transport}});
-  }
-  return out;
-}
-
-std::string cc_text(const runtime::GpuInfo& g) {
-  return fmt::format("{}.{}", g.cc_major, g.cc_minor);
-}
-
-void write_summary(runtime::GpuRank& r, const std::vector<nlohmann::json>& results,
-                   const std::vector<runtime::Mismatch>& mismatches, bool transports_known,
-                   bool json, std::ostream& out) {
+void write_summary(const runtime::ConnectivitySummary& summary, bool json, std::ostream& out) {
+  const runtime::GpuRank& r = summary.rank;
+  const auto& results = summary.results;
+  const auto& mismatches = summary.mismatches;
+  const bool transports_known = summary.transports_known;
   int failed = 0;
   for (const auto& res : results) failed += res.value("ok", false) ? 0 : 1;
   const auto& f0 = r.facts.front();
@@ -130,69 +119,6 @@ void write_summary(runtime::GpuRank& r, const std::vector<nlohmann::json>& resul
   }
 }
 
-int rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
-              const GpuLaunchOptions& opts) {
-  auto fail = [&](int code, const std::string& why) {
-    io.line("FAIL: " + why);
-    return code;
-  };
-  // Before NCCL loads: it reads NCCL_DEBUG* once.
-  const std::string log_path = runtime::capture_nccl_log(host, launch.rank);
-  auto step = [&] { return runtime::Deadline::after_seconds(opts.timeout_s); };
-  std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = open_gpu_rank(host, launch, io, opts.timeout_s, joined); rc != k_gpu_ok) return rc;
-  auto& r = *joined;
-  const auto mismatches = runtime::compare_facts(r.facts);
-  // Fault injection for the tests: this rank dies after NCCL started, the
-  // others must name it and exit instead of hanging in the collectives.
-  if (auto kill = host.env().get_nonempty("EPKIT_TEST_KILL_RANK");
-      kill && *kill == std::to_string(launch.rank)) {
-    std::raise(SIGKILL);
-  }
-  auto result = runtime::run_connectivity(r, opts.timeout_s);
-  if (!result) {
-    r.session->abort();
-    return fail(exit_code_for(result.error()), result.error().message);
-  }
-  nlohmann::json mine = {{"rank", launch.rank},
-                         {"label", r.labels[static_cast<std::size_t>(launch.rank)]},
-                         {"ok", result->ok},
-                         {"reason", result->reason},
-                         {"gpu_name", r.gpu.name},
-                         {"gpu_uuid", r.gpu.uuid},
-                         {"gpu_pci_bus_id", r.gpu.pci_bus_id},
-                         {"compute_capability", cc_text(r.gpu)},
-                         {"wrong_all_reduce", result->wrong_allreduce},
-                         {"wrong_ring", result->wrong_ring},
-                         {"transports", transports_json(runtime::read_nccl_transports(log_path))}};
-  auto set =
-      r.store().set(fmt::format("test/result/{}", launch.rank),
-                    mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), step());
-  if (!set) return fail(exit_code_for(set.error()), set.error().message);
-  int code = result->ok ? k_gpu_ok : k_gpu_wrong_data;
-  if (launch.rank == 0) {
-    std::vector<nlohmann::json> results;
-    for (int q = 0; q < launch.world_size; ++q) {
-      auto text = r.store().get(fmt::format("test/result/{}", q), step());
-      if (!text) return fail(exit_code_for(text.error()), text.error().message);
-      // Another process's JSON: only checked fields of checked types reach
-      // the summary (a malformed one is a failed rank, named).
-      results.push_back(checked_test_result(*text, q));
-    }
-    write_summary(r, results, mismatches, !log_path.empty(), opts.json, io.summary);
-    io.summary.flush();
-  }
-  // Everyone waits for rank 0's summary before leaving: a rank that leaves
-  // early looks like a crash to the store.
-  code = close_gpu_rank(r, io, "test/done", opts.timeout_s, code);
-  if (code == k_gpu_ok) {
-    io.line("OK");
-  } else if (!result->ok) {
-    io.line("FAIL: " + result->reason);
-  }
-  return code;
-}
-
 void write_ep_summary(const harness::ConformanceReport& report, const EpTestOptions& e,
                       const runtime::LaunchInfo& launch, bool json, std::ostream& out) {
   if (json) {
@@ -230,11 +156,8 @@ void write_ep_summary(const harness::ConformanceReport& report, const EpTestOpti
   }
 }
 
-int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, RankIo& io,
-                 const GpuLaunchOptions& opts, const EpTestOptions& e, std::uint64_t seed) {
-  std::unique_ptr<runtime::GpuRank> joined;
-  if (int rc = open_gpu_rank(host, launch, io, opts.timeout_s, joined); rc != k_gpu_ok) return rc;
-  auto& r = *joined;
+harness::ConformanceOptions conformance_options(const EpTestOptions& e, std::uint64_t seed,
+                                                double timeout_s) {
   harness::ConformanceOptions co;
   co.mode = e.mode == "low-latency" ? harness::ConformanceMode::low_latency
                                     : harness::ConformanceMode::normal;
@@ -244,38 +167,8 @@ int ep_rank_main(const host::Host& host, const runtime::LaunchInfo& launch, Rank
   co.shape.num_experts = e.experts;
   co.num_sms = e.sms;
   co.seed = seed;
-  co.timeout_s = opts.timeout_s;
-  // Fault injection for the suite's own test (tests/gpu/gpu_tests.cc,
-  // EpConformance.FlippedBitIsCaught): the rank named flips one bit of its
-  // received rows, and the run must fail.
-  if (auto flip = host.env().get_nonempty("EPKIT_TEST_EP_FLIP_BIT")) {
-    char* end = nullptr;
-    const long n = std::strtol(flip->c_str(), &end, 10);
-    if (end == flip->c_str() || *end != 0 || n < 0 || n >= launch.world_size) {
-      io.line(fmt::format("FAIL: EPKIT_TEST_EP_FLIP_BIT is not a rank of 0..{}",
-                          launch.world_size - 1));
-      return k_exit_usage;
-    }
-    co.flip_bit_rank = static_cast<int>(n);
-  }
-  // Across nodes: the NIC each GPU should use, printed before the run and
-  // checked from the NIC counters after it (one watcher per node).
-  auto nics = start_node_nic_watch(host, launch, r, io);
-  auto report = harness::run_conformance(r, co, [&](const std::string& text) { io.line(text); });
-  if (nics)
-    for (const auto& l : nics->finish().lines) io.line(l);
-  if (!report) {
-    r.session->abort();
-    io.line("FAIL: " + report.error().message);
-    // A shape the rank count cannot split is the user's flags, not the GPU.
-    return report.error().code == ErrorCode::invalid ? k_exit_usage : exit_code_for(report.error());
-  }
-  if (launch.rank == 0) {
-    write_ep_summary(*report, e, launch, opts.json, io.summary);
-    io.summary.flush();
-  }
-  int code = report->failed == 0 ? k_gpu_ok : k_gpu_wrong_data;
-  return close_gpu_rank(r, io, "test/ep/done", opts.timeout_s, code);
+  co.timeout_s = timeout_s;
+  return co;
 }
 
 #endif
@@ -330,8 +223,8 @@ Command make_test_command() {
             return [common, opts, ep, ep_opts, e](Io& io) -> int {
               if (ep->parsed()) {
                 if (e->mode == "low-latency") {
-                  if (ep->count("--tokens") == 0) e->tokens = k_ll_default_tokens;
-                  if (ep->count("--experts") == 0) e->experts = k_ll_default_experts;
+                  if (ep->count("--tokens") == 0) e->tokens = k_low_latency_default_tokens;
+                  if (ep->count("--experts") == 0) e->experts = k_low_latency_default_experts;
                 }
                 if (e->hidden % 128 != 0) {
                   return refuse_run(io, "test ep", ep_opts->json, k_exit_usage,
@@ -367,8 +260,13 @@ Command make_test_command() {
                 RankMain ep_main;
 #ifdef EPKIT_WITH_CUDA
                 ep_main = [ep_opts, e, seed](const host::Host& h, const runtime::LaunchInfo& l,
-                                             RankIo& rio) {
-                  return ep_rank_main(h, l, rio, *ep_opts, *e, seed);
+                                             runtime::RankIo& rio) {
+                  return harness::run_conformance_rank(
+                      h, l, rio, conformance_options(*e, seed, ep_opts->timeout_s),
+                      [&](const harness::ConformanceReport& report) {
+                        write_ep_summary(report, *e, l, ep_opts->json, rio.summary);
+                        rio.summary.flush();
+                      });
                 };
 #endif
                 return run_gpu_command(io, "test", *common, *ep_opts, child, ep_main);
@@ -377,8 +275,13 @@ Command make_test_command() {
               if (opts->json) child.push_back("--json");
               RankMain main;
 #ifdef EPKIT_WITH_CUDA
-              main = [opts](const host::Host& h, const runtime::LaunchInfo& l, RankIo& rio) {
-                return rank_main(h, l, rio, *opts);
+              main = [opts](const host::Host& h, const runtime::LaunchInfo& l,
+                            runtime::RankIo& rio) {
+                return runtime::run_connectivity_rank(
+                    h, l, rio, opts->timeout_s, [&](const runtime::ConnectivitySummary& summary) {
+                      write_summary(summary, opts->json, rio.summary);
+                      rio.summary.flush();
+                    });
               };
 #endif
               return run_gpu_command(io, "test", *common, *opts, child, main);

@@ -1,13 +1,12 @@
-#include "cli/commands/test/peer_results.h"
+#include "runtime/connectivity_result.h"
 
 #include <fmt/format.h>
 
 #include "runtime/peer_json.h"
 
-namespace epkit::cli {
+namespace epkit::runtime {
 
-nlohmann::json checked_test_result(std::string_view text, int rank) {
-  namespace peer = runtime::peer;
+nlohmann::json checked_connectivity_result(std::string_view text, int rank) {
   auto malformed = [rank](std::string_view why) {
     return nlohmann::json{
         {"rank", rank},
@@ -50,4 +49,4 @@ nlohmann::json checked_test_result(std::string_view text, int rank) {
   return out;
 }
 
-}  // namespace epkit::cli
+}  // namespace epkit::runtime

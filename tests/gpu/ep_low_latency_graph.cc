@@ -6,7 +6,7 @@
 // Two graphs: BF16 without hooks (the combine takes the received rows as
 // expert outputs), and FP8 with both receive hooks called inside the capture
 // (the combine takes a fixed BF16 tensor).
-// Usage: epkit_ep_ll_graph RANKS [TOKENS HIDDEN TOPK EXPERTS SMS REPLAYS]
+// Usage: epkit_ep_low_latency_graph RANKS [TOKENS HIDDEN TOPK EXPERTS SMS REPLAYS]
 // Where GPUs are fewer than ranks the ranks share them (rank % GPUs).
 #include <epkit/ep.h>
 #include <sys/wait.h>
@@ -225,7 +225,7 @@ int run_variant(int rank, ep::Buffer& buf, const Shape& s, const Variant& v,
 
 int rank_main(int rank, int ranks, int gpus, std::uint16_t port, const Shape& s) {
   cudaSetDevice(rank % gpus);
-  auto session = test::join_forked_store(rank, ranks, port, "ll-graph");
+  auto session = test::join_forked_store(rank, ranks, port, "low-latency-graph");
   if (!session) {
     std::fprintf(stderr, "store: %s\n", session.error().message.c_str());
     return 2;
@@ -302,6 +302,6 @@ int main(int argc, char** argv) {
     ::waitpid(kid, &status, 0);
     worst = std::max(worst, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
-  std::printf("ep_ll_graph: exit %d\n", worst);
+  std::printf("ep_low_latency_graph: exit %d\n", worst);
   return worst;
 }

@@ -1,4 +1,4 @@
-#include "cli/node_nics.h"
+#include "ep_harness/node_nics.h"
 
 #ifdef EPKIT_WITH_CUDA
 #include <string>
@@ -6,11 +6,12 @@
 
 #include "topo/probe.h"
 
-namespace epkit::cli {
+namespace epkit::harness {
 
 std::optional<checks::NicWatch> start_node_nic_watch(const host::Host& host,
                                                      const runtime::LaunchInfo& launch,
-                                                     const runtime::GpuRank& rank, RankIo& io) {
+                                                     const runtime::GpuRank& rank,
+                                                     runtime::RankIo& io) {
   if (launch.local_rank != 0 || launch.nnodes <= 1) return std::nullopt;
   auto snap = topo::probe(host);
   std::vector<std::string> ids;
@@ -28,5 +29,5 @@ std::optional<checks::NicWatch> start_node_nic_watch(const host::Host& host,
   return watch;
 }
 
-}  // namespace epkit::cli
+}  // namespace epkit::harness
 #endif
