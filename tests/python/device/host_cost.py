@@ -14,8 +14,8 @@ calls doing the same work in the same process, interleaved call by call: a V2
 dispatch against V1's get_dispatch_layout + dispatch, a V2 cached dispatch
 and combine against V1's (v2_over_v1_*: the ratios).
 
---profile (with --elastic) prints, on rank 0, where a V1 dispatch and a V2
-dispatch spend their host time (cProfile, top functions by own time).
+--profile (with --elastic) prints, on rank 0, where each V1 and V2 call
+spends its host time (cProfile, top functions by own time).
 
 Usage: python host_cost.py --module epkit.deep_ep --num-processes 2
        [--tokens 8] [--iters 400] [--low-latency] [--elastic [--profile]] [--port P]
@@ -181,8 +181,9 @@ def elastic(deep_ep, group, tokens, iters, rank, num_ranks):
     for a, b in pairs:
         out[b.replace("v2_", "v2_over_v1_")] = round(out[b] / out[a], 3)
     if PROFILE:
-        profiled("v1_dispatch", v1_dispatch, iters, rank)
-        profiled("v2_dispatch", v2_dispatch, iters, rank)
+        for a, b in pairs:
+            profiled(a, calls[a], iters, rank)
+            profiled(b, calls[b], iters, rank)
     dist.barrier()
     v1.destroy()
     v2.destroy()
