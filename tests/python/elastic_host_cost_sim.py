@@ -64,6 +64,14 @@ def main():
         recv = b.dispatch(x, topk_idx=topk_idx, topk_weights=topk_weights, num_experts=EXPERTS)
         b.dispatch(x, handle=recv[3])
         b.combine(recv[0], recv[3])
+        # The V1 calls of the pairs below, each kind once (V2's own entries
+        # record under other kinds).
+        v1 = b.runtime
+        per_rank, _, per_expert, in_rank, _ = v1.get_dispatch_layout(topk_idx, EXPERTS)
+        v1.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+                    topk_idx=topk_idx, topk_weights=topk_weights)
+        v1.dispatch(x, handle=recv[3]._v1)
+        v1.combine(recv[0], recv[3]._v1)
         made[rank] = (b, x, topk_idx, topk_weights, recv)
 
     sim.run_ranks(world, record)

@@ -28,6 +28,7 @@ except ImportError:
 
 import epkit.deep_ep as deep_ep  # noqa: E402
 from epkit.deep_ep import elastic  # noqa: E402
+from epkit.deep_ep.buffer import layout_then_dispatch  # noqa: E402
 
 HIDDEN = 128
 
@@ -140,18 +141,9 @@ class SimBuffer:
                              num_tokens_per_expert=per_expert, topk_idx=topk_idx, topk_weights=topk_weights,
                              expert_alignment=expert_alignment, num_worst_tokens=num_worst_tokens, config=config)
 
-    def _layout_dispatch(self, x, x_scales, topk_idx, topk_weights, num_experts, expert_alignment,
-                         num_worst_tokens, config, copy_topk):
-        # The extension's one call: the layout (with the handle's copy when
-        # asked), then the dispatch.
-        if copy_topk:
-            per_rank, per_node, per_expert, in_rank, copy = self._layout_and_copy(topk_idx, num_experts)
-        else:
-            per_rank, per_node, per_expert, in_rank, _ = self.get_dispatch_layout(topk_idx, num_experts)
-            copy = None
-        out = self._dispatch_plain(x, x_scales, per_rank, per_node, in_rank, per_expert, topk_idx, topk_weights,
-                                   expert_alignment, num_worst_tokens, config)
-        return out[:5] + (copy,)
+    def _layout_dispatch(self, *args):
+        # The extension's one call, as the ctypes path makes it.
+        return layout_then_dispatch(self, *args)
 
     def _combine_plain(self, x, handle, topk_weights, bias, config):
         return self.combine(x, handle, topk_weights=topk_weights, bias=bias, config=config)[:2]

@@ -114,6 +114,20 @@ class _NativeHandle:
                 pass
 
 
+def layout_then_dispatch(v1, x, x_scales, topk_idx, topk_weights, num_experts: int, expert_alignment: int,
+                         num_worst_tokens: int, config, copy_topk: bool):
+    """Buffer._layout_dispatch in two steps over a V1 Buffer's entries (the
+    ctypes path, across nodes, and the CPU simulation's stand-in engine)."""
+    if copy_topk:
+        per_rank, per_node, per_expert, in_rank, copy = v1._layout_and_copy(topk_idx, num_experts)
+    else:
+        per_rank, per_node, per_expert, in_rank, _ = v1.get_dispatch_layout(topk_idx, num_experts)
+        copy = None
+    out = v1._dispatch_plain(x, x_scales, per_rank, per_node, in_rank, per_expert, topk_idx, topk_weights,
+                             expert_alignment, num_worst_tokens, config)
+    return out[:5] + (copy,)
+
+
 class DispatchHandle(tuple):
     """DeepEP's handle tuple plus the engine's routing.
 
@@ -581,14 +595,8 @@ class Buffer:
         None)."""
         engine = self._engine
         if engine is None or self.num_nodes > 1 or config.num_sms % 2 != 0:
-            if copy_topk:
-                per_rank, per_node, per_expert, in_rank, copy = self._layout_and_copy(topk_idx, num_experts)
-            else:
-                per_rank, per_node, per_expert, in_rank, _ = self.get_dispatch_layout(topk_idx, num_experts)
-                copy = None
-            out = self._dispatch_plain(x, x_scales, per_rank, per_node, in_rank, per_expert, topk_idx, topk_weights,
-                                       expert_alignment, num_worst_tokens, config)
-            return out[:5] + (copy,)
+            return layout_then_dispatch(self, x, x_scales, topk_idx, topk_weights, num_experts, expert_alignment,
+                                        num_worst_tokens, config, copy_topk)
         (recv_x, recv_scales, recv_topk, recv_weights, recv_src, prefix, counts, new_handle, rows, _, in_rank,
          copy) = engine.layout_dispatch(x, x_scales, topk_idx, topk_weights, num_experts, expert_alignment,
                                         num_worst_tokens, config.num_sms, config.num_warps, config.nvl_chunk,
