@@ -23,6 +23,9 @@ if [[ $job == test ]]; then
   # manifests (shellcheck, yamllint); jq serves the deploy pod scripts.
   packages+=(libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev
              yamllint shellcheck jq)
+  # Debian's PyTorch (CPU): epkit._C's syntax check against its headers and
+  # ElasticBuffer's CPU simulation (tests/python/CMakeLists.txt).
+  packages+=(libtorch-dev python3-torch)
   # The deploy checks (deploy/checks) run on Node.js; a NodeSource nodejs
   # brings its own npm, so ask for Debian's only when there is none.
   command -v npm >/dev/null || packages+=(nodejs npm)
