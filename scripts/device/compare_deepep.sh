@@ -3,7 +3,8 @@
 # for both libraries (the module taken by name), rounds alternating which
 # library goes first:
 #   host      tests/python/device/host_cost.py (host us per call), ROUNDS rounds,
-#             plus the engine's C++ API figure (epkit_ep_call_overhead);
+#             plus the engine's C++ API figure (epkit_ep_call_overhead), then
+#             both libraries in one process, call by call (--interleave);
 #   intranode DeepEP's tests/test_intranode.py, once as it is and once with
 #             `import deep_ep` changed to epkit.deep_ep, at INTRANODE_ARGS;
 #             then `epkit bench ep` at the same sizes.
@@ -75,6 +76,11 @@ if want host; then
       note "round $r $(grep -h '^host_cost ' "$log" || tail -n 5 "$log")"
     done
   done
+  # Both libraries in one process, call by call (no order between runs).
+  log=$out/host_interleaved.txt
+  EPKIT_SHARE_GPU=1 timeout 240 python3 "$here/tests/python/device/host_cost.py" --interleave deep_ep,epkit.deep_ep \
+    --num-processes "$ranks" --port $((port++)) >"$log" 2>&1 || status=1
+  note "$(grep -h '^host_cost_interleaved ' "$log" || tail -n 5 "$log")"
 fi
 
 if want intranode; then

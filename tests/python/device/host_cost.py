@@ -14,6 +14,10 @@ calls doing the same work in the same process, interleaved call by call: a V2
 dispatch against V1's get_dispatch_layout + dispatch, a V2 cached dispatch
 and combine against V1's (v2_over_v1_*: the ratios).
 
+--interleave deep_ep,epkit.deep_ep times the four normal-mode calls of several
+libraries in one process, call by call, rotating which goes first (one line
+per module: `host_cost_interleaved <module> <json>`).
+
 --profile (with --elastic) prints, on rank 0, where each V1 and V2 call
 spends its host time (cProfile, top functions by own time).
 
@@ -80,6 +84,47 @@ def normal(deep_ep, group, tokens, iters, rank):
     dist.barrier()
     buffer.destroy()
     return out
+
+
+def interleaved(modules, group, tokens, iters):
+    """normal()'s four calls for several libraries in one process, call by
+    call, the order of the libraries rotating every iteration: the drift of
+    a shared machine, and which library ran first, move all alike."""
+    x, topk_idx, topk_weights = inputs(tokens, dist.get_rank())
+    cases = []
+    for name, deep_ep in modules:
+        buffer = deep_ep.Buffer(group, int(256e6), 0, explicitly_destroy=True)
+        per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(topk_idx, EXPERTS)
+        args = dict(topk_idx=topk_idx, topk_weights=topk_weights, num_tokens_per_rank=per_rank,
+                    is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+        recv_x, _, _, _, handle, _ = buffer.dispatch(x, **args)
+        calls = {"layout": lambda b=buffer: b.get_dispatch_layout(topk_idx, EXPERTS),
+                 "dispatch": lambda b=buffer, a=args: b.dispatch(x, **a),
+                 "cached_dispatch": lambda b=buffer, h=handle: b.dispatch(x, handle=h),
+                 "combine": lambda b=buffer, r=recv_x, h=handle: b.combine(r, h)}
+        cases.append((name, buffer, calls, {op: [] for op in calls}))
+    for i in range(iters + iters // 10):
+        shift = i % len(cases)
+        order = cases[shift:] + cases[:shift]
+        for op in ("layout", "dispatch", "cached_dispatch", "combine"):
+            for _, _, calls, samples in order:
+                t0 = time.perf_counter_ns()
+                calls[op]()
+                t1 = time.perf_counter_ns()
+                if i >= iters // 10:
+                    samples[op].append((t1 - t0) / 1e3)
+        if i % 50 == 49:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    result = {}
+    for name, buffer, _, samples in cases:
+        result[name] = {op: statistics.median(v) for op, v in samples.items()}
+        if hasattr(buffer, "path"):
+            result[name]["path"] = buffer.path
+    dist.barrier()
+    for _, buffer, _, _ in cases:
+        buffer.destroy()
+    return result
 
 
 def low_latency(deep_ep, group, tokens, iters, rank, num_ranks):
@@ -193,9 +238,18 @@ def elastic(deep_ep, group, tokens, iters, rank, num_ranks):
 def main(local_rank, num_ranks, args):
     global PROFILE
     PROFILE = args.profile
-    deep_ep = importlib.import_module(args.module)
     group = common.init(local_rank, num_ranks, args.port)
     rank = dist.get_rank()
+    if args.interleave:
+        names = args.interleave.split(",")
+        result = interleaved([(n, importlib.import_module(n)) for n in names], group, args.tokens, args.iters)
+        if rank == 0:
+            for n in names:
+                print(f"host_cost_interleaved {n} {json.dumps(result[n])}", flush=True)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
+    deep_ep = importlib.import_module(args.module)
     result = normal(deep_ep, group, args.tokens, args.iters, rank)
     if args.low_latency:
         result.update(low_latency(deep_ep, group, args.tokens, args.iters, rank, num_ranks))
@@ -218,5 +272,7 @@ if __name__ == "__main__":
     parser.add_argument("--low-latency", action="store_true")
     parser.add_argument("--elastic", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--interleave", default="",
+                        help="modules timed in one process call by call, e.g. deep_ep,epkit.deep_ep")
     args = parser.parse_args()
     torch.multiprocessing.spawn(main, args=(args.num_processes, args), nprocs=args.num_processes)
