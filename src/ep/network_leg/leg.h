@@ -88,13 +88,17 @@ struct DeviceLeg {
   /// This rank's signal array (device memory the backend writes into).
   std::uint64_t* signals = nullptr;
   std::uint32_t num_signals = 0;
-  /// The request ring of the proxy and emulated backends (host-mapped):
-  /// `requests[i % queue_slots]`, published by `*queue_tail`, drained up to
+  /// The request ring of the proxy and emulated backends (host-mapped;
+  /// protocol in ep/network_leg/request_queue.h): ticket i goes to
+  /// `requests[i % queue_slots]`, claimed by a fetch-add on `*queue_tail`,
+  /// published by `queue_ready[i % queue_slots]` = i + 1, drained up to
   /// `*queue_head` by the host. Null for GIN.
   PutRequest* requests = nullptr;
+  std::uint64_t* queue_ready = nullptr;
   std::uint32_t queue_slots = 0;
   std::uint64_t* queue_tail = nullptr;
   const std::uint64_t* queue_head = nullptr;
+  std::uint64_t* queue_abandoned = nullptr;  ///< producers that timed out
   /// Backend-specific device state (the GIN device communicator).
   void* backend_state = nullptr;
 };

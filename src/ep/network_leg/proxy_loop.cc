@@ -1,0 +1,89 @@
+#include "ep/network_leg/proxy_loop.h"
+
+#include <fmt/format.h>
+
+namespace epkit::ep::network_leg {
+
+ProxyLoop::ProxyLoop(const std::vector<RequestRing>& rings, EmulatedPacing& pacing,
+                     ProxyHooks hooks, std::size_t batch)
+    : m_pacing(&pacing), m_hooks(std::move(hooks)), m_batch(batch) {
+  m_consumers.reserve(rings.size());
+  for (const auto& ring : rings) m_consumers.emplace_back(ring);
+}
+
+void ProxyLoop::set_fault(int rank, std::string reason) {
+  if (!m_fault) m_fault = Fault{rank, std::move(reason)};
+}
+
+void ProxyLoop::drain_rank(int rank, ProxyStep& stats) {
+  auto& consumer = m_consumers[static_cast<std::size_t>(rank)];
+  if (const auto abandoned = consumer.abandoned(); abandoned > 0) {
+    set_fault(rank, fmt::format("rank {}: {} request(s) timed out waiting for room in its request "
+                                "queue (the proxy drained nothing for a whole timeout)",
+                                rank, abandoned));
+  }
+  const auto world = static_cast<int>(m_consumers.size());
+  stats.posted += consumer.drain(m_batch, [&](const PutRequest& request) {
+    if (request.peer < 0 || request.peer >= world) {
+      set_fault(rank, fmt::format("rank {} posted a put to rank {}, outside a world of {}", rank,
+                                  request.peer, world));
+      return;
+    }
+    auto id = m_pacing->post(rank, request.peer, request.bytes, request.signal, request.signal_add);
+    if (!id.ok()) {
+      set_fault(rank, id.error().message);
+      return;
+    }
+    m_posted.emplace(id.value(), Posted{rank, request});
+  });
+}
+
+Result<void> ProxyLoop::apply(const Completion& landed) {
+  const auto it = m_posted.find(landed.id);
+  if (it == m_posted.end()) return {};  // not one of ours
+  const PutRequest request = it->second.request;
+  m_posted.erase(it);
+  // Bytes before the signal: a waiter that sees the signal reads them.
+  if (request.bytes > 0) EPKIT_TRY(m_hooks.copy(landed.src, request));
+  if (request.signal_add > 0) {
+    auto& value = m_signals[{landed.dst, request.signal.value}];
+    value += request.signal_add;
+    EPKIT_TRY(m_hooks.write_signal(landed.dst, request.signal, value));
+  }
+  return {};
+}
+
+void ProxyLoop::check_dropped() {
+  for (const auto& [id, posted] : m_posted) {
+    (void)id;
+    // Either end being dropped keeps the put from landing; the fault names
+    // the dropped end, never the survivor waiting behind it.
+    const int dst = posted.request.peer;
+    const int dead = m_pacing->dropped(posted.src) ? posted.src : dst;
+    if (m_pacing->dropped(dead)) {
+      set_fault(dead, fmt::format("rank {} dropped: a put of {} bytes from rank {} to rank {} "
+                                  "cannot land",
+                                  dead, posted.request.bytes, posted.src, dst));
+      return;
+    }
+  }
+}
+
+Result<ProxyStep> ProxyLoop::step() {
+  ProxyStep stats;
+  for (int rank = 0; rank < static_cast<int>(m_consumers.size()); ++rank) {
+    drain_rank(rank, stats);
+  }
+  for (const auto& landed : m_pacing->poll()) {
+    if (auto applied = apply(landed); !applied.ok()) {
+      set_fault(landed.dst, applied.error().message);
+      return applied.error();
+    }
+    ++stats.landed;
+  }
+  check_dropped();
+  if (!m_fault && m_pacing->fault()) m_fault = m_pacing->fault();
+  return stats;
+}
+
+}  // namespace epkit::ep::network_leg

@@ -1,0 +1,83 @@
+// The host proxy of the emulated backend: one step drains every rank's
+// request ring (request_queue.h) into the pacing model (emulated_pacing.h)
+// and applies the puts that have landed by now, bytes first, then the
+// signal. How bytes and signals reach memory is injected (ProxyHooks): the
+// CPU tests copy between host buffers, the GPU backend will issue
+// cudaMemcpyAsync over CUDA IPC mappings.
+#pragma once
+
+#include <epkit/result.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ep/network_leg/emulated_pacing.h"
+#include "ep/network_leg/leg.h"
+#include "ep/network_leg/request_queue.h"
+
+namespace epkit::ep::network_leg {
+
+struct ProxyHooks {
+  /// Copies `request.bytes` from rank `src`'s `src_window` at `src_offset`
+  /// into rank `request.peer`'s `dst_window` at `dst_offset`.
+  std::function<Result<void>(int src, const PutRequest& request)> copy;
+  /// Sets rank `dst`'s `signal` to `value`. Absolute, not an increment:
+  /// signals only grow, so a value written twice or late does no harm.
+  std::function<Result<void>(int dst, SignalId signal, std::uint64_t value)> write_signal;
+};
+
+/// What one step moved.
+struct ProxyStep {
+  std::size_t posted = 0;  ///< requests drained from the rings into the pacing model
+  std::size_t landed = 0;  ///< puts whose bytes and signal were applied
+};
+
+class ProxyLoop {
+ public:
+  /// `rings[r]` is rank r's request ring; `pacing` models as many ranks.
+  /// At most `batch` requests leave one ring a step, so one busy rank does
+  /// not starve the others.
+  ProxyLoop(const std::vector<RequestRing>& rings, EmulatedPacing& pacing, ProxyHooks hooks,
+            std::size_t batch = 64);
+
+  /// Drains, then applies what has landed. An error: a hook failed (the
+  /// fault names the rank whose memory it was writing).
+  Result<ProxyStep> step();
+  /// The first fault: a put that cannot land because a rank was dropped
+  /// (names the dropped rank, whichever end it is), a request naming a
+  /// rank outside the world, a producer that timed out on its ring, a
+  /// pacing wait that expired, or a failed hook.
+  const std::optional<Fault>& fault() const { return m_fault; }
+  /// Puts posted to the pacing model that have not landed.
+  std::size_t in_flight() const { return m_posted.size(); }
+
+ private:
+  void drain_rank(int rank, ProxyStep& stats);
+  Result<void> apply(const Completion& landed);
+  void check_dropped();
+  void set_fault(int rank, std::string reason);
+
+  std::vector<RequestConsumer> m_consumers;
+  EmulatedPacing* m_pacing;
+  ProxyHooks m_hooks;
+  std::size_t m_batch;
+  struct Posted {
+    int src = 0;
+    PutRequest request;
+  };
+  std::unordered_map<std::uint64_t, Posted> m_posted;  // by pacing id, until it lands
+  // Each destination's signals as the puts applied so far leave them (the
+  // pacing model's own counts run ahead: they include puts polled but not
+  // yet applied).
+  std::map<std::pair<int, std::uint32_t>, std::uint64_t> m_signals;
+  std::optional<Fault> m_fault;
+};
+
+}  // namespace epkit::ep::network_leg

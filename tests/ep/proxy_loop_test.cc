@@ -1,0 +1,181 @@
+// The emulated backend's host proxy (ep/network_leg/proxy_loop.h) on the
+// CPU: two fake ranks post puts with signals into their request rings; the
+// proxy lands the bytes, then the signals, when the pacing model says, and
+// names a dropped rank in its fault.
+#ifdef EPKIT_WITH_CUDA
+#include "ep/network_leg/proxy_loop.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ep/network_leg/emulated_pacing.h"
+#include "ep/network_leg/leg.h"
+#include "ep/network_leg/request_queue.h"
+
+namespace epkit::ep::network_leg {
+namespace {
+
+constexpr std::int64_t kLongNs = 10'000'000'000;
+
+// Two ranks, each with one window (window 0) of bytes and a signal array, in
+// host memory, and a request ring; the hooks memcpy between them and log
+// what they did, so the test sees bytes land before their signal.
+struct FakeRanks {
+  static constexpr int kRanks = 2;
+  static constexpr std::size_t kWindowBytes = 256;
+  std::array<std::vector<std::uint8_t>, kRanks> windows;
+  std::array<std::array<std::uint64_t, 4>, kRanks> signals{};
+  std::vector<RequestQueueStorage> queues;
+  std::vector<std::string> log;
+
+  FakeRanks() {
+    for (int r = 0; r < kRanks; ++r) {
+      windows[r].assign(kWindowBytes, 0);
+      for (std::size_t i = 0; i < kWindowBytes; ++i) {
+        windows[r][i] = static_cast<std::uint8_t>(r * 100 + i % 97);
+      }
+      queues.emplace_back(8);
+    }
+  }
+
+  std::vector<RequestRing> rings() {
+    std::vector<RequestRing> out;
+    for (auto& q : queues) out.push_back(q.ring());
+    return out;
+  }
+
+  ProxyHooks hooks() {
+    ProxyHooks h;
+    h.copy = [this](int src, const PutRequest& r) -> Result<void> {
+      if (r.dst_offset + r.bytes > kWindowBytes || r.src_offset + r.bytes > kWindowBytes) {
+        return make_error(ErrorCode::invalid, "put outside the window");
+      }
+      std::memcpy(windows[r.peer].data() + r.dst_offset, windows[src].data() + r.src_offset,
+                  r.bytes);
+      log.push_back(fmt::format("copy {}->{}", src, r.peer));
+      return {};
+    };
+    h.write_signal = [this](int dst, SignalId s, std::uint64_t value) -> Result<void> {
+      signals[dst][s.value] = value;
+      log.push_back(fmt::format("signal {}[{}]={}", dst, s.value, value));
+      return {};
+    };
+    return h;
+  }
+};
+
+PutRequest put(int peer, std::uint64_t dst_offset, std::uint64_t src_offset, std::uint64_t bytes,
+               std::uint32_t signal, std::uint64_t add) {
+  PutRequest r;
+  r.peer = peer;
+  r.dst_offset = dst_offset;
+  r.src_offset = src_offset;
+  r.bytes = bytes;
+  r.signal = SignalId{signal};
+  r.signal_add = add;
+  return r;
+}
+
+// Two fake ranks, their proxy, and a clock the test moves.
+class ProxyLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PacingConfig config;
+    config.latency_ns = 2000;
+    auto made = EmulatedPacing::create(FakeRanks::kRanks, config, clock);
+    ASSERT_TRUE(made.ok()) << made.error().message;
+    pacing.emplace(std::move(made).value());
+    proxy.emplace(ranks.rings(), *pacing, ranks.hooks());
+  }
+  PostStatus post(int from, const PutRequest& request) {
+    return post_request(ranks.queues[static_cast<std::size_t>(from)].ring(), request, kLongNs);
+  }
+
+  FakeRanks ranks;
+  ManualClock clock;
+  std::optional<EmulatedPacing> pacing;
+  std::optional<ProxyLoop> proxy;
+};
+
+TEST_F(ProxyLoopTest, BytesAndSignalsLandWhenThePacingModelSays) {
+  ASSERT_EQ(post(0, put(1, 0, 16, 32, 1, 1)), PostStatus::posted);
+  ASSERT_EQ(post(0, put(1, 64, 100, 8, 1, 1)), PostStatus::posted);
+  ASSERT_EQ(post(1, put(0, 128, 200, 16, 2, 5)), PostStatus::posted);
+  ASSERT_EQ(post(1, put(0, 0, 0, 0, 3, 7)),
+            PostStatus::posted);  // a bare signal
+  const auto expect_0 = ranks.windows[0];
+  const auto expect_1 = ranks.windows[1];
+
+  auto first = proxy->step();
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(first.value().posted, 4u);
+  EXPECT_EQ(first.value().landed, 0u);  // in flight for the latency
+  EXPECT_EQ(proxy->in_flight(), 4u);
+  EXPECT_EQ(ranks.signals[1][1], 0u);
+
+  clock.advance(1'000'000);
+  auto second = proxy->step();
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  EXPECT_EQ(second.value().landed, 4u);
+  EXPECT_EQ(proxy->in_flight(), 0u);
+  EXPECT_FALSE(proxy->fault().has_value());
+
+  EXPECT_EQ(0, std::memcmp(ranks.windows[1].data(), expect_0.data() + 16, 32));
+  EXPECT_EQ(0, std::memcmp(ranks.windows[1].data() + 64, expect_0.data() + 100, 8));
+  EXPECT_EQ(0, std::memcmp(ranks.windows[0].data() + 128, expect_1.data() + 200, 16));
+  EXPECT_EQ(ranks.windows[1][32], expect_1[32]);  // nothing past the put
+  EXPECT_EQ(ranks.signals[1][1], 2u);             // two puts of one each
+  EXPECT_EQ(ranks.signals[0][2], 5u);
+  EXPECT_EQ(ranks.signals[0][3], 7u);
+  // Every put's bytes land before its signal, and a signal's value counts
+  // only puts already applied.
+  const std::vector<std::string> want = {"copy 0->1", "signal 1[1]=1", "copy 0->1",
+                                         "signal 1[1]=2"};
+  std::vector<std::string> from_0;
+  for (const auto& line : ranks.log) {
+    if (line.find("0->1") != std::string::npos || line.rfind("signal 1", 0) == 0) {
+      from_0.push_back(line);
+    }
+  }
+  EXPECT_EQ(from_0, want);
+}
+
+TEST_F(ProxyLoopTest, DroppedRankIsNamedAndItsPutsNeverLand) {
+  pacing->drop_rank(1);
+
+  ASSERT_EQ(post(0, put(1, 0, 0, 32, 1, 1)), PostStatus::posted);
+  clock.advance(1'000'000);
+  for (int i = 0; i < 3; ++i) {
+    auto s = proxy->step();
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(s.value().landed, 0u);
+    clock.advance(1'000'000);
+  }
+  ASSERT_TRUE(proxy->fault().has_value());
+  EXPECT_EQ(proxy->fault()->rank, 1);  // the dead rank, not rank 0 whose put is stuck
+  EXPECT_NE(proxy->fault()->reason.find("rank 1 dropped"), std::string::npos)
+      << proxy->fault()->reason;
+  EXPECT_EQ(ranks.signals[1][1], 0u);
+  EXPECT_TRUE(ranks.log.empty());
+}
+
+TEST_F(ProxyLoopTest, PutToARankOutsideTheWorldIsAFaultOfItsSender) {
+  ASSERT_EQ(post(1, put(7, 0, 0, 8, 0, 1)), PostStatus::posted);
+  auto s = proxy->step();
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  ASSERT_TRUE(proxy->fault().has_value());
+  EXPECT_EQ(proxy->fault()->rank, 1);
+  EXPECT_EQ(proxy->in_flight(), 0u);
+}
+
+}  // namespace
+}  // namespace epkit::ep::network_leg
+#endif
