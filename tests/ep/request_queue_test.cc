@@ -175,6 +175,25 @@ TEST(RequestQueue, ProducerTimesOutWhenNobodyDrains) {
   EXPECT_EQ(consumer.drain(10, [](const PutRequest&) { FAIL() << "drained the hole"; }), 0u);
 }
 
+TEST(RequestQueue, ClaimsOfNoSlotOrMoreThanTheRingAreRefusedWithoutATicket) {
+  RequestQueueStorage storage(4);
+  const RequestRing ring = storage.ring();
+  EXPECT_EQ(claim_slot(ring, 1'000'000, 0).status, PostStatus::refused);
+  EXPECT_EQ(claim_slot(ring, 1'000'000, 5).status, PostStatus::refused);
+  RequestConsumer consumer(ring);
+  EXPECT_EQ(consumer.pending(), 0u);  // no ticket taken: no hole
+  EXPECT_EQ(consumer.abandoned(), 0u);
+  ASSERT_EQ(post_request(ring, make_request(0, 0), 1'000'000), PostStatus::posted);
+  EXPECT_EQ(consumer.drain(10, [](const PutRequest& r) { EXPECT_TRUE(intact(r)); }), 1u);
+
+  // A ring of no slots (a DeviceLeg never attached) refuses, never divides by 0.
+  RequestQueueStorage none(0);
+  const RequestRing empty = none.ring();
+  EXPECT_EQ(post_request(empty, make_request(0, 0), 1'000'000), PostStatus::refused);
+  RequestConsumer idle(empty);
+  EXPECT_EQ(idle.drain(10, [](const PutRequest&) { FAIL() << "drained an empty ring"; }), 0u);
+}
+
 TEST(RequestQueue, ManyProducersOutOfOrderEachRequestOnceAndIntact) {
   constexpr int kProducers = 4;
   constexpr std::uint64_t kPerProducer = 2000;

@@ -39,11 +39,14 @@ const char* to_string(PostStatus status) {
       return "posted";
     case PostStatus::timed_out:
       return "timed out waiting for room in the request queue";
+    case PostStatus::refused:
+      return "refused: a claim of 0 slots or more than the request queue holds";
   }
   return "unknown";
 }
 
 Claim claim_slot(const RequestRing& ring, std::int64_t timeout_ns, std::uint32_t count) {
+  if (count == 0 || count > ring.slots) return {PostStatus::refused, 0};
   // Relaxed: the ticket orders producers among themselves only; what the
   // slot's previous request needs is ordered by the acquire on head below.
   const std::uint64_t ticket =
@@ -101,6 +104,7 @@ RequestConsumer::RequestConsumer(const RequestRing& ring)
 std::size_t RequestConsumer::drain(std::size_t max,
                                    const std::function<void(const PutRequest&)>& on_request) {
   std::size_t drained = 0;
+  if (m_ring.slots == 0) return 0;
   while (drained < max) {
     const std::uint64_t slot = m_head % m_ring.slots;
     if (load(&m_ring.ready[slot], std::memory_order_acquire) != m_head + 1) break;

@@ -68,13 +68,16 @@ RequestRing ring_of(const DeviceLeg& leg);
 enum class PostStatus : std::uint32_t {
   posted,
   timed_out,  ///< no room for the whole timeout: the consumer is gone
+  refused,    ///< count 0 or more than the ring's slots (or a ring of none): no ticket taken
 };
 
 const char* to_string(PostStatus status);
 
 /// Producer step 1: `count` consecutive tickets from `ticket` with room in
 /// the ring, or timed_out after waiting `timeout_ns` for the consumer (the
-/// tickets are then abandoned). `count` must be 1 to `slots`.
+/// tickets are then abandoned). `count` must be 1 to `slots`; otherwise
+/// refused at once, before a ticket is taken (a ticket taken and never
+/// published would be a hole the consumer never passes).
 struct Claim {
   PostStatus status = PostStatus::timed_out;
   std::uint64_t ticket = 0;
