@@ -250,12 +250,8 @@ class Buffer:
         options.num_bytes = int(self._budget())
         self.max_tokens, self.max_hidden, self.max_topk = options.max_tokens, max_hidden, max_topk
         module, why_not = _extension() if not zero_copy else (None, "zero_copy=True uses the Buffer's views")
-        # The output arena serves the extension's dispatch outputs on one
-        # node, for a Buffer with a normal-mode region: sized in bytes, or in
-        # tokens (ElasticBuffer's, whose num_nvl_bytes is 0: without the
-        # arena its dispatch outputs were copied out of the Buffer and its
-        # combines staged, a launch more each).
-        pooled = module is not None and self.num_nodes == 1 and (num_nvl_bytes > 0 or max_tokens is not None)
+        # The output arena serves the extension's dispatch outputs on one node.
+        pooled = module is not None and self.num_nodes == 1 and num_nvl_bytes > 0
         require(output_pool_bytes is None or 0 <= output_pool_bytes <= 1 << 40,
                 f"output_pool_bytes = {output_pool_bytes}: 0 to 1 TiB")
         if output_pool_bytes is None:

@@ -272,16 +272,6 @@ def engine_bytes(num_ranks: int, ranks_per_node: int, num_max_tokens_per_rank: i
     return int(out.value)
 
 
-def arena_bytes(num_ranks: int, num_max_tokens_per_rank: int, hidden: int, num_topk: int) -> int:
-    """The output arena for one dispatch at these sizes (every rank sending
-    its most tokens): BF16 rows, FP8 scales, top-k indices and weights, the
-    source index, plus the caching allocator's rounding of its five tensors
-    to 20 MiB segments; 2 MiB aligned (Buffer's default, at V2's hidden
-    rather than the combine width's)."""
-    row = hidden * 2 + hidden // 128 * 4 + num_topk * 12 + 4
-    return align(num_ranks * num_max_tokens_per_rank * row + 5 * (20 << 20), BUFFER_ALIGNMENT)
-
-
 def find_ranks_per_node(group, explicit: Optional[int] = None) -> int:
     """Ranks per node (NVLink domain): `explicit`, else $EPKIT_RANKS_PER_NODE
     (how a test fakes nodes on one host), else the ranks sharing this host
@@ -637,15 +627,10 @@ class ElasticBuffer:
         self._hidden = hidden if hidden > 0 else 7168
         self._max_topk = num_topk if num_topk > 0 else 8
         self._width = combine_width(self.num_ranks, self._max_topk, allow_multiple_reduction, exact_combine_order)
-        # Sized in tokens, the output arena holds one dispatch at V2's hidden
-        # (the Buffer's default would size it at the combine width's).
-        pool = arena_bytes(self.num_ranks, num_max_tokens_per_rank, self._hidden, self._max_topk) \
-            if num_max_tokens_per_rank > 0 else None
         self.runtime = Buffer(group, num_nvl_bytes=num_bytes or 0, explicitly_destroy=True,
                               max_tokens=num_max_tokens_per_rank if num_max_tokens_per_rank > 0 else None,
                               max_hidden=self._width * self._hidden, max_topk=self._max_topk,
-                              timeout_s=float(num_gpu_timeout_secs), ranks_per_node=self.num_nvlink_ranks,
-                              output_pool_bytes=pool)
+                              timeout_s=float(num_gpu_timeout_secs), ranks_per_node=self.num_nvlink_ranks)
         self.num_max_tokens_per_rank = num_max_tokens_per_rank if num_max_tokens_per_rank > 0 else \
             self.runtime.max_tokens
         self.num_bytes = num_bytes if num_bytes is not None else align(
