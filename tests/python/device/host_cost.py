@@ -57,6 +57,27 @@ def median_us(call, iters):
     return statistics.median(samples)
 
 
+def rotating_medians(groups, iters):
+    """Medians of calls timed one after another within each group, the
+    group's order rotating every iteration (the drift of a shared machine,
+    and which call goes first, move all of a group alike); the stream
+    synchronised every 50 iterations, untimed. groups: lists of (name, call)."""
+    samples = {name: [] for group in groups for name, _ in group}
+    for i in range(iters + iters // 10):
+        for group in groups:
+            shift = i % len(group)
+            for name, call in group[shift:] + group[:shift]:
+                t0 = time.perf_counter_ns()
+                call()
+                t1 = time.perf_counter_ns()
+                if i >= iters // 10:
+                    samples[name].append((t1 - t0) / 1e3)
+        if i % 50 == 49:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
 def inputs(tokens, rank):
     g = torch.Generator(device="cuda").manual_seed(rank)
     x = torch.randn((tokens, HIDDEN), dtype=torch.bfloat16, device="cuda", generator=g)
@@ -102,27 +123,16 @@ def interleaved(modules, group, tokens, iters):
                  "dispatch": lambda b=buffer, a=args: b.dispatch(x, **a),
                  "cached_dispatch": lambda b=buffer, h=handle: b.dispatch(x, handle=h),
                  "combine": lambda b=buffer, r=recv_x, h=handle: b.combine(r, h)}
-        cases.append((name, buffer, calls, {op: [] for op in calls}))
-    for i in range(iters + iters // 10):
-        shift = i % len(cases)
-        order = cases[shift:] + cases[:shift]
-        for op in ("layout", "dispatch", "cached_dispatch", "combine"):
-            for _, _, calls, samples in order:
-                t0 = time.perf_counter_ns()
-                calls[op]()
-                t1 = time.perf_counter_ns()
-                if i >= iters // 10:
-                    samples[op].append((t1 - t0) / 1e3)
-        if i % 50 == 49:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
+        cases.append((name, buffer, calls))
+    ops = ("layout", "dispatch", "cached_dispatch", "combine")
+    medians = rotating_medians([[((name, op), calls[op]) for name, _, calls in cases] for op in ops], iters)
     result = {}
-    for name, buffer, _, samples in cases:
-        result[name] = {op: statistics.median(v) for op, v in samples.items()}
+    for name, buffer, _ in cases:
+        result[name] = {op: medians[(name, op)] for op in ops}
         if hasattr(buffer, "path"):
             result[name]["path"] = buffer.path
     dist.barrier()
-    for _, buffer, _, _ in cases:
+    for _, buffer, _ in cases:
         buffer.destroy()
     return result
 
@@ -210,19 +220,7 @@ def elastic(deep_ep, group, tokens, iters, rank, num_ranks):
              "v2_combine": lambda: v2.combine(recv[0], v2_handle)}
     pairs = [("v1_dispatch", "v2_dispatch"), ("v1_cached_dispatch", "v2_cached_dispatch"),
              ("v1_combine", "v2_combine")]
-    samples = {name: [] for name in calls}
-    for i in range(iters + iters // 10):
-        for a, b in pairs:
-            for name in ((a, b) if i % 2 == 0 else (b, a)):
-                t0 = time.perf_counter_ns()
-                calls[name]()
-                t1 = time.perf_counter_ns()
-                if i >= iters // 10:
-                    samples[name].append((t1 - t0) / 1e3)
-        if i % 50 == 49:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    out = {name: statistics.median(v) for name, v in samples.items()}
+    out = rotating_medians([[(a, calls[a]), (b, calls[b])] for a, b in pairs], iters)
     for a, b in pairs:
         out[b.replace("v2_", "v2_over_v1_")] = round(out[b] / out[a], 3)
     if PROFILE:
