@@ -8,16 +8,20 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <torch/version.h>
+
 #include <functional>
 
-#ifndef EPKIT_TORCH_HAS_FLOAT8
+// Declared only for a PyTorch older than the one that has them, so a newer
+// libtorch-dev (whose own definitions would clash) needs no change here.
+#if TORCH_VERSION_MAJOR < 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 1)
 namespace at {
 // PyTorch 2.1 added the FP8 dtypes; any dtype no other switch case uses will do.
 constexpr c10::ScalarType kFloat8_e4m3fn = c10::ScalarType::Byte;
 }  // namespace at
 #endif
 
-#ifndef EPKIT_TORCH_HAS_MEMPOOL
+#if TORCH_VERSION_MAJOR < 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 5)
 namespace c10::cuda::CUDACachingAllocator {
 // PyTorch 2.5's MemPool entry points, as they are declared there.
 void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id,
