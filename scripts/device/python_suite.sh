@@ -185,7 +185,11 @@ if want elastic; then
         pids=()
         for ((node = nodes - 1; node >= 0; node--)); do
           # shellcheck disable=SC2086  # flags is a list
+          # Every faked node's ranks share one GPU: V2's test holds its references
+          # for all of them on one card, and the caching allocator's split blocks
+          # ran it out of memory at 2x2 (a GPU per rank has room to spare).
           (cd "$v2tests" && EPKIT_SHARE_GPU=1 EPKIT_DEEPEP_V2_DIR=$v2 EPKIT_RANKS_PER_NODE=$per \
+            PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True} \
             PYTHONPATH=$here/tests/python/shim_v2:$PYTHONPATH MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
             WORLD_SIZE=$nodes RANK=$node timeout 560 python3 test_ep.py --num-processes "$per" $flags) \
             >"$out/test_ep_${name}_node$node.txt" 2>&1 &

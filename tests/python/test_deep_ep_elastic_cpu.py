@@ -240,6 +240,34 @@ class Sizes(unittest.TestCase):
         self.assertEqual(elastic.combine_width(4, 8, False, True), 8)     # every slot on its own
         self.assertEqual(elastic.combine_width(4, 8, True, False), 1)     # the engine's order
 
+    def test_runtime_buffer_has_an_arena_at_v2s_hidden(self):
+        # Sized in tokens: rows as wide as the exact-order combine's, but the
+        # arena for one dispatch at V2's hidden (without it, outputs were
+        # copied out and combines staged: the host-cost profile's gap).
+        args = elastic.runtime_buffer_args(4, None, 4096, 7168, 4, 8, 100, 4)
+        self.assertEqual((args["max_tokens"], args["max_hidden"], args["max_topk"]), (4096, 4 * 7168, 8))
+        self.assertEqual(args["num_nvl_bytes"], 0)
+        self.assertEqual(args["output_pool_bytes"], deep_ep.buffer.output_pool_bytes(4 * 4096, 7168, 8))
+        self.assertLess(args["output_pool_bytes"], deep_ep.buffer.output_pool_bytes(4 * 4096, 4 * 7168, 8))
+        # Sized in bytes: the Buffer's own default.
+        args = elastic.runtime_buffer_args(4, 64 * MB2, 0, 7168, 4, 8, 100, 4)
+        self.assertEqual((args["num_nvl_bytes"], args["max_tokens"], args["output_pool_bytes"]), (64 * MB2, None, None))
+
+    def test_output_pool_bytes(self):
+        # 16384 rows of 7168 BF16 + 56 FP8 scales + 8 x (idx, weight, ...) + source: 2 MiB aligned.
+        row = 7168 * 2 + 56 * 4 + 8 * 12 + 4
+        got = deep_ep.buffer.output_pool_bytes(16384, 7168, 8)
+        self.assertEqual(got % MB2, 0)
+        self.assertTrue(16384 * row + 100 * (1 << 20) <= got < 16384 * row + 100 * (1 << 20) + MB2)
+
+    def test_output_arena_wanted(self):
+        wants = deep_ep.buffer.wants_output_arena
+        self.assertTrue(wants(True, 1, 1 << 30, None))     # V1, sized in bytes
+        self.assertTrue(wants(True, 1, 0, 4096))           # sized in tokens (ElasticBuffer)
+        self.assertFalse(wants(True, 1, 0, None))          # no normal-mode memory
+        self.assertFalse(wants(True, 2, 1 << 30, 4096))    # across nodes: outputs copied
+        self.assertFalse(wants(False, 1, 1 << 30, 4096))   # the ctypes path
+
     def test_ranks_per_node(self):
         saved = os.environ.get("EPKIT_RANKS_PER_NODE")
         try:

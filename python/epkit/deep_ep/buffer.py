@@ -171,6 +171,24 @@ class _View:
             "strides": tuple(t.strides[i] * size for i in range(t.ndim)), "version": 2}
 
 
+
+def wants_output_arena(has_extension: bool, num_nodes: int, num_nvl_bytes: int, max_tokens: Optional[int]) -> bool:
+    """The output arena serves the extension's dispatch outputs on one node,
+    for a Buffer sized in bytes or in tokens (an ElasticBuffer's is)."""
+    return has_extension and num_nodes == 1 and (num_nvl_bytes > 0 or max_tokens is not None)
+
+
+def output_pool_bytes(rows: int, hidden: int, topk: int) -> int:
+    """An output arena for one dispatch of `rows` received rows: BF16 rows,
+    FP8 scales, top-k indices and weights, the source index, plus the
+    caching allocator's rounding of its five tensors to 20 MiB segments
+    (2 MiB aligned). A dispatch that does not fit is copied out instead."""
+    row = hidden * 2 + hidden // 128 * 4 + topk * 12 + 4
+    granule = 2 << 20
+    total = rows * row + 5 * (20 << 20)
+    return (total + granule - 1) // granule * granule
+
+
 class Buffer:
     """DeepEP's Buffer (V1, commit 29d31c0) over epkit's engine.
 
@@ -250,8 +268,7 @@ class Buffer:
         options.num_bytes = int(self._budget())
         self.max_tokens, self.max_hidden, self.max_topk = options.max_tokens, max_hidden, max_topk
         module, why_not = _extension() if not zero_copy else (None, "zero_copy=True uses the Buffer's views")
-        # The output arena serves the extension's dispatch outputs on one node.
-        pooled = module is not None and self.num_nodes == 1 and num_nvl_bytes > 0
+        pooled = wants_output_arena(module is not None, self.num_nodes, num_nvl_bytes, max_tokens)
         require(output_pool_bytes is None or 0 <= output_pool_bytes <= 1 << 40,
                 f"output_pool_bytes = {output_pool_bytes}: 0 to 1 TiB")
         if output_pool_bytes is None:
@@ -306,14 +323,7 @@ class Buffer:
             self._use_pool(module)
 
     def _default_pool_bytes(self) -> int:
-        """One dispatch's outputs at the Buffer's largest size (every rank
-        sending max_tokens rows), plus the caching allocator's rounding of
-        its five tensors to 20 MiB segments."""
-        rows = self.group_size * self.max_tokens
-        row = self.max_hidden * 2 + self.max_hidden // 128 * 4 + self.max_topk * 12 + 4
-        granule = 2 << 20
-        total = rows * row + 5 * (20 << 20)
-        return (total + granule - 1) // granule * granule
+        return output_pool_bytes(self.group_size * self.max_tokens, self.max_hidden, self.max_topk)
 
     def _use_pool(self, module) -> None:
         """A torch.cuda.MemPool over the Buffer's output arena: dispatch

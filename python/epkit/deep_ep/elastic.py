@@ -30,7 +30,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from ._checks import require
 from ._events import Config, EventHandle, EventOverlap
-from .buffer import Buffer
+from .buffer import Buffer, output_pool_bytes
 from .buffer import _torch as buffer_torch
 
 #: DeepEP V2's buffer sizes are multiples of this (2 MiB).
@@ -270,6 +270,21 @@ def engine_bytes(num_ranks: int, ranks_per_node: int, num_max_tokens_per_rank: i
     out = _native.ctypes.c_uint64()
     lib.check(lib.bytes_needed(_native.ctypes.byref(o), num_ranks, _native.ctypes.byref(out)))
     return int(out.value)
+
+
+def runtime_buffer_args(num_ranks: int, num_bytes: Optional[int], num_max_tokens_per_rank: int, hidden: int,
+                        width: int, topk: int, timeout_secs: int, ranks_per_node: int) -> dict:
+    """The V1 Buffer under an ElasticBuffer: rows as wide as the exact-order
+    combine's (width blocks of hidden); sized in tokens, it gets an output
+    arena too, for one dispatch at V2's hidden (dispatch outputs are what the
+    arena holds; without it they are copied out and combines staged)."""
+    sized_in_tokens = num_max_tokens_per_rank > 0
+    return dict(num_nvl_bytes=num_bytes or 0, explicitly_destroy=True,
+                max_tokens=num_max_tokens_per_rank if sized_in_tokens else None,
+                max_hidden=width * hidden, max_topk=topk, timeout_s=float(timeout_secs),
+                ranks_per_node=ranks_per_node,
+                output_pool_bytes=output_pool_bytes(num_ranks * num_max_tokens_per_rank, hidden, topk)
+                if sized_in_tokens else None)
 
 
 def find_ranks_per_node(group, explicit: Optional[int] = None) -> int:
@@ -627,10 +642,9 @@ class ElasticBuffer:
         self._hidden = hidden if hidden > 0 else 7168
         self._max_topk = num_topk if num_topk > 0 else 8
         self._width = combine_width(self.num_ranks, self._max_topk, allow_multiple_reduction, exact_combine_order)
-        self.runtime = Buffer(group, num_nvl_bytes=num_bytes or 0, explicitly_destroy=True,
-                              max_tokens=num_max_tokens_per_rank if num_max_tokens_per_rank > 0 else None,
-                              max_hidden=self._width * self._hidden, max_topk=self._max_topk,
-                              timeout_s=float(num_gpu_timeout_secs), ranks_per_node=self.num_nvlink_ranks)
+        self.runtime = Buffer(group, **runtime_buffer_args(
+            self.num_ranks, num_bytes, num_max_tokens_per_rank, self._hidden, self._width, self._max_topk,
+            num_gpu_timeout_secs, self.num_nvlink_ranks))
         self.num_max_tokens_per_rank = num_max_tokens_per_rank if num_max_tokens_per_rank > 0 else \
             self.runtime.max_tokens
         self.num_bytes = num_bytes if num_bytes is not None else align(
