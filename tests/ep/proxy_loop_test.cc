@@ -19,6 +19,7 @@
 #include "ep/network_leg/emulated_pacing.h"
 #include "ep/network_leg/leg.h"
 #include "ep/network_leg/request_queue.h"
+#include "ep/put_request.h"
 
 namespace epkit::ep::network_leg {
 namespace {
@@ -74,14 +75,7 @@ struct FakeRanks {
 
 PutRequest put(int peer, std::uint64_t dst_offset, std::uint64_t src_offset, std::uint64_t bytes,
                std::uint32_t signal, std::uint64_t add) {
-  PutRequest r;
-  r.peer = peer;
-  r.dst_offset = dst_offset;
-  r.src_offset = src_offset;
-  r.bytes = bytes;
-  r.signal = SignalId{signal};
-  r.signal_add = add;
-  return r;
+  return testing::make_put(peer, dst_offset, src_offset, bytes, signal, add);
 }
 
 // Two fake ranks, their proxy, and a clock the test moves.

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "ep/put_request.h"
+
 namespace epkit::ep::network_leg {
 namespace {
 
@@ -24,16 +26,9 @@ SlotGeometry geometry() {
 
 PutRequest put(int peer, std::uint64_t bytes, std::uint64_t dst_offset, std::uint32_t signal,
                std::uint64_t add) {
-  PutRequest r;
-  r.peer = peer;
+  PutRequest r = testing::make_put(peer, dst_offset, 7, bytes, signal, add);
   r.channel = 3;
   r.dst_window = WindowId{1};
-  r.src_window = WindowId{0};
-  r.dst_offset = dst_offset;
-  r.src_offset = 7;
-  r.bytes = bytes;
-  r.signal = SignalId{signal};
-  r.signal_add = add;
   return r;
 }
 

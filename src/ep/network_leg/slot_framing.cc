@@ -111,6 +111,13 @@ SlotReceiver::SlotReceiver(int rank, int world_size, SlotGeometry geometry,
 
 Result<SlotAction> SlotReceiver::accept(int peer, SlotStream stream,
                                         std::span<const std::byte> slot) {
+  SlotHeader header;
+  if (slot.size() >= sizeof(SlotHeader)) std::memcpy(&header, slot.data(), sizeof(header));
+  return accept(peer, stream, header, slot.size());
+}
+
+Result<SlotAction> SlotReceiver::accept(int peer, SlotStream stream, const SlotHeader& header,
+                                        std::size_t received) {
   if (peer < 0 || peer >= m_world || peer == m_rank) {
     return make_error(
         ErrorCode::invalid,
@@ -124,16 +131,11 @@ Result<SlotAction> SlotReceiver::accept(int peer, SlotStream stream,
         fmt::format("rank {}'s {} stream was refused before: its later slots are not trusted", peer,
                     stream_name(stream)));
   }
-  auto checked = [&]() -> Result<SlotAction> {
-    if (slot.size() < sizeof(SlotHeader)) {
-      return make_error(ErrorCode::invalid,
-                        fmt::format("{} bytes, less than a header", slot.size()));
-    }
-    SlotHeader header;
-    std::memcpy(&header, slot.data(), sizeof(header));
-    return check(peer, stream, header, slot.size(), state);
-  };
-  Result<SlotAction> out = checked();
+  Result<SlotAction> out =
+      received < sizeof(SlotHeader)
+          ? Result<SlotAction>(make_error(ErrorCode::invalid,
+                                          fmt::format("{} bytes, less than a header", received)))
+          : check(peer, stream, header, received, state);
   if (!out.ok()) {
     state.poisoned = true;
     return make_error(ErrorCode::invalid,

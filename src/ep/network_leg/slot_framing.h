@@ -125,6 +125,10 @@ class SlotReceiver {
   /// one, the peer's stream is poisoned (every later slot refused too: the
   /// sequence can no longer be trusted).
   Result<SlotAction> accept(int peer, SlotStream stream, std::span<const std::byte> slot);
+  /// The same for a header already read to the host from a slot of
+  /// `received` bytes (the payload stays where it landed).
+  Result<SlotAction> accept(int peer, SlotStream stream, const SlotHeader& header,
+                            std::size_t received);
   /// Signal values as applied so far (the proxy's shadow of the array).
   std::uint64_t signal_value(SignalId signal) const { return m_signals.at(signal.value); }
 
