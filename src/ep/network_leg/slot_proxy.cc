@@ -196,7 +196,10 @@ Result<void> SlotProxy::send(SlotProxyStep& stats) {
 
 Result<void> SlotProxy::apply(SlotProxyStep& stats) {
   auto done = m_transport->poll();
-  if (!done.ok()) return fail(-1, fmt::format("the transport failed: {}", done.error().message));
+  if (!done.ok()) {
+    return fail(m_transport->failed_peer(),
+                fmt::format("the transport failed: {}", done.error().message));
+  }
   for (const auto& c : *done) {
     if (auto s = m_sending.find(c.tag); s != m_sending.end()) {
       if (c.failed)

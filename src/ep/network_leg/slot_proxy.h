@@ -54,6 +54,8 @@ class SlotTransport {
   /// Sends and receives finished since the last call (any order). An
   /// error: the transport failed (a peer gone, a network error).
   virtual Result<std::vector<SlotCompletion>> poll() = 0;
+  /// After poll() failed: the peer it blames, or -1 when it cannot tell.
+  virtual int failed_peer() const { return -1; }
 };
 
 struct SlotMemory {
