@@ -107,7 +107,7 @@ struct EmulatedNicOptions {
 /// Bootstrap carries strings). Little-endian binary, version 1:
 ///   u32 magic "EPNL", u16 version, u16 handle_bytes, i32 rank, i32 world,
 ///   u32 backend kind, u32 num_signals, u32 num_windows, u32 reserved (0),
-///   the signal array's handle, then a window: u64 bytes, handle.
+///   the signal array's handle, then for each window: u64 bytes, handle.
 struct RankDescriptor {
   static constexpr std::uint32_t kMagic = 0x4c4e5045;  // "EPNL"
   static constexpr std::uint16_t kVersion = 1;
