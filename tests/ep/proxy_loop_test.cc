@@ -170,6 +170,35 @@ TEST_F(ProxyLoopTest, PutToARankOutsideTheWorldIsAFaultOfItsSender) {
   EXPECT_EQ(proxy->in_flight(), 0u);
 }
 
+TEST_F(ProxyLoopTest, OneRanksLoopDrainsOnlyItsRingAndChecksEachRequest) {
+  auto hooks = ranks.hooks();
+  hooks.check = [](int src, const PutRequest& r) -> Result<void> {
+    if (r.bytes > 64) return make_error(ErrorCode::invalid, fmt::format("rank {}: too long", src));
+    return {};
+  };
+  ProxyLoop mine(0, FakeRanks::kRanks, ranks.queues[0].ring(), *pacing, std::move(hooks));
+  ASSERT_EQ(post(0, put(1, 0, 0, 8, 1, 1)), PostStatus::posted);
+  ASSERT_EQ(post(0, put(1, 0, 0, 100, 1, 1)), PostStatus::posted);  // refused by the check
+  ASSERT_EQ(post(1, put(0, 0, 0, 8, 2, 1)), PostStatus::posted);    // another rank's ring
+
+  auto s = mine.step();
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s.value().posted, 2u);
+  EXPECT_EQ(mine.in_flight(), 1u);
+  EXPECT_EQ(mine.pending(), 0u);  // rank 1's ticket is not this loop's
+  ASSERT_TRUE(mine.fault().has_value());
+  EXPECT_EQ(mine.fault()->rank, 0);
+  EXPECT_NE(mine.fault()->reason.find("too long"), std::string::npos) << mine.fault()->reason;
+
+  clock.advance(1'000'000);
+  s = mine.step();
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s.value().landed, 1u);
+  EXPECT_EQ(ranks.signals[1][1], 1u);
+  EXPECT_EQ(ranks.signals[0][2], 0u);
+  EXPECT_EQ(ranks.log, (std::vector<std::string>{"copy 0->1", "signal 1[1]=1"}));
+}
+
 }  // namespace
 }  // namespace epkit::ep::network_leg
 #endif

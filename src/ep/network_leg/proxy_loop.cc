@@ -6,28 +6,51 @@ namespace epkit::ep::network_leg {
 
 ProxyLoop::ProxyLoop(const std::vector<RequestRing>& rings, EmulatedPacing& pacing,
                      ProxyHooks hooks, std::size_t batch)
-    : m_pacing(&pacing), m_hooks(std::move(hooks)), m_batch(batch) {
-  m_consumers.reserve(rings.size());
-  for (const auto& ring : rings) m_consumers.emplace_back(ring);
+    : m_world(static_cast<int>(rings.size())),
+      m_pacing(&pacing),
+      m_hooks(std::move(hooks)),
+      m_batch(batch) {
+  m_rings.reserve(rings.size());
+  for (int rank = 0; rank < m_world; ++rank) {
+    m_rings.push_back({rank, RequestConsumer(rings[static_cast<std::size_t>(rank)])});
+  }
+}
+
+ProxyLoop::ProxyLoop(int rank, int world_size, const RequestRing& ring, EmulatedPacing& pacing,
+                     ProxyHooks hooks, std::size_t batch)
+    : m_world(world_size), m_pacing(&pacing), m_hooks(std::move(hooks)), m_batch(batch) {
+  m_rings.push_back({rank, RequestConsumer(ring)});
+}
+
+std::uint64_t ProxyLoop::pending() const {
+  std::uint64_t total = 0;
+  for (const auto& drained : m_rings) total += drained.consumer.pending();
+  return total;
 }
 
 void ProxyLoop::set_fault(int rank, std::string reason) {
   if (!m_fault) m_fault = Fault{rank, std::move(reason)};
 }
 
-void ProxyLoop::drain_rank(int rank, ProxyStep& stats) {
-  auto& consumer = m_consumers[static_cast<std::size_t>(rank)];
+void ProxyLoop::drain_rank(Drained& drained, ProxyStep& stats) {
+  const int rank = drained.rank;
+  auto& consumer = drained.consumer;
   if (const auto abandoned = consumer.abandoned(); abandoned > 0) {
     set_fault(rank, fmt::format("rank {}: {} request(s) timed out waiting for room in its request "
                                 "queue (the proxy drained nothing for a whole timeout)",
                                 rank, abandoned));
   }
-  const auto world = static_cast<int>(m_consumers.size());
   stats.posted += consumer.drain(m_batch, [&](const PutRequest& request) {
-    if (request.peer < 0 || request.peer >= world) {
+    if (request.peer < 0 || request.peer >= m_world) {
       set_fault(rank, fmt::format("rank {} posted a put to rank {}, outside a world of {}", rank,
-                                  request.peer, world));
+                                  request.peer, m_world));
       return;
+    }
+    if (m_hooks.check) {
+      if (auto checked = m_hooks.check(rank, request); !checked.ok()) {
+        set_fault(rank, checked.error().message);
+        return;
+      }
     }
     auto id = m_pacing->post(rank, request.peer, request.bytes, request.signal, request.signal_add);
     if (!id.ok()) {
@@ -71,9 +94,7 @@ void ProxyLoop::check_dropped() {
 
 Result<ProxyStep> ProxyLoop::step() {
   ProxyStep stats;
-  for (int rank = 0; rank < static_cast<int>(m_consumers.size()); ++rank) {
-    drain_rank(rank, stats);
-  }
+  for (auto& drained : m_rings) drain_rank(drained, stats);
   for (const auto& landed : m_pacing->poll()) {
     if (auto applied = apply(landed); !applied.ok()) {
       set_fault(landed.dst, applied.error().message);

@@ -1,9 +1,13 @@
-// The host proxy of the emulated backend: one step drains every rank's
-// request ring (request_queue.h) into the pacing model (emulated_pacing.h)
-// and applies the puts that have landed by now, bytes first, then the
-// signal. How bytes and signals reach memory is injected (ProxyHooks): the
-// CPU tests copy between host buffers, the GPU backend will issue
-// cudaMemcpyAsync over CUDA IPC mappings.
+// The host proxy of the emulated backend: one step drains request rings
+// (request_queue.h) into the pacing model (emulated_pacing.h) and applies
+// the puts that have landed by now, bytes first, then the signal. How bytes
+// and signals reach memory is injected (ProxyHooks): the CPU tests copy
+// between host buffers, the GPU backend issues cudaMemcpyAsync over CUDA IPC
+// mappings.
+//
+// One loop may drain every rank's ring (all ranks in one place: the tests of
+// this loop) or one rank's own (the emulated backend, emulated_backend.h:
+// one proxy per rank process, the rank's NIC).
 #pragma once
 
 #include <epkit/result.h>
@@ -25,11 +29,18 @@
 namespace epkit::ep::network_leg {
 
 struct ProxyHooks {
+  /// Optional: checks a request as it leaves its ring, before it is paced
+  /// (windows, offsets and signal in range). An error is a fault of the
+  /// rank that posted it, and the put is dropped.
+  std::function<Result<void>(int src, const PutRequest& request)> check;
   /// Copies `request.bytes` from rank `src`'s `src_window` at `src_offset`
   /// into rank `request.peer`'s `dst_window` at `dst_offset`.
   std::function<Result<void>(int src, const PutRequest& request)> copy;
   /// Sets rank `dst`'s `signal` to `value`. Absolute, not an increment:
-  /// signals only grow, so a value written twice or late does no harm.
+  /// signals only grow, so a value written twice or late does no harm. The
+  /// value counts the puts this loop applied, so every signal must have one
+  /// source rank whose ring only this loop drains (the protocol's rings give
+  /// each tail and credit signal one writer).
   std::function<Result<void>(int dst, SignalId signal, std::uint64_t value)> write_signal;
 };
 
@@ -46,6 +57,10 @@ class ProxyLoop {
   /// not starve the others.
   ProxyLoop(const std::vector<RequestRing>& rings, EmulatedPacing& pacing, ProxyHooks hooks,
             std::size_t batch = 64);
+  /// Drains only `rank`'s ring, in a world of `world_size` ranks (`pacing`
+  /// models as many): the proxy of one rank process.
+  ProxyLoop(int rank, int world_size, const RequestRing& ring, EmulatedPacing& pacing,
+            ProxyHooks hooks, std::size_t batch = 64);
 
   /// Drains, then applies what has landed. An error: a hook failed (the
   /// fault names the rank whose memory it was writing).
@@ -57,14 +72,24 @@ class ProxyLoop {
   const std::optional<Fault>& fault() const { return m_fault; }
   /// Puts posted to the pacing model that have not landed.
   std::size_t in_flight() const { return m_posted.size(); }
+  /// Tickets claimed on the drained rings but not drained yet (a producer
+  /// may still be writing the first of them).
+  std::uint64_t pending() const;
 
  private:
-  void drain_rank(int rank, ProxyStep& stats);
+  // A ring this loop drains and the rank that posts to it.
+  struct Drained {
+    int rank = 0;
+    RequestConsumer consumer;
+  };
+
+  void drain_rank(Drained& drained, ProxyStep& stats);
   Result<void> apply(const Completion& landed);
   void check_dropped();
   void set_fault(int rank, std::string reason);
 
-  std::vector<RequestConsumer> m_consumers;
+  std::vector<Drained> m_rings;
+  int m_world = 0;
   EmulatedPacing* m_pacing;
   ProxyHooks m_hooks;
   std::size_t m_batch;
