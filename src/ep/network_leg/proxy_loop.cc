@@ -23,28 +23,38 @@ void ProxyLoop::drain_rank(int rank, ProxyStep& stats) {
                                 rank, abandoned));
   }
   const auto world = static_cast<int>(m_consumers.size());
-  stats.posted += consumer.drain(m_batch, [&](const PutRequest& request) {
-    if (request.peer < 0 || request.peer >= world) {
-      set_fault(rank, fmt::format("rank {} posted a put to rank {}, outside a world of {}", rank,
-                                  request.peer, world));
-      return;
-    }
-    auto id = m_pacing->post(rank, request.peer, request.bytes, request.signal, request.signal_add);
-    if (!id.ok()) {
-      set_fault(rank, id.error().message);
-      return;
-    }
-    m_posted.emplace(id.value(), Posted{rank, request});
-  });
+  stats.posted +=
+      consumer.drain_owing(m_batch, [&](std::uint64_t ticket, const PutRequest& request) {
+        if (request.peer < 0 || request.peer >= world) {
+          set_fault(rank, fmt::format("rank {} posted a put to rank {}, outside a world of {}",
+                                      rank, request.peer, world));
+          consumer.source_read(ticket);  // dropped: its source is never read
+          return;
+        }
+        auto id =
+            m_pacing->post(rank, request.peer, request.bytes, request.signal, request.signal_add);
+        if (!id.ok()) {
+          set_fault(rank, id.error().message);
+          consumer.source_read(ticket);
+          return;
+        }
+        // A bare signal has no source to hold; a put's is read when it lands.
+        if (request.bytes == 0) consumer.source_read(ticket);
+        m_posted.emplace(id.value(), Posted{rank, ticket, request});
+      });
 }
 
 Result<void> ProxyLoop::apply(const Completion& landed) {
   const auto it = m_posted.find(landed.id);
   if (it == m_posted.end()) return {};  // not one of ours
   const PutRequest request = it->second.request;
+  const std::uint64_t ticket = it->second.ticket;
   m_posted.erase(it);
   // Bytes before the signal: a waiter that sees the signal reads them.
-  if (request.bytes > 0) EPKIT_TRY(m_hooks.copy(landed.src, request));
+  if (request.bytes > 0) {
+    EPKIT_TRY(m_hooks.copy(landed.src, request));
+    m_consumers[static_cast<std::size_t>(landed.src)].source_read(ticket);
+  }
   if (request.signal_add > 0) {
     auto& value = m_signals[{landed.dst, request.signal.value}];
     value += request.signal_add;
