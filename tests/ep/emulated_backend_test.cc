@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "ep/core/hex.h"
+#include "ep/network_leg/device_calls.h"
 
 namespace epkit::ep::network_leg {
 namespace {
@@ -355,6 +356,25 @@ TEST(EmulatedBackend, StallDelaysTheStalledNic) {
   w.step_all(200'000);
   EXPECT_EQ(w.signal(1, 0), 1u);
   EXPECT_FALSE(w.at(0).stall(5, 10).ok());
+}
+
+TEST(EmulatedBackend, FlushWaitsUntilTheNicHasReadTheSource) {
+  // A "kernel" (this thread) posts through the DeviceLeg the backend hands
+  // out, as the device calls do; flush holds until the put has landed.
+  World w(2, small_options(), true);
+  w.exchange_ok();
+  const DeviceLeg leg = w.at(0).device_leg();
+  ASSERT_NE(leg.queue_done, nullptr);
+  const PutRequest r = chunk_put(w, 0, 1, 0, 1);
+  FlushMark mark;
+  ASSERT_EQ(leg_put(leg, r.peer, r.dst_window, r.dst_offset, r.src_window, r.src_offset, r.bytes,
+                    r.signal, r.signal_add, 1'000'000'000, &mark),
+            PostStatus::posted);
+  EXPECT_EQ(leg_flush(leg, mark, 1'000'000), PostStatus::timed_out);  // not yet read
+  w.step_all(0);
+  w.step_all(1'000'000);
+  EXPECT_EQ(w.signal(1, 0), 1u);
+  EXPECT_EQ(leg_flush(leg, mark, 1'000'000), PostStatus::posted);
 }
 
 TEST(EmulatedBackend, DroppedPeerIsNamedByEverySurvivor) {

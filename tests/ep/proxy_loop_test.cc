@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "ep/network_leg/device_calls.h"
 #include "ep/network_leg/emulated_pacing.h"
 #include "ep/network_leg/leg.h"
 #include "ep/network_leg/request_queue.h"
@@ -140,6 +141,42 @@ TEST_F(ProxyLoopTest, BytesAndSignalsLandWhenThePacingModelSays) {
     }
   }
   EXPECT_EQ(from_0, want);
+}
+
+// flush (ep/network_leg/device_calls.h) through the proxy: the step that
+// drains a put moves the ring's head past it, but the source is read only
+// when the put lands, and only then does the sender's flush return. A bare
+// signal has no source and flushes once drained; a put to a dropped rank
+// never does.
+TEST_F(ProxyLoopTest, FlushReturnsOnceThePutHasLandedNotWhenItWasDrained) {
+  DeviceLeg leg;
+  leg.world_size = FakeRanks::kRanks;
+  leg.num_signals = 4;
+  ranks.queues[0].attach(leg);
+  FlushMark put_mark;
+  ASSERT_EQ(leg_put(leg, 1, WindowId{}, 0, WindowId{}, 16, 32, SignalId{1}, 1, kLongNs, &put_mark),
+            PostStatus::posted);
+  FlushMark signal_mark;
+  ASSERT_EQ(leg_signal(leg, 1, SignalId{2}, 1, kLongNs, &signal_mark), PostStatus::posted);
+  ASSERT_TRUE(proxy->step().ok());
+  EXPECT_EQ(*leg.queue_head, 2u);                                 // both left the ring
+  EXPECT_EQ(leg_flush(leg, put_mark, 0), PostStatus::timed_out);  // the put's bytes are not read
+  EXPECT_EQ(*leg.queue_done, 0u);
+  clock.advance(1'000'000);
+  ASSERT_TRUE(proxy->step().ok());
+  EXPECT_EQ(ranks.signals[1][1], 1u);
+  EXPECT_EQ(leg_flush(leg, put_mark, 0), PostStatus::posted);
+  EXPECT_EQ(leg_flush(leg, signal_mark, 0), PostStatus::posted);
+
+  pacing->drop_rank(1);
+  FlushMark dropped_mark;
+  ASSERT_EQ(
+      leg_put(leg, 1, WindowId{}, 0, WindowId{}, 0, 8, SignalId{1}, 1, kLongNs, &dropped_mark),
+      PostStatus::posted);
+  clock.advance(1'000'000);
+  ASSERT_TRUE(proxy->step().ok());
+  EXPECT_EQ(leg_flush(leg, dropped_mark, 1'000'000), PostStatus::timed_out);
+  EXPECT_TRUE(proxy->fault().has_value());
 }
 
 TEST_F(ProxyLoopTest, DroppedRankIsNamedAndItsPutsNeverLand) {

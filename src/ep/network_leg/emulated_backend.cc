@@ -22,11 +22,11 @@ std::size_t align_line(std::size_t bytes) {
 }
 
 // The request ring's words in one allocation: requests, ready words, then
-// the three counters a cache line each (producers hammer `reserved`, the
+// the four counters a cache line each (producers hammer `reserved`, the
 // proxy writes `head`).
 std::size_t ring_bytes(std::uint32_t slots) {
   return align_line(slots * sizeof(PutRequest)) + align_line(slots * sizeof(std::uint64_t)) +
-         3 * kLine;
+         4 * kLine;
 }
 
 RequestRing place_ring(void* memory, std::uint32_t slots) {
@@ -40,6 +40,7 @@ RequestRing place_ring(void* memory, std::uint32_t slots) {
   ring.reserved = reinterpret_cast<std::uint64_t*>(at);
   ring.head = reinterpret_cast<std::uint64_t*>(at + kLine);
   ring.abandoned = reinterpret_cast<std::uint64_t*>(at + 2 * kLine);
+  ring.done = reinterpret_cast<std::uint64_t*>(at + 3 * kLine);
   return ring;
 }
 
@@ -534,6 +535,7 @@ DeviceLeg EmulatedBackend::device_leg() const {
   leg.queue_tail = m_ring.reserved;
   leg.queue_head = m_ring.head;
   leg.queue_abandoned = m_ring.abandoned;
+  leg.queue_done = m_ring.done;
   return leg;
 }
 

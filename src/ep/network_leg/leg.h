@@ -43,7 +43,8 @@ const char* to_string(BackendKind kind);
 /// pointer: the backend maps ids to its own handles).
 struct WindowId {
   std::uint32_t value = 0;
-  friend bool operator==(WindowId, WindowId) = default;
+  // Written out, not defaulted: nvcc compiles this header as C++17.
+  friend constexpr bool operator==(WindowId a, WindowId b) { return a.value == b.value; }
 };
 
 /// One 64-bit monotone counter in a rank's signal array. Signals only grow
@@ -51,7 +52,8 @@ struct WindowId {
 /// increment that landed early.
 struct SignalId {
   std::uint32_t value = 0;
-  friend bool operator==(SignalId, SignalId) = default;
+  // Written out, not defaulted: nvcc compiles this header as C++17.
+  friend constexpr bool operator==(SignalId a, SignalId b) { return a.value == b.value; }
 };
 
 /// What a kernel posts for one put (the proxy and emulated backends read it
@@ -72,12 +74,13 @@ struct PutRequest {
 static_assert(sizeof(PutRequest) == 56, "PutRequest is shared with device code: keep its layout");
 
 /// The device side's view of the leg, passed by value to the kernels. The
-/// device calls (built with the kernels) are:
+/// device calls (ep/network_leg/device_calls.h for the queue backends, shared
+/// with the host's tests) are:
 ///   put(peer, dst_window, dst_offset, src_window, src_offset, bytes, signal, add)
 ///   signal(peer, signal, add)            a put of no bytes
-///   wait(signal, value, timeout_cycles)  false on expiry; the caller names
+///   wait(signal, value, timeout_ns)      false on expiry; the caller names
 ///                                        the peer that owed the signal
-///   flush()                              this thread's puts have left their
+///   flush()                              this caller's puts have left their
 ///                                        source (it may be reused)
 /// Puts to one peer may complete in any order; a signal orders only its own
 /// put's bytes.
@@ -99,6 +102,9 @@ struct DeviceLeg {
   std::uint64_t* queue_tail = nullptr;
   const std::uint64_t* queue_head = nullptr;
   std::uint64_t* queue_abandoned = nullptr;  ///< producers that timed out
+  /// Every ticket below it has had its source bytes read by the host (flush
+  /// waits on it; head only says the request left the ring).
+  const std::uint64_t* queue_done = nullptr;
   /// Backend-specific device state (the GIN device communicator).
   void* backend_state = nullptr;
 };

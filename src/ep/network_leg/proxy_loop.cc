@@ -40,34 +40,49 @@ void ProxyLoop::drain_rank(Drained& drained, ProxyStep& stats) {
                                 "queue (the proxy drained nothing for a whole timeout)",
                                 rank, abandoned));
   }
-  stats.posted += consumer.drain(m_batch, [&](const PutRequest& request) {
-    if (request.peer < 0 || request.peer >= m_world) {
-      set_fault(rank, fmt::format("rank {} posted a put to rank {}, outside a world of {}", rank,
-                                  request.peer, m_world));
-      return;
-    }
-    if (m_hooks.check) {
-      if (auto checked = m_hooks.check(rank, request); !checked.ok()) {
-        set_fault(rank, checked.error().message);
-        return;
-      }
-    }
-    auto id = m_pacing->post(rank, request.peer, request.bytes, request.signal, request.signal_add);
-    if (!id.ok()) {
-      set_fault(rank, id.error().message);
-      return;
-    }
-    m_posted.emplace(id.value(), Posted{rank, request});
-  });
+  stats.posted +=
+      consumer.drain_owing(m_batch, [&](std::uint64_t ticket, const PutRequest& request) {
+        if (request.peer < 0 || request.peer >= m_world) {
+          set_fault(rank, fmt::format("rank {} posted a put to rank {}, outside a world of {}",
+                                      rank, request.peer, m_world));
+          consumer.source_read(ticket);  // dropped: its source is never read
+          return;
+        }
+        if (m_hooks.check) {
+          if (auto checked = m_hooks.check(rank, request); !checked.ok()) {
+            set_fault(rank, checked.error().message);
+            consumer.source_read(ticket);
+            return;
+          }
+        }
+        auto id =
+            m_pacing->post(rank, request.peer, request.bytes, request.signal, request.signal_add);
+        if (!id.ok()) {
+          set_fault(rank, id.error().message);
+          consumer.source_read(ticket);
+          return;
+        }
+        // A bare signal has no source to hold; a put's is read when it lands.
+        if (request.bytes == 0) consumer.source_read(ticket);
+        m_posted.emplace(id.value(), Posted{rank, ticket, request});
+      });
 }
 
 Result<void> ProxyLoop::apply(const Completion& landed) {
   const auto it = m_posted.find(landed.id);
   if (it == m_posted.end()) return {};  // not one of ours
   const PutRequest request = it->second.request;
+  const std::uint64_t ticket = it->second.ticket;
   m_posted.erase(it);
   // Bytes before the signal: a waiter that sees the signal reads them.
-  if (request.bytes > 0) EPKIT_TRY(m_hooks.copy(landed.src, request));
+  if (request.bytes > 0) {
+    EPKIT_TRY(m_hooks.copy(landed.src, request));
+    // The rank that posted it drains here (every rank's ring, or this
+    // rank's own in the one-rank form).
+    for (auto& drained : m_rings) {
+      if (drained.rank == landed.src) drained.consumer.source_read(ticket);
+    }
+  }
   if (request.signal_add > 0) {
     auto& value = m_signals[{landed.dst, request.signal.value}];
     value += request.signal_add;

@@ -34,7 +34,10 @@ struct ProxyHooks {
   /// rank that posted it, and the put is dropped.
   std::function<Result<void>(int src, const PutRequest& request)> check;
   /// Copies `request.bytes` from rank `src`'s `src_window` at `src_offset`
-  /// into rank `request.peer`'s `dst_window` at `dst_offset`.
+  /// into rank `request.peer`'s `dst_window` at `dst_offset`. When it returns
+  /// the source must have been read: the put's ticket then counts as done
+  /// and the producer's flush lets it overwrite the source (a GPU copy
+  /// returns once its stream has finished it, not once issued).
   std::function<Result<void>(int src, const PutRequest& request)> copy;
   /// Sets rank `dst`'s `signal` to `value`. Absolute, not an increment:
   /// signals only grow, so a value written twice or late does no harm. The
@@ -95,6 +98,7 @@ class ProxyLoop {
   std::size_t m_batch;
   struct Posted {
     int src = 0;
+    std::uint64_t ticket = 0;  // in rank src's ring, reported read once copied
     PutRequest request;
   };
   std::unordered_map<std::uint64_t, Posted> m_posted;  // by pacing id, until it lands

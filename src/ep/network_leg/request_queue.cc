@@ -1,8 +1,6 @@
 #include "ep/network_leg/request_queue.h"
 
 #include <atomic>
-#include <chrono>
-#include <thread>
 
 namespace epkit::ep::network_leg {
 
@@ -20,61 +18,17 @@ void store(std::uint64_t* word, std::uint64_t value, std::memory_order order) {
 
 }  // namespace
 
-RequestRing ring_of(const DeviceLeg& leg) {
-  RequestRing ring;
-  ring.requests = leg.requests;
-  ring.ready = leg.queue_ready;
-  ring.slots = leg.queue_slots;
-  ring.reserved = leg.queue_tail;
-  // The device only reads head; the host consumer writes it through the
-  // same word, so the ring's view is not const.
-  ring.head = const_cast<std::uint64_t*>(leg.queue_head);
-  ring.abandoned = leg.queue_abandoned;
-  return ring;
-}
-
 const char* to_string(PostStatus status) {
   switch (status) {
     case PostStatus::posted:
       return "posted";
     case PostStatus::timed_out:
-      return "timed out waiting for room in the request queue";
+      return "timed out: no room in the request queue (for a flush: its puts not yet carried out)";
     case PostStatus::refused:
-      return "refused: a claim of 0 slots or more than the request queue holds";
+      return "refused: a bad request (peer, signal, nothing to carry), a claim of 0 slots or "
+             "more than the request queue holds, or no request queue";
   }
   return "unknown";
-}
-
-Claim claim_slot(const RequestRing& ring, std::int64_t timeout_ns, std::uint32_t count) {
-  if (count == 0 || count > ring.slots) return {PostStatus::refused, 0};
-  // Relaxed: the ticket orders producers among themselves only; what the
-  // slot's previous request needs is ordered by the acquire on head below.
-  const std::uint64_t ticket =
-      std::atomic_ref<std::uint64_t>(*ring.reserved).fetch_add(count, std::memory_order_relaxed);
-  const std::uint64_t last = ticket + count - 1;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns);
-  for (;;) {
-    if (last < load(ring.head, std::memory_order_acquire) + ring.slots) {
-      return {PostStatus::posted, ticket};
-    }
-    if (std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::yield();
-  }
-  std::atomic_ref<std::uint64_t>(*ring.abandoned).fetch_add(count, std::memory_order_release);
-  return {PostStatus::timed_out, ticket};
-}
-
-void publish_slot(const RequestRing& ring, std::uint64_t ticket) {
-  store(&ring.ready[ticket % ring.slots], ticket + 1, std::memory_order_release);
-}
-
-PostStatus post_request(const RequestRing& ring, const PutRequest& request,
-                        std::int64_t timeout_ns) {
-  const Claim claim = claim_slot(ring, timeout_ns);
-  if (claim.status != PostStatus::posted) return claim.status;
-  slot_of(ring, claim.ticket) = request;
-  publish_slot(ring, claim.ticket);
-  return PostStatus::posted;
 }
 
 RequestQueueStorage::RequestQueueStorage(std::uint32_t slots)
@@ -96,13 +50,28 @@ void RequestQueueStorage::attach(DeviceLeg& leg) {
   leg.queue_tail = &m_counters->reserved;
   leg.queue_head = &m_counters->head;
   leg.queue_abandoned = &m_counters->abandoned;
+  leg.queue_done = &m_counters->done;
 }
 
 RequestConsumer::RequestConsumer(const RequestRing& ring)
-    : m_ring(ring), m_head(load(ring.head, std::memory_order_relaxed)) {}
+    : m_ring(ring),
+      m_head(load(ring.head, std::memory_order_relaxed)),
+      m_done(ring.done != nullptr ? load(ring.done, std::memory_order_relaxed) : m_head) {}
 
 std::size_t RequestConsumer::drain(std::size_t max,
                                    const std::function<void(const PutRequest&)>& on_request) {
+  return drain_each(
+      max, [&](std::uint64_t, const PutRequest& request) { on_request(request); }, false);
+}
+
+std::size_t RequestConsumer::drain_owing(
+    std::size_t max, const std::function<void(std::uint64_t, const PutRequest&)>& on_request) {
+  return drain_each(max, on_request, true);
+}
+
+std::size_t RequestConsumer::drain_each(
+    std::size_t max, const std::function<void(std::uint64_t, const PutRequest&)>& on_request,
+    bool owing) {
   std::size_t drained = 0;
   if (m_ring.slots == 0) return 0;
   while (drained < max) {
@@ -110,12 +79,34 @@ std::size_t RequestConsumer::drain(std::size_t max,
     if (load(&m_ring.ready[slot], std::memory_order_acquire) != m_head + 1) break;
     // A copy: once head moves past it the slot belongs to the next producer.
     const PutRequest request = m_ring.requests[slot];
-    on_request(request);
+    // Owed before the call, which may already report it read.
+    if (owing) m_owed.insert(m_head);
+    on_request(m_head, request);
     ++m_head;
     store(m_ring.head, m_head, std::memory_order_release);
     ++drained;
   }
+  if (drained > 0) publish_done();
   return drained;
+}
+
+void RequestConsumer::source_read(std::uint64_t ticket) {
+  if (m_owed.erase(ticket) > 0) publish_done();
+}
+
+void RequestConsumer::publish_done() {
+  // The lowest ticket still owed, or head when none is: monotone, since a
+  // ticket becomes owed only at head, which never falls below done.
+  const std::uint64_t done = m_owed.empty() ? m_head : *m_owed.begin();
+  if (done == m_done || m_ring.done == nullptr) return;
+  m_done = done;
+  // Release: the reads of the sources below `done` happen before a flushing
+  // producer's acquire that sees it, and so before it overwrites them.
+  store(m_ring.done, done, std::memory_order_release);
+}
+
+std::uint64_t RequestConsumer::done() const {
+  return m_done;
 }
 
 std::uint64_t RequestConsumer::pending() const {

@@ -1,14 +1,16 @@
 // The request ring between the kernels (many producer threads) and the
 // host proxy (one consumer) of the proxy and emulated backends
 // (docs/ep-internode.md, "Rebuild", "The request queue"). The words live in
-// host-mapped memory; the device side will run the same algorithm with
-// cuda::atomic_ref over the same words, the host uses std::atomic_ref, so the
-// shared layout is plain fixed-width integers.
+// host-mapped memory. The producer is written once for both sides
+// (ep/network_leg/device_calls.h: cuda::atomic_ref on the device,
+// std::atomic_ref on the host), so the shared layout is plain fixed-width
+// integers.
 //
 // Words: `requests[slots]` (PutRequest), `ready[slots]` (one sequence word a
-// slot), and three counters: `reserved` (the next ticket), `head` (the next
-// ticket the consumer drains; every ticket below it is freed) and
-// `abandoned` (tickets whose producer gave up). Tickets are 64-bit and never
+// slot), and four counters: `reserved` (the next ticket), `head` (the next
+// ticket the consumer drains; every ticket below it is freed), `abandoned`
+// (tickets whose producer gave up) and `done` (every ticket below it has had
+// its source bytes read: what a producer's flush waits on). Tickets are 64-bit and never
 // wrap; ticket t lives in slot t % slots.
 //
 // Producer (claim, write, publish):
@@ -38,60 +40,30 @@
 // h + 1, copy the request out, hand it on, then store head = h + 1 with
 // release (freeing the slot). It stops at the first unpublished ticket, so
 // requests leave in ticket order even when later tickets were published
-// first.
+// first. Head passing a ticket frees its slot; it does not mean the put's
+// source bytes were read, which happens when the put is carried out. The
+// consumer therefore keeps `done` apart: the lowest ticket whose source is
+// still owed (head when none is), stored with release once the bytes are
+// read, so a producer's flush that sees done pass its ticket (acquire) may
+// reuse its source.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 
+#include "ep/network_leg/device_calls.h"
 #include "ep/network_leg/leg.h"
 
 namespace epkit::ep::network_leg {
 
-/// The ring's words as both sides address them (plain pointers into one
-/// host-mapped allocation). Built from DeviceLeg by ring_of().
-struct RequestRing {
-  PutRequest* requests = nullptr;
-  std::uint64_t* ready = nullptr;  ///< ticket + 1 once slot's request is whole
-  std::uint32_t slots = 0;
-  std::uint64_t* reserved = nullptr;  ///< producers' fetch-add counter (DeviceLeg::queue_tail)
-  std::uint64_t* head = nullptr;      ///< the consumer's: every ticket below it is drained
-  std::uint64_t* abandoned = nullptr;
-};
-
-/// The ring a kernel posts to, from its DeviceLeg.
-RequestRing ring_of(const DeviceLeg& leg);
-
-/// A producer's outcome: plain values, the device returns the same.
-enum class PostStatus : std::uint32_t {
-  posted,
-  timed_out,  ///< no room for the whole timeout: the consumer is gone
-  refused,    ///< count 0 or more than the ring's slots (or a ring of none): no ticket taken
-};
+/// The producer's calls (RequestRing, ring_of, claim_slot, slot_of,
+/// publish_slot, post_request and the leg's put/signal/wait/flush) live in
+/// ep/network_leg/device_calls.h, shared by the kernels and the host.
 
 const char* to_string(PostStatus status);
-
-/// Producer step 1: `count` consecutive tickets from `ticket` with room in
-/// the ring, or timed_out after waiting `timeout_ns` for the consumer (the
-/// tickets are then abandoned). `count` must be 1 to `slots`; otherwise
-/// refused at once, before a ticket is taken (a ticket taken and never
-/// published would be a hole the consumer never passes).
-struct Claim {
-  PostStatus status = PostStatus::timed_out;
-  std::uint64_t ticket = 0;
-};
-Claim claim_slot(const RequestRing& ring, std::int64_t timeout_ns, std::uint32_t count = 1);
-/// Producer step 2: where the claimed ticket's request goes.
-inline PutRequest& slot_of(const RequestRing& ring, std::uint64_t ticket) {
-  return ring.requests[ticket % ring.slots];
-}
-/// Producer step 3: the request in the ticket's slot is whole (release).
-void publish_slot(const RequestRing& ring, std::uint64_t ticket);
-/// Steps 1 to 3: the host producer, the algorithm the device runs.
-PostStatus post_request(const RequestRing& ring, const PutRequest& request,
-                        std::int64_t timeout_ns);
 
 /// The words of one ring in host memory (the CPU tests, the emulated
 /// backend's own tests); the GPU backends place the same layout in
@@ -108,6 +80,7 @@ class RequestQueueStorage {
     alignas(64) std::uint64_t reserved = 0;  // producers write it, the consumer does not
     alignas(64) std::uint64_t head = 0;      // the consumer writes it, producers poll it
     alignas(64) std::uint64_t abandoned = 0;
+    alignas(64) std::uint64_t done = 0;  // the consumer writes it, flushing producers poll it
   };
   std::uint32_t m_slots;
   std::unique_ptr<PutRequest[]> m_requests;
@@ -120,8 +93,22 @@ class RequestConsumer {
  public:
   explicit RequestConsumer(const RequestRing& ring);
   /// Hands up to `max` published requests to `on_request` in ticket order,
-  /// freeing each slot after its call returns. Returns how many.
+  /// freeing each slot after its call returns. Returns how many. The call
+  /// must have finished reading the put's source bytes when it returns (or
+  /// never read them): the ticket counts as done for flush at once.
   std::size_t drain(std::size_t max, const std::function<void(const PutRequest&)>& on_request);
+  /// The same for a consumer that reads the source later (the proxy, when
+  /// the put lands): each ticket stays owed, holding `done` below it, until
+  /// source_read(ticket).
+  std::size_t drain_owing(
+      std::size_t max,
+      const std::function<void(std::uint64_t ticket, const PutRequest&)>& on_request);
+  /// The source bytes of the drained `ticket` have been read (or never will
+  /// be): flush may pass it. For a copy an engine runs asynchronously, call it
+  /// once the copy has completed, not when it was issued.
+  void source_read(std::uint64_t ticket);
+  /// The consumer's copy of *done: every ticket below it has been read.
+  std::uint64_t done() const;
   /// Tickets claimed but not yet drained (some may still be being written).
   std::uint64_t pending() const;
   /// Producers that timed out: non-zero means a hole the ring never passes.
@@ -129,8 +116,15 @@ class RequestConsumer {
   std::uint64_t head() const { return m_head; }
 
  private:
+  std::size_t drain_each(std::size_t max,
+                         const std::function<void(std::uint64_t, const PutRequest&)>& on_request,
+                         bool owing);
+  void publish_done();
+
   RequestRing m_ring;
-  std::uint64_t m_head = 0;  // the consumer's copy of *head: it alone writes it
+  std::uint64_t m_head = 0;        // the consumer's copy of *head: it alone writes it
+  std::uint64_t m_done = 0;        // the value last stored into *done
+  std::set<std::uint64_t> m_owed;  // drained tickets whose source is not read yet
 };
 
 }  // namespace epkit::ep::network_leg

@@ -1,0 +1,25 @@
+// The device side of ep/network_leg/device_calls.h, compiled for the GPU so
+// that every call of the shared header is proven to build with nvcc (the CPU
+// tests run the host side of the same code). Nothing launches this kernel
+// yet: the internode kernels will call the functions directly.
+#include "ep/network_leg/device_calls.h"
+
+namespace epkit::ep::network_leg {
+
+/// One thread's round of every call: a put, a bare signal, a leader's post of
+/// `count` requests, a wait and a flush. `status[0..4]` take the outcomes
+/// (1 for a wait that was met), so none of them is optimised away.
+__global__ void device_calls_round(DeviceLeg leg, int peer, const PutRequest* batch,
+                                   std::uint32_t count, std::int64_t timeout_ns,
+                                   std::uint32_t* status) {
+  FlushMark mark;
+  status[0] = static_cast<std::uint32_t>(leg_put(leg, peer, WindowId{1}, 64, WindowId{2}, 128, 256,
+                                                 SignalId{0}, 1, timeout_ns, &mark, blockIdx.x));
+  status[1] = static_cast<std::uint32_t>(
+      leg_signal(leg, peer, SignalId{1}, 1, timeout_ns, &mark, blockIdx.x));
+  status[2] = static_cast<std::uint32_t>(leg_post_many(leg, batch, count, timeout_ns, &mark));
+  status[3] = leg_wait(leg, SignalId{0}, 1, timeout_ns) ? 1u : 0u;
+  status[4] = static_cast<std::uint32_t>(leg_flush(leg, mark, timeout_ns));
+}
+
+}  // namespace epkit::ep::network_leg
