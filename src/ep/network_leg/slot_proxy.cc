@@ -116,31 +116,38 @@ Result<SlotProxyStep> SlotProxy::step() {
 
 Result<void> SlotProxy::drain(SlotProxyStep& stats) {
   std::optional<Error> bad;
-  stats.requests = m_consumer.drain(m_options.batch, [&](const PutRequest& request) {
-    const std::uint64_t ticket = m_next_ticket++;
-    if (bad) return;
-    if (request.bytes > 0) {
-      const auto w = request.src_window.value;
-      if (w >= m_windows.size() || request.src_offset > m_windows[w].bytes ||
-          request.bytes > m_windows[w].bytes - request.src_offset) {
-        bad = make_error(
-            ErrorCode::invalid,
-            fmt::format("rank {} posted a put of {} bytes at offset {} of its window {}, "
-                        "outside it",
-                        m_rank, request.bytes, request.src_offset, w));
-        return;
-      }
-    }
-    auto slots = m_planner.plan(request);
-    if (!slots.ok()) {
-      bad = make_error(ErrorCode::invalid,
-                       fmt::format("rank {} posted a bad put: {}", m_rank, slots.error().message));
-      return;
-    }
-    m_unstaged[ticket] = slots->size();
-    for (auto& slot : *slots)
-      m_outgoing[static_cast<std::size_t>(request.peer)].push_back({slot, ticket});
-  });
+  stats.requests =
+      m_consumer.drain_owing(m_options.batch, [&](std::uint64_t ticket, const PutRequest& request) {
+        // Until all its slots are staged, a put's source is owed (a producer's
+        // flush waits on it); one refused is never read.
+        if (bad) {
+          m_consumer.source_read(ticket);
+          return;
+        }
+        if (request.bytes > 0) {
+          const auto w = request.src_window.value;
+          if (w >= m_windows.size() || request.src_offset > m_windows[w].bytes ||
+              request.bytes > m_windows[w].bytes - request.src_offset) {
+            bad = make_error(
+                ErrorCode::invalid,
+                fmt::format("rank {} posted a put of {} bytes at offset {} of its window {}, "
+                            "outside it",
+                            m_rank, request.bytes, request.src_offset, w));
+            m_consumer.source_read(ticket);
+            return;
+          }
+        }
+        auto slots = m_planner.plan(request);
+        if (!slots.ok()) {
+          bad = make_error(ErrorCode::invalid, fmt::format("rank {} posted a bad put: {}", m_rank,
+                                                           slots.error().message));
+          m_consumer.source_read(ticket);
+          return;
+        }
+        m_unstaged[ticket] = slots->size();
+        for (auto& slot : *slots)
+          m_outgoing[static_cast<std::size_t>(request.peer)].push_back({slot, ticket});
+      });
   if (bad) return fail(m_rank, bad->message);
   if (m_consumer.abandoned() > 0) {
     return fail(
@@ -177,8 +184,10 @@ Result<void> SlotProxy::send(SlotProxyStep& stats) {
         }
       }
       auto left = m_unstaged.find(out.ticket);
-      if (left != m_unstaged.end() && --left->second == 0) m_unstaged.erase(left);
-      m_staged_ticket = m_unstaged.empty() ? m_next_ticket : m_unstaged.begin()->first;
+      if (left != m_unstaged.end() && --left->second == 0) {
+        m_unstaged.erase(left);
+        m_consumer.source_read(out.ticket);
+      }
       const std::size_t bytes = out.slot.stream == SlotStream::data
                                     ? sizeof(SlotHeader) + out.slot.header.payload
                                     : sizeof(SlotHeader);

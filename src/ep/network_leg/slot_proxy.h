@@ -110,9 +110,12 @@ class SlotProxy {
   const std::optional<Fault>& fault() const { return m_fault; }
   /// Slots planned or in flight that have not been sent and completed.
   std::size_t pending_sends() const;
-  /// Tickets whose source bytes are staged: a producer's flush waits for
-  /// this to pass its ticket (the source may then be reused).
-  std::uint64_t staged_ticket() const { return m_staged_ticket; }
+  /// Every ticket below it has its source bytes staged (or was refused): the
+  /// ring's done word, which a producer's flush waits on (the source may then
+  /// be reused). SlotMemory::copy must have read the source when it returns
+  /// for this to hold; a GPU implementation that only queues the copy must
+  /// wait for it first.
+  std::uint64_t staged_ticket() const { return m_consumer.done(); }
 
  private:
   struct Outgoing {
@@ -155,8 +158,6 @@ class SlotProxy {
   std::map<std::uint64_t, Receive> m_receives;
   std::vector<std::deque<std::uint64_t>> m_receive_order;  // index peer * 2 + stream
   std::uint64_t m_next_send_tag = 1;
-  std::uint64_t m_next_ticket = 0;                  // tickets drained so far
-  std::uint64_t m_staged_ticket = 0;                // every ticket below it has its payload staged
   std::map<std::uint64_t, std::size_t> m_unstaged;  // ticket -> its slots not yet staged
   std::optional<Fault> m_fault;
 };
