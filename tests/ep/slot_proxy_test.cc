@@ -191,6 +191,10 @@ TEST(SlotProxy, StartRefusesWhatCannotWork) {
                  testing::host_slot_memory(nullptr));
   EXPECT_FALSE(none.start().ok());
   options.send_slots = 2;
+  SlotProxy twice(0, 2, options, q.ring(), {{window.data(), 64}}, 1, enough, t,
+                  testing::host_slot_memory(nullptr));
+  EXPECT_TRUE(twice.start().ok());
+  EXPECT_FALSE(twice.start().ok());  // its receives are posted already
   SlotProxy alone(0, 1, options, q.ring(), {{window.data(), 64}}, 1, enough, t,
                   testing::host_slot_memory(nullptr));
   EXPECT_FALSE(alone.start().ok());

@@ -112,8 +112,10 @@ class HubExchange final : public RoundExchange {
 };
 
 struct RoundWorld : SlotWorld {
+  static constexpr std::int64_t kRoundTimeoutNs = 1'000'000;
   Hub control, data;
   std::vector<std::unique_ptr<HubExchange>> exchanges;
+  std::int64_t now_ns = 0;  // every rank's clock: the test moves it
   RoundWorld(int n, std::uint32_t send_slots, std::uint32_t receives, std::uint32_t max_data,
              std::uint32_t slot_bytes = 256)
       : SlotWorld(n, send_slots, receives, slot_bytes) {
@@ -123,7 +125,8 @@ struct RoundWorld : SlotWorld {
       exchanges.push_back(std::make_unique<HubExchange>(data, r));
       RoundExchange& d = *exchanges.back();
       return std::make_unique<RoundTransport>(r, static_cast<int>(ranks.size()), options.geometry,
-                                              max_data, c, d, testing::host_slot_memory(nullptr));
+                                              max_data, c, d, testing::host_slot_memory(nullptr),
+                                              kRoundTimeoutNs, [this] { return now_ns; });
     });
   }
 };
@@ -196,10 +199,45 @@ TEST(SlotRounds, ADeadPeerIsNamedByEverySurvivor) {
   }
 }
 
+TEST(SlotRounds, ARoundAPeerNeverJoinsTimesOut) {
+  // Rank 2 stops stepping without being marked dead: nothing reports it but
+  // the round's bound.
+  RoundWorld w(3, 2, 1, 2);
+  w.run(5);
+  for (int i = 0; i < 10; ++i) {
+    for (int r : {0, 1}) (void)w.ranks[static_cast<std::size_t>(r)]->proxy->step();
+  }
+  EXPECT_FALSE(w.ranks[0]->proxy->fault());  // within the bound: still waiting
+  w.now_ns += RoundWorld::kRoundTimeoutNs + 1;
+  for (int r : {0, 1}) (void)w.ranks[static_cast<std::size_t>(r)]->proxy->step();
+  for (int r : {0, 1}) {
+    ASSERT_TRUE(w.ranks[static_cast<std::size_t>(r)]->proxy->fault()) << r;
+    EXPECT_NE(w.ranks[static_cast<std::size_t>(r)]->proxy->fault()->reason.find("did not finish"),
+              std::string::npos);
+  }
+}
+
+TEST(SlotRounds, CreditsBeyondTheBoundAreRefused) {
+  RoundWorld w(2, 2, 1, 2);
+  w.control.tamper = [](int sender, std::byte* block) {
+    if (sender != 0) return;
+    ControlBlock b;
+    std::memcpy(&b, block, sizeof(b));
+    b.data_credits = 1u << 19;  // two of these pass the bound of 2^20 outstanding
+    std::memcpy(block, &b, sizeof(b));
+  };
+  w.run(4);
+  ASSERT_TRUE(w.ranks[1]->proxy->fault());
+  EXPECT_EQ(w.ranks[1]->proxy->fault()->rank, 0);
+  EXPECT_NE(w.ranks[1]->proxy->fault()->reason.find("outstanding"), std::string::npos)
+      << w.ranks[1]->proxy->fault()->reason;
+}
+
 TEST(SlotRounds, BadPostsAreRefused) {
   Hub hub;
   HubExchange c(hub, 0), d(hub, 0);
-  RoundTransport t(0, 2, *SlotGeometry::make(128), 2, c, d, testing::host_slot_memory(nullptr));
+  RoundTransport t(0, 2, *SlotGeometry::make(128), 2, c, d, testing::host_slot_memory(nullptr),
+                   1'000'000);
   std::vector<std::byte> slot(256);
   EXPECT_FALSE(t.post_send(0, SlotStream::data, slot.data(), 128, 1).ok());  // itself
   EXPECT_FALSE(t.post_send(2, SlotStream::data, slot.data(), 128, 1).ok());  // outside

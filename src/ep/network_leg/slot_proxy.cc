@@ -60,6 +60,7 @@ Result<void> SlotProxy::fail(int rank, std::string reason) {
 }
 
 Result<void> SlotProxy::start() {
+  if (!m_receives.empty()) return make_error(ErrorCode::invalid, "slot proxy: started twice");
   if (m_world < 2 || m_rank < 0 || m_rank >= m_world || m_options.send_slots == 0 ||
       m_options.receives_per_peer == 0 || m_options.batch == 0) {
     return make_error(

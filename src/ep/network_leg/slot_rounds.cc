@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 namespace epkit::ep::network_leg {
@@ -12,11 +13,19 @@ namespace {
 // More credits than this in one block is not a peer that works.
 constexpr std::uint32_t k_max_credits = 1u << 20;
 
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 RoundTransport::RoundTransport(int rank, int world_size, SlotGeometry geometry,
                                std::uint32_t max_data_slots, RoundExchange& control,
-                               RoundExchange& data, SlotMemory memory)
+                               RoundExchange& data, SlotMemory memory,
+                               std::int64_t round_timeout_ns,
+                               std::function<std::int64_t()> clock_ns)
     : m_rank(rank),
       m_world(world_size),
       m_geometry(geometry),
@@ -24,7 +33,9 @@ RoundTransport::RoundTransport(int rank, int world_size, SlotGeometry geometry,
       m_control(&control),
       m_data(&data),
       m_memory(std::move(memory)),
-      m_peers(static_cast<std::size_t>(world_size > 0 ? world_size : 0)) {}
+      m_peers(static_cast<std::size_t>(world_size > 0 ? world_size : 0)),
+      m_timeout_ns(round_timeout_ns),
+      m_clock(clock_ns ? std::move(clock_ns) : std::function<std::int64_t()>(steady_ns)) {}
 
 Result<void> RoundTransport::fail(int peer, std::string reason) {
   if (!m_failed) {
@@ -122,6 +133,7 @@ Result<void> RoundTransport::post_control() {
                 fmt::format("posting control round {}: {}", m_round, posted.error().message));
   }
   m_phase = Phase::control;
+  m_phase_started = m_clock();
   return {};
 }
 
@@ -139,8 +151,13 @@ Result<void> RoundTransport::finish_control(std::vector<SlotCompletion>& done) {
       return bad(fmt::format("magic {:#x}, sender {}", in.magic, in.sender));
     }
     if (in.round != m_round) return bad(fmt::format("it is for round {}", in.round));
-    if (in.data_credits > k_max_credits || in.control_credits > k_max_credits) {
-      return bad(fmt::format("{} and {} credits", in.data_credits, in.control_credits));
+    // Credits outstanding are receives the peer holds posted: never more than
+    // k_max_credits (a peer claiming more is broken; a sum must not wrap).
+    if (in.data_credits > k_max_credits - p.data_credit ||
+        in.control_credits > k_max_credits - p.control_credit) {
+      return bad(fmt::format("{} and {} credits on top of {} and {} outstanding (at most {})",
+                             in.data_credits, in.control_credits, p.data_credit, p.control_credit,
+                             k_max_credits));
     }
     // The peer may fill only receives it knew of: those advertised before
     // this round (this round's credits cross its block on the way).
@@ -191,6 +208,7 @@ Result<void> RoundTransport::finish_control(std::vector<SlotCompletion>& done) {
                 fmt::format("posting data round {}: {}", m_round, posted.error().message));
   }
   m_phase = Phase::data;
+  m_phase_started = m_clock();
   return {};
 }
 
@@ -212,7 +230,17 @@ Result<std::vector<SlotCompletion>> RoundTransport::poll() {
                               finished.error().message))
           .error();
     }
-    if (!*finished) break;
+    if (!*finished) {
+      if (m_clock() - m_phase_started > m_timeout_ns) {
+        return fail(exchange->failed_peer(),
+                    fmt::format("round {} ({} phase) did not finish within {} s: a peer of rank {} "
+                                "stopped taking part",
+                                m_round, m_phase == Phase::control ? "control" : "data",
+                                static_cast<double>(m_timeout_ns) / 1e9, m_rank))
+            .error();
+      }
+      break;
+    }
     if (m_phase == Phase::control) {
       if (auto r = finish_control(done); !r.ok()) return r.error();
     } else {

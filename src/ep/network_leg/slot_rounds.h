@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -79,9 +80,12 @@ class RoundTransport final : public SlotTransport {
  public:
   /// `max_data_slots`: most data slots to one peer in one round.
   /// `memory`'s read_header and write_header move control slots between
-  /// slot memory and the blocks (the other calls are not used).
+  /// slot memory and the blocks (the other calls are not used). A round not
+  /// finished within `round_timeout_ns` (on `clock_ns`, steady_clock when
+  /// empty) fails the transport.
   RoundTransport(int rank, int world_size, SlotGeometry geometry, std::uint32_t max_data_slots,
-                 RoundExchange& control, RoundExchange& data, SlotMemory memory);
+                 RoundExchange& control, RoundExchange& data, SlotMemory memory,
+                 std::int64_t round_timeout_ns, std::function<std::int64_t()> clock_ns = {});
 
   Result<void> post_send(int peer, SlotStream stream, const std::byte* slot, std::size_t bytes,
                          std::uint64_t tag) override;
@@ -124,6 +128,11 @@ class RoundTransport final : public SlotTransport {
   SlotMemory m_memory;
   std::vector<Peer> m_peers;
   Phase m_phase = Phase::idle;
+  // Every round is bounded: a peer that stops taking part leaves the round
+  // unfinished for ever, which NCCL alone does not report.
+  std::int64_t m_timeout_ns;
+  std::function<std::int64_t()> m_clock;
+  std::int64_t m_phase_started = 0;
   std::uint64_t m_round = 0;
   std::vector<SlotCompletion> m_data_done;  // completions when the data phase ends
   int m_failed_peer = -1;
