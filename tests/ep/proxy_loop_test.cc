@@ -90,6 +90,14 @@ class ProxyLoopTest : public ::testing::Test {
     pacing.emplace(std::move(made).value());
     proxy.emplace(ranks.rings(), *pacing, ranks.hooks());
   }
+  // Rank `rank`'s device view of its ring (its producer's calls).
+  DeviceLeg leg_of(int rank) {
+    DeviceLeg leg;
+    leg.world_size = FakeRanks::kRanks;
+    leg.num_signals = 4;
+    ranks.queues[static_cast<std::size_t>(rank)].attach(leg);
+    return leg;
+  }
   PostStatus post(int from, const PutRequest& request) {
     return post_request(ranks.queues[static_cast<std::size_t>(from)].ring(), request, kLongNs);
   }
@@ -149,10 +157,7 @@ TEST_F(ProxyLoopTest, BytesAndSignalsLandWhenThePacingModelSays) {
 // signal has no source and flushes once drained; a put to a dropped rank
 // never does.
 TEST_F(ProxyLoopTest, FlushReturnsOnceThePutHasLandedNotWhenItWasDrained) {
-  DeviceLeg leg;
-  leg.world_size = FakeRanks::kRanks;
-  leg.num_signals = 4;
-  ranks.queues[0].attach(leg);
+  DeviceLeg leg = leg_of(0);
   FlushMark put_mark;
   ASSERT_EQ(leg_put(leg, 1, WindowId{}, 0, WindowId{}, 16, 32, SignalId{1}, 1, kLongNs, &put_mark),
             PostStatus::posted);
@@ -177,6 +182,62 @@ TEST_F(ProxyLoopTest, FlushReturnsOnceThePutHasLandedNotWhenItWasDrained) {
   ASSERT_TRUE(proxy->step().ok());
   EXPECT_EQ(leg_flush(leg, dropped_mark, 1'000'000), PostStatus::timed_out);
   EXPECT_TRUE(proxy->fault().has_value());
+}
+
+// A copy that is only queued when the hook returns (a GPU copy engine):
+// the put's ticket counts as done, and the producer's flush returns, only
+// once the fence marked after its copy has completed, not when it landed.
+TEST_F(ProxyLoopTest, QueuedCopyHoldsFlushUntilItsFenceCompletes) {
+  std::uint64_t marks = 0;
+  std::uint64_t completed = 0;
+  auto hooks = ranks.hooks();
+  hooks.fence = [&]() -> Result<std::uint64_t> { return ++marks; };
+  hooks.completed = [&]() -> Result<std::uint64_t> { return completed; };
+  ProxyLoop queued(ranks.rings(), *pacing, std::move(hooks));
+  DeviceLeg leg = leg_of(0);
+  FlushMark first;
+  ASSERT_EQ(leg_put(leg, 1, WindowId{}, 0, WindowId{}, 16, 32, SignalId{1}, 1, kLongNs, &first),
+            PostStatus::posted);
+  ASSERT_TRUE(queued.step().ok());
+  clock.advance(1'000'000);
+  ASSERT_TRUE(queued.step().ok());  // landed: copied, signalled, fence 1 marked
+  EXPECT_EQ(ranks.signals[1][1], 1u);
+  EXPECT_EQ(marks, 1u);
+  EXPECT_EQ(leg_flush(leg, first, 0), PostStatus::timed_out);
+  FlushMark second;
+  ASSERT_EQ(leg_put(leg, 1, WindowId{}, 64, WindowId{}, 0, 8, SignalId{1}, 1, kLongNs, &second),
+            PostStatus::posted);
+  ASSERT_TRUE(queued.step().ok());
+  clock.advance(1'000'000);
+  ASSERT_TRUE(queued.step().ok());  // fence 2 marked after the second copy
+  EXPECT_EQ(marks, 2u);
+  completed = 1;
+  ASSERT_TRUE(queued.step().ok());
+  EXPECT_EQ(leg_flush(leg, first, 0), PostStatus::posted);
+  EXPECT_EQ(leg_flush(leg, second, 0), PostStatus::timed_out);
+  completed = 2;
+  ASSERT_TRUE(queued.step().ok());
+  EXPECT_EQ(leg_flush(leg, second, 0), PostStatus::posted);
+  EXPECT_EQ(marks, 2u);  // no fence for a step that copied nothing
+}
+
+// A fence that fails (the copy engine's stream broke) is a fault, not a
+// flush that returns.
+TEST_F(ProxyLoopTest, FailedFenceIsAFault) {
+  auto hooks = ranks.hooks();
+  hooks.fence = []() -> Result<std::uint64_t> {
+    return make_error(ErrorCode::cuda, "cudaEventRecord of a fence: an illegal address");
+  };
+  hooks.completed = []() -> Result<std::uint64_t> { return 0; };
+  ProxyLoop queued(0, FakeRanks::kRanks, ranks.queues[0].ring(), *pacing, std::move(hooks));
+  ASSERT_EQ(post(0, put(1, 0, 0, 8, 1, 1)), PostStatus::posted);
+  ASSERT_TRUE(queued.step().ok());
+  clock.advance(1'000'000);
+  auto failed = queued.step();
+  ASSERT_FALSE(failed.ok());
+  ASSERT_TRUE(queued.fault().has_value());
+  EXPECT_EQ(queued.fault()->rank, 0);
+  EXPECT_NE(queued.fault()->reason.find("illegal address"), std::string::npos);
 }
 
 TEST_F(ProxyLoopTest, DroppedRankIsNamedAndItsPutsNeverLand) {

@@ -73,6 +73,11 @@ CudaIpcMapper::~CudaIpcMapper() {
   for (auto event : m_chunk_events) {
     if (event != nullptr) cudaEventDestroy(event);
   }
+  for (const auto& [mark, event] : m_fences) {
+    (void)mark;
+    cudaEventDestroy(event);
+  }
+  for (auto event : m_spare_events) cudaEventDestroy(event);
   for (const auto& [handle, mapped] : m_imported) {
     (void)handle;
     cudaIpcCloseMemHandle(mapped);
@@ -182,6 +187,37 @@ Result<void> CudaIpcMapper::write_u64(std::uint64_t* dst, std::uint64_t value) {
     m_chunk_recorded[chunk] = true;
   }
   return {};
+}
+
+Result<std::uint64_t> CudaIpcMapper::fence() {
+  cudaEvent_t event = nullptr;
+  if (!m_spare_events.empty()) {
+    event = m_spare_events.back();
+    m_spare_events.pop_back();
+  } else {
+    EPKIT_TRY(cuda_ok(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                      "cudaEventCreate for a fence"));
+  }
+  if (auto recorded = cuda_ok(cudaEventRecord(event, m_stream), "cudaEventRecord of a fence");
+      !recorded.ok()) {
+    m_spare_events.push_back(event);
+    return recorded.error();
+  }
+  m_fences.emplace_back(++m_next_mark, event);
+  return m_next_mark;
+}
+
+Result<std::uint64_t> CudaIpcMapper::completed() {
+  // Events on one stream complete in order: stop at the first still queued.
+  while (!m_fences.empty()) {
+    const cudaError_t rc = cudaEventQuery(m_fences.front().second);
+    if (rc == cudaErrorNotReady) break;
+    if (rc != cudaSuccess) return cuda_error(rc, "cudaEventQuery of a fence");
+    m_completed_mark = m_fences.front().first;
+    m_spare_events.push_back(m_fences.front().second);
+    m_fences.pop_front();
+  }
+  return m_completed_mark;
 }
 
 }  // namespace epkit::ep::network_leg

@@ -5,10 +5,8 @@
 // cudaMemcpyAsync on a stream of the NIC's own, each signal written after
 // its put's bytes by an 8-byte copy on the same stream.
 //
-// Not yet run on a GPU: it compiles with the engine, and the emulated
-// backend's CPU tests use InProcessMapper (emulated_backend.h) instead. The
-// first GPU session runs it (docs/ep-internode.md, "What the GPU sessions
-// build").
+// The emulated backend's CPU tests use InProcessMapper (emulated_backend.h)
+// instead; this one runs on a GPU in tests/gpu/network_leg.cc.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,10 +15,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ep/network_leg/emulated_backend.h"
@@ -45,6 +45,10 @@ class CudaIpcMapper final : public MemoryMapper {
   Result<void*> import_memory(int rank, std::string_view handle, std::size_t bytes) override;
   Result<void> copy(void* dst, const void* src, std::size_t bytes) override;
   Result<void> write_u64(std::uint64_t* dst, std::uint64_t value) override;
+  /// An event recorded on the NIC's stream; completed() queries them in
+  /// order (never blocks).
+  Result<std::uint64_t> fence() override;
+  Result<std::uint64_t> completed() override;
 
  private:
   // Signal values wait in pinned host memory until their copy has read
@@ -62,6 +66,12 @@ class CudaIpcMapper final : public MemoryMapper {
   std::array<cudaEvent_t, kChunks> m_chunk_events{};
   std::array<bool, kChunks> m_chunk_recorded{};
   std::uint64_t m_next_stage = 0;
+  // Fences: events recorded and not yet seen complete, oldest first, by
+  // mark; finished events are reused.
+  std::deque<std::pair<std::uint64_t, cudaEvent_t>> m_fences;
+  std::vector<cudaEvent_t> m_spare_events;
+  std::uint64_t m_next_mark = 0;
+  std::uint64_t m_completed_mark = 0;
   std::vector<void*> m_device;  // cudaMalloc'd
   std::vector<void*> m_host;    // cudaHostAlloc'd
   // Peers' allocations by their IPC handle's bytes, each opened once: two

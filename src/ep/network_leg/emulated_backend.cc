@@ -467,6 +467,10 @@ ProxyHooks EmulatedBackend::hooks() {
     return m_mapper->copy(dst.base + request.dst_offset, src.base + request.src_offset,
                           request.bytes);
   };
+  // A put's source counts as read (the producer's flush) only once the
+  // mapper's copy has finished, not when it was queued.
+  h.fence = [this] { return m_mapper->fence(); };
+  h.completed = [this] { return m_mapper->completed(); };
   h.write_signal = [this](int dst, SignalId signal, std::uint64_t value) -> Result<void> {
     return m_mapper->write_u64(m_peers[static_cast<std::size_t>(dst)].signals + signal.value,
                                value);

@@ -65,6 +65,16 @@ class MemoryMapper {
   virtual Result<void> copy(void* dst, const void* src, std::size_t bytes) = 0;
   /// Stores `value` into the signal at `dst` after every earlier copy.
   virtual Result<void> write_u64(std::uint64_t* dst, std::uint64_t value) = 0;
+  /// Marks every copy issued so far; returns the mark (marks grow from 1).
+  /// A mapper whose copies are done when copy() returns needs nothing more
+  /// (the defaults); one that only queues them (a copy engine) completes a
+  /// mark once those copies have read their sources.
+  virtual Result<std::uint64_t> fence() { return ++m_marks; }
+  /// The highest mark whose copies have all finished.
+  virtual Result<std::uint64_t> completed() { return m_marks; }
+
+ private:
+  std::uint64_t m_marks = 0;
 };
 
 /// Ranks as threads of one process: a handle is the pointer's value, copies

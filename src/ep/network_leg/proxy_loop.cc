@@ -77,16 +77,44 @@ Result<void> ProxyLoop::apply(const Completion& landed) {
   // Bytes before the signal: a waiter that sees the signal reads them.
   if (request.bytes > 0) {
     EPKIT_TRY(m_hooks.copy(landed.src, request));
-    // The rank that posted it drains here (every rank's ring, or this
-    // rank's own in the one-rank form).
-    for (auto& drained : m_rings) {
-      if (drained.rank == landed.src) drained.consumer.source_read(ticket);
+    // A queued copy has not read its source yet: the ticket waits for the
+    // step's fence to complete.
+    if (m_hooks.fence) {
+      m_unfenced.emplace_back(landed.src, ticket);
+    } else {
+      source_read(landed.src, ticket);
     }
   }
   if (request.signal_add > 0) {
     auto& value = m_signals[{landed.dst, request.signal.value}];
     value += request.signal_add;
     EPKIT_TRY(m_hooks.write_signal(landed.dst, request.signal, value));
+  }
+  return {};
+}
+
+void ProxyLoop::source_read(int src, std::uint64_t ticket) {
+  // The rank that posted it drains here (every rank's ring, or this rank's
+  // own in the one-rank form).
+  for (auto& drained : m_rings) {
+    if (drained.rank == src) drained.consumer.source_read(ticket);
+  }
+}
+
+Result<void> ProxyLoop::settle_fences() {
+  if (!m_unfenced.empty()) {
+    // One mark a step, after all of the step's copies, not one a put.
+    auto mark = m_hooks.fence();
+    if (!mark) return mark.error();
+    m_fenced.emplace_back(mark.value(), std::move(m_unfenced));
+    m_unfenced.clear();
+  }
+  if (m_fenced.empty()) return {};
+  auto completed = m_hooks.completed();
+  if (!completed) return completed.error();
+  while (!m_fenced.empty() && m_fenced.front().first <= completed.value()) {
+    for (const auto& [src, ticket] : m_fenced.front().second) source_read(src, ticket);
+    m_fenced.pop_front();
   }
   return {};
 }
@@ -116,6 +144,12 @@ Result<ProxyStep> ProxyLoop::step() {
       return applied.error();
     }
     ++stats.landed;
+  }
+  if (m_hooks.fence) {
+    if (auto settled = settle_fences(); !settled.ok()) {
+      set_fault(m_rings.size() == 1 ? m_rings.front().rank : -1, settled.error().message);
+      return settled.error();
+    }
   }
   check_dropped();
   if (!m_fault && m_pacing->fault()) m_fault = m_pacing->fault();

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -34,11 +35,18 @@ struct ProxyHooks {
   /// rank that posted it, and the put is dropped.
   std::function<Result<void>(int src, const PutRequest& request)> check;
   /// Copies `request.bytes` from rank `src`'s `src_window` at `src_offset`
-  /// into rank `request.peer`'s `dst_window` at `dst_offset`. When it returns
-  /// the source must have been read: the put's ticket then counts as done
-  /// and the producer's flush lets it overwrite the source (a GPU copy
-  /// returns once its stream has finished it, not once issued).
+  /// into rank `request.peer`'s `dst_window` at `dst_offset`. Without
+  /// `fence`, the source must have been read when it returns: the put's
+  /// ticket then counts as done and the producer's flush lets it overwrite
+  /// the source.
   std::function<Result<void>(int src, const PutRequest& request)> copy;
+  /// Optional, for copies that are only queued when `copy` returns (a GPU
+  /// copy engine): `fence` marks every copy issued so far and returns the
+  /// mark (marks grow), `completed` returns the highest mark whose copies
+  /// have all finished. A put's ticket then counts as done only once its
+  /// mark has completed.
+  std::function<Result<std::uint64_t>()> fence;
+  std::function<Result<std::uint64_t>()> completed;
   /// Sets rank `dst`'s `signal` to `value`. Absolute, not an increment:
   /// signals only grow, so a value written twice or late does no harm. The
   /// value counts the puts this loop applied, so every signal must have one
@@ -88,6 +96,8 @@ class ProxyLoop {
 
   void drain_rank(Drained& drained, ProxyStep& stats);
   Result<void> apply(const Completion& landed);
+  Result<void> settle_fences();
+  void source_read(int src, std::uint64_t ticket);
   void check_dropped();
   void set_fault(int rank, std::string reason);
 
@@ -102,6 +112,10 @@ class ProxyLoop {
     PutRequest request;
   };
   std::unordered_map<std::uint64_t, Posted> m_posted;  // by pacing id, until it lands
+  // Puts copied with a fence hook: (rank, ticket) copied this step, not yet
+  // under a mark; then, by mark, those whose copy may still be reading.
+  std::vector<std::pair<int, std::uint64_t>> m_unfenced;
+  std::deque<std::pair<std::uint64_t, std::vector<std::pair<int, std::uint64_t>>>> m_fenced;
   // Each destination's signals as the puts applied so far leave them (the
   // pacing model's own counts run ahead: they include puts polled but not
   // yet applied).
