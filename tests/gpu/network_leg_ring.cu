@@ -1,0 +1,145 @@
+#include "ep/network_leg/device_calls.h"
+#include "network_leg_ring.h"
+
+namespace epkit::test {
+namespace {
+
+using namespace ep::network_leg;
+
+constexpr int kThreads = 256;
+
+// Word j of message i from src to dst: every message differs, so a slot
+// read a lap late or from the wrong peer is caught.
+__device__ std::uint32_t pattern(int src, int dst, std::uint32_t i, std::uint32_t j) {
+  std::uint32_t x = static_cast<std::uint32_t>(src) * 0x9E3779B1u ^
+                    static_cast<std::uint32_t>(dst) * 0x85EBCA77u ^ i * 0xC2B2AE3Du ^ j;
+  x ^= x >> 15;
+  x *= 0x2C1B3C6Du;
+  x ^= x >> 12;
+  return x;
+}
+
+__device__ SignalId tail_signal(const RingArgs& a, int src, std::uint32_t slot) {
+  return SignalId{static_cast<std::uint32_t>(src) * a.slots + slot};
+}
+
+__device__ SignalId credit_signal(const RingArgs& a, int dst) {
+  return SignalId{static_cast<std::uint32_t>(a.leg.world_size) * a.slots +
+                  static_cast<std::uint32_t>(dst)};
+}
+
+__device__ void report(RingReport& r, std::uint32_t status, int blamed) {
+  if (r.status == ring_ok) {
+    r.status = status;
+    r.blamed = blamed;
+  }
+}
+
+__device__ void sender(const RingArgs& a, int peer, RingReport& r) {
+  __shared__ int stop;
+  const int me = a.leg.rank;
+  const std::uint32_t words = a.bytes / 4;
+  FlushMark mark;
+  if (threadIdx.x == 0) stop = 0;
+  __syncthreads();
+  for (std::uint32_t i = 0; i < a.messages && i < a.stop_after; ++i) {
+    const std::uint32_t slot = i % a.slots;
+    if (threadIdx.x == 0 && i >= a.slots) {
+      // Slot reuse: the peer has consumed message i - slots (its credit
+      // also means our copy of it finished: the signal followed the bytes).
+      if (!leg_wait(a.leg, credit_signal(a, peer), i - a.slots + 1, a.timeout_ns)) {
+        report(r, ring_wait_expired, peer);
+        stop = 1;
+      }
+    }
+    __syncthreads();
+    if (stop) break;
+    auto* out = reinterpret_cast<std::uint32_t*>(
+        a.send + (static_cast<std::uint64_t>(peer) * a.slots + slot) * a.bytes);
+    for (std::uint32_t j = threadIdx.x; j < words; j += blockDim.x)
+      out[j] = pattern(me, peer, i, j);
+    // The copy engine reads the slot after the proxy sees the request.
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const std::uint64_t dst = (static_cast<std::uint64_t>(me) * a.slots + slot) * a.bytes;
+      const std::uint64_t src = (static_cast<std::uint64_t>(peer) * a.slots + slot) * a.bytes;
+      if (leg_put(a.leg, peer, WindowId{1}, dst, WindowId{0}, src, a.bytes,
+                  tail_signal(a, me, slot), 1, a.timeout_ns, &mark) != PostStatus::posted) {
+        report(r, ring_post_failed, -1);
+        stop = 1;
+      } else {
+        r.messages = i + 1;
+      }
+    }
+    __syncthreads();
+    if (stop) break;
+  }
+  if (threadIdx.x == 0 && !stop && a.stop_after == 0xffffffffu &&
+      leg_flush(a.leg, mark, a.timeout_ns) != PostStatus::posted) {
+    report(r, ring_flush_expired, -1);
+  }
+}
+
+__device__ void receiver(const RingArgs& a, int peer, RingReport& r) {
+  __shared__ int stop;
+  __shared__ unsigned long long errors;
+  const int me = a.leg.rank;
+  const std::uint32_t words = a.bytes / 4;
+  if (threadIdx.x == 0) {
+    stop = 0;
+    errors = 0;
+  }
+  __syncthreads();
+  for (std::uint32_t i = 0; i < a.messages && i < a.stop_after; ++i) {
+    // Message i is the (i / slots + 1)-th to land in its slot.
+    if (threadIdx.x == 0 &&
+        !leg_wait(a.leg, tail_signal(a, peer, i % a.slots), i / a.slots + 1, a.timeout_ns)) {
+      report(r, ring_wait_expired, peer);
+      stop = 1;
+    }
+    __syncthreads();
+    if (stop) break;
+    const auto* in = reinterpret_cast<const std::uint32_t*>(
+        a.recv + (static_cast<std::uint64_t>(peer) * a.slots + i % a.slots) * a.bytes);
+    unsigned long long bad = 0;
+    // Past L1: the copy engine rewrote the slot since the last lap.
+    for (std::uint32_t j = threadIdx.x; j < words; j += blockDim.x) {
+      bad += __ldcg(in + j) != pattern(peer, me, i, j) ? 1 : 0;
+    }
+    if (bad > 0) atomicAdd(&errors, bad);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      r.messages = i + 1;
+      if (leg_signal(a.leg, peer, credit_signal(a, me), 1, a.timeout_ns) != PostStatus::posted) {
+        report(r, ring_post_failed, -1);
+        stop = 1;
+      }
+    }
+    __syncthreads();
+    if (stop) break;
+  }
+  if (threadIdx.x == 0) r.errors = errors;
+}
+
+__global__ void __launch_bounds__(kThreads) ring_kernel(RingArgs a) {
+  const int world = a.leg.world_size;
+  const int block = static_cast<int>(blockIdx.x);
+  const int peer = block % world;
+  if (peer == a.leg.rank) return;
+  RingReport& r = a.reports[block];
+  if (block < world) {
+    sender(a, peer, r);
+  } else {
+    receiver(a, peer, r);
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_ring(const RingArgs& args, cudaStream_t stream) {
+  ring_kernel<<<2 * args.leg.world_size, kThreads, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+}  // namespace epkit::test
