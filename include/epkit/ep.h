@@ -156,6 +156,17 @@ struct BufferOptions {
   /// DeepEP's enable_shrink (masking dead ranks out of the low-latency
   /// mode) is not supported: true is refused.
   bool enable_shrink = false;
+  /// Internode: what carries the network leg (docs/ep-internode.md).
+  /// nccl_host: NCCL's host API, the host waiting for each transfer (any
+  /// network NCCL runs on). emulated_nic: the device-driven leg (kernels put
+  /// rows and signals; a host thread per rank moves them) over an emulated
+  /// NIC, for nodes faked on one host's GPUs (CUDA IPC): its cap and latency
+  /// below. On the device-driven leg a cached dispatch and a combine never
+  /// wait on the host.
+  enum class NetworkLeg { nccl_host, emulated_nic };
+  NetworkLeg network_leg = NetworkLeg::nccl_host;
+  double emulated_nic_gbps = 50;       ///< each rank's NIC, GB/s (1e9 bytes)
+  double emulated_nic_latency_us = 2;  ///< from leaving the source to landing
   /// Bytes of the output arena, on top of num_bytes: a region of this
   /// rank's heap (Buffer::output_arena) where a caller may place a
   /// dispatch's outputs (DispatchArgs::into) so that the senders write its

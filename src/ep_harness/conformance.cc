@@ -826,6 +826,9 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
                         "--mode low-latency: the engine's low-latency mode is intranode only for "
                         "now (this job spans nodes)");
     bo.ranks_per_node = per_node;
+    bo.network_leg = options.network_leg;
+    bo.emulated_nic_gbps = options.nic_gbps;
+    bo.emulated_nic_latency_us = options.nic_latency_us;
     s.internode = true;
     s.nccl.ranks_per_node = per_node;
   }

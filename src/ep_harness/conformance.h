@@ -4,6 +4,7 @@
 // poisoned outputs and edge cases. Runs on every rank of a started GPU job.
 #pragma once
 
+#include <epkit/ep.h>
 #include <epkit/result.h>
 
 #ifdef EPKIT_WITH_CUDA
@@ -37,6 +38,10 @@ struct ConformanceOptions {
   /// after the second dispatch of the first normal-mode case where it
   /// receives rows. The suite must then fail. -1: no fault.
   int flip_bit_rank = -1;
+  /// Across nodes: what carries the network leg (BufferOptions).
+  ep::BufferOptions::NetworkLeg network_leg = ep::BufferOptions::NetworkLeg::nccl_host;
+  double nic_gbps = 50;
+  double nic_latency_us = 2;
 };
 
 struct ConformanceFailure {

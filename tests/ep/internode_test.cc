@@ -66,7 +66,7 @@ TEST(InternodeMemory, GrowsWithTheNodes) {
   EXPECT_GT(four.total, two.total);
   EXPECT_GT(Buffer::bytes_needed(o, 16), Buffer::bytes_needed(BufferOptions{}, 8));
   // The message slot holds the counts of every expert a node can have.
-  const kernels::MessageFormat widest{8, 1024 / 2};
+  const kernels::MessageFormat widest{8, 1024 / 2, 2};
   EXPECT_GE(two.message_ints, widest.min_ints());
   EXPECT_EQ(two.message_ints % 4, 0);
 }

@@ -12,7 +12,7 @@
 //   drop   every rank's NIC drops the last rank mid-stream (the emulator's
 //          fault injection): every survivor names it, kernel and backend.
 // Usage: epkit_network_leg RANKS [key=value ...]
-//   mode=ring|kill|drop bytes=65536 slots=8 messages=256 gbps=20
+//   mode=ring|kill|drop moves=producer|host bytes=65536 slots=8 messages=256 gbps=20
 //   latency_us=5 jitter_us=0 timeout_s=5
 // Prints one line per rank ("network_leg rank=..."); exit 0 when every rank
 // did what its mode expects.
@@ -56,6 +56,7 @@ namespace {
 
 struct Options {
   std::string mode = "ring";
+  std::string moves = "producer";  // or "host": the host's copy engine moves the bytes
   std::uint32_t bytes = 65536, slots = 8, messages = 256;
   double gbps = 20, latency_us = 5, jitter_us = 0, timeout_s = 5;
 };
@@ -72,6 +73,8 @@ bool parse(int argc, char** argv, Options& o) {
     const bool numeric = end != value.c_str() && *end == '\0' && number >= 0;
     if (key == "mode") {
       o.mode = value;
+    } else if (key == "moves") {
+      o.moves = value;
     } else if (!numeric) {
       return false;
     } else if (key == "bytes") {
@@ -92,7 +95,8 @@ bool parse(int argc, char** argv, Options& o) {
       return false;
     }
   }
-  return (o.mode == "ring" || o.mode == "kill" || o.mode == "drop") && o.bytes >= 16 &&
+  return (o.moves == "producer" || o.moves == "host") &&
+         (o.mode == "ring" || o.mode == "kill" || o.mode == "drop") && o.bytes >= 16 &&
          o.bytes % 16 == 0 && o.slots >= 1 && o.messages >= 1 && o.gbps > 0 && o.timeout_s > 0;
 }
 
@@ -128,6 +132,7 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, const Options& 
   nic.pacing.seed = static_cast<std::uint64_t>(rank) + 1;
   nic.num_signals = test::ring_signals(ranks, o.slots);
   nic.timeout_s = o.timeout_s;
+  nic.producer_moves = o.moves == "producer";
   auto mapper = nl::CudaIpcMapper::create();
   CHECK_OK(mapper);
   auto backend = nl::EmulatedBackend::create(nic, std::move(mapper).value());
@@ -247,11 +252,11 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, const Options& 
   std::string names;
   for (const auto& [peer, blocks] : blamed) names += " " + std::to_string(peer);
   std::printf(
-      "network_leg rank=%d mode=%s ranks=%d bytes=%u slots=%u messages=%u cap_gbps=%g "
+      "network_leg rank=%d mode=%s moves=%s ranks=%d bytes=%u slots=%u messages=%u cap_gbps=%g "
       "time_ms=%.3f gbps=%.2f launch_us=%.1f sent=%llu checked=%llu errors=%llu named=[%s ] "
       "flush_expired=%d backend_fault=%s\n",
-      rank, o.mode.c_str(), ranks, o.bytes, o.slots, o.messages, o.gbps, ms, gbps, launch_us,
-      static_cast<unsigned long long>(sent), static_cast<unsigned long long>(checked),
+      rank, o.mode.c_str(), o.moves.c_str(), ranks, o.bytes, o.slots, o.messages, o.gbps, ms, gbps,
+      launch_us, static_cast<unsigned long long>(sent), static_cast<unsigned long long>(checked),
       static_cast<unsigned long long>(errors), names.c_str(), flush_expired,
       fault ? (std::to_string(fault->rank) + " (" + fault->reason + ")").c_str() : "none");
   if (!progress_error.empty() && o.mode == "ring") {
@@ -285,7 +290,8 @@ int main(int argc, char** argv) {
   const int ranks = argc > 1 ? std::atoi(argv[1]) : 0;
   if (ranks < 2 || ranks > 64 || !parse(argc, argv, o)) {
     std::fprintf(stderr,
-                 "usage: epkit_network_leg RANKS(2-64) [mode=ring|kill|drop bytes=N(x16) slots=N "
+                 "usage: epkit_network_leg RANKS(2-64) [mode=ring|kill|drop moves=producer|host "
+                 "bytes=N(x16) slots=N "
                  "messages=N gbps=G latency_us=U jitter_us=U timeout_s=S]\n");
     return 1;
   }

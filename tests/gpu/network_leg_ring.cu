@@ -1,4 +1,5 @@
 #include "ep/network_leg/device_calls.h"
+#include "ep/network_leg/device_moves.cuh"
 #include "network_leg_ring.h"
 
 namespace epkit::test {
@@ -61,9 +62,25 @@ __device__ void sender(const RingArgs& a, int peer, RingReport& r) {
     // The copy engine reads the slot after the proxy sees the request.
     __threadfence_system();
     __syncthreads();
-    if (threadIdx.x == 0) {
-      const std::uint64_t dst = (static_cast<std::uint64_t>(me) * a.slots + slot) * a.bytes;
-      const std::uint64_t src = (static_cast<std::uint64_t>(peer) * a.slots + slot) * a.bytes;
+    const std::uint64_t dst = (static_cast<std::uint64_t>(me) * a.slots + slot) * a.bytes;
+    const std::uint64_t src = (static_cast<std::uint64_t>(peer) * a.slots + slot) * a.bytes;
+    if (a.leg.grants != nullptr) {
+      // The producer moves the bytes: warp 0 together.
+      if (threadIdx.x < 32) {
+        const PostStatus posted = leg_put_moved(a.leg, peer, WindowId{1}, dst, WindowId{0}, src,
+                                                a.bytes, tail_signal(a, me, slot), 1, a.timeout_ns);
+        if (threadIdx.x == 0) {
+          if (posted != PostStatus::posted) {
+            // A put never granted never crossed the NIC: its peer's doing.
+            report(r, posted == PostStatus::timed_out ? ring_wait_expired : ring_post_failed,
+                   posted == PostStatus::timed_out ? peer : -1);
+            stop = 1;
+          } else {
+            r.messages = i + 1;
+          }
+        }
+      }
+    } else if (threadIdx.x == 0) {
       if (leg_put(a.leg, peer, WindowId{1}, dst, WindowId{0}, src, a.bytes,
                   tail_signal(a, me, slot), 1, a.timeout_ns, &mark) != PostStatus::posted) {
         report(r, ring_post_failed, -1);
@@ -109,7 +126,20 @@ __device__ void receiver(const RingArgs& a, int peer, RingReport& r) {
     }
     if (bad > 0) atomicAdd(&errors, bad);
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (a.leg.grants != nullptr) {
+      if (threadIdx.x < 32) {
+        const PostStatus posted =
+            leg_signal_moved(a.leg, peer, credit_signal(a, me), 1, a.timeout_ns);
+        if (threadIdx.x == 0) {
+          r.messages = i + 1;
+          if (posted != PostStatus::posted) {
+            report(r, posted == PostStatus::timed_out ? ring_wait_expired : ring_post_failed,
+                   posted == PostStatus::timed_out ? peer : -1);
+            stop = 1;
+          }
+        }
+      }
+    } else if (threadIdx.x == 0) {
       r.messages = i + 1;
       if (leg_signal(a.leg, peer, credit_signal(a, me), 1, a.timeout_ns) != PostStatus::posted) {
         report(r, ring_post_failed, -1);

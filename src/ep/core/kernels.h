@@ -70,6 +70,8 @@ enum ErrorKind : std::int32_t {
   k_timeout_local = 4,        // a block waited for another block of its grid
   k_peer_blamed = 5,          // a peer of this node gave up on error_rank (a global rank)
   k_timeout_low_latency = 6,  // a low-latency wait for error_rank; value: what (LowLatencyWait)
+  k_timeout_network = 7,      // the device-driven network leg waited for error_rank (a global
+                              // rank); value: 0 its ready signal, 1 its rows, 2 this rank's flush
 };
 
 /// What every synchronising kernel shares.

@@ -91,7 +91,8 @@ InternodeLayout internode_layout(const BufferOptions& o, int num_ranks) {
           .pitch);
   // Room for every expert a node can have; a multiple of 4 ints.
   const int experts = k::k_max_experts * per_node / std::max(num_ranks, 1);
-  l.message_ints = (k::MessageFormat{per_node, experts}.min_ints() + 3) / 4 * 4;
+  l.message_ints =
+      (k::MessageFormat{per_node, experts, static_cast<int>(nodes)}.min_ints() + 3) / 4 * 4;
   std::size_t at = 0;
   auto take = [&](std::size_t bytes) {
     std::size_t here = at;
@@ -109,6 +110,7 @@ InternodeLayout internode_layout(const BufferOptions& o, int num_ranks) {
   l.per_expert = take(k::k_max_experts * 4);
   l.in_rank = take(tokens * static_cast<std::size_t>(num_ranks));
   l.send_messages = take(nodes * static_cast<std::size_t>(l.message_ints) * 4);
+  l.recv_messages = take(nodes * static_cast<std::size_t>(l.message_ints) * 4);
   l.barrier = take(nodes * 4);
   l.total = at;
   return l;
@@ -153,6 +155,7 @@ MappedMemory::~MappedMemory() {
 }
 
 InternodeBuffer::~InternodeBuffer() {
+  stop_leg();
   if (m_net_done != nullptr) cudaEventDestroy(m_net_done);
 }
 
@@ -172,13 +175,16 @@ Result<void> InternodeBuffer::init(Bootstrap& bootstrap, const BufferOptions& o)
   m_local = std::make_unique<BufferImpl>();
   EPKIT_TRY(m_local->init(node, forward, m_node * m_per_node));
   m_local->m_notify_apart = true;
-  auto net = make_nccl_network(bootstrap, m_per_node, o.timeout_s);
-  if (!net) return net.error();
-  m_net = std::move(*net);
+  if (o.network_leg == BufferOptions::NetworkLeg::nccl_host) {
+    auto net = make_nccl_network(bootstrap, m_per_node, o.timeout_s);
+    if (!net) return net.error();
+    m_net = std::move(*net);
+  }
 
   auto mem = DeviceMemory::allocate(m_mem_layout.total);
   if (!mem) return mem.error();
   m_mem = std::move(*mem);
+  if (o.network_leg != BufferOptions::NetworkLeg::nccl_host) EPKIT_TRY(init_leg(bootstrap));
   const std::size_t message_bytes =
       static_cast<std::size_t>(m_nodes) * static_cast<std::size_t>(m_mem_layout.message_ints) * 4;
   auto received = MappedMemory::allocate(message_bytes);
@@ -210,7 +216,8 @@ Error InternodeBuffer::network_failure(const std::string& what, const std::vecto
   m_broken = true;
   std::vector<int> ranks;
   for (int n : nodes) ranks.push_back(n * m_per_node + m_local_rank);
-  m_net->abort();
+  if (m_net != nullptr) m_net->abort();
+  if (m_leg != nullptr) m_leg->abort();
   // This node's ranks wait for this one in their next barrier: when one rank
   // is to blame, they name it too instead of this (stuck, not dead) rank.
   if (ranks.size() == 1) m_local->blame_peers(ranks.front());
@@ -227,13 +234,16 @@ Result<void> InternodeBuffer::wait_network(const std::string& what,
   cudaStream_t stream = m_local->comm_stream();
   if (cudaError_t rc = cudaEventRecord(m_net_done, stream); rc != cudaSuccess)
     return m_local->failure(rc, what);
+  // On the device-driven leg the kernel's own waits are bounded by the
+  // timeout and name the rank; the host waits longer so they answer first.
+  const double bound = on_leg() ? 2 * m_opts.timeout_s + 1 : m_opts.timeout_s;
   auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(static_cast<long long>(m_opts.timeout_s * 1000));
+                  std::chrono::milliseconds(static_cast<long long>(bound * 1000));
   for (;;) {
     cudaError_t rc = cudaEventQuery(m_net_done);
     if (rc == cudaSuccess) return {};
     if (rc != cudaErrorNotReady) return m_local->failure(rc, what);
-    if (auto healthy = m_net->health(); !healthy) {
+    if (auto healthy = health(); !healthy) {
       // The transport saw a peer go (a closed connection): name the ones we
       // still wait for, as on a timeout.
       m_broken = true;
@@ -243,6 +253,18 @@ Result<void> InternodeBuffer::wait_network(const std::string& what,
     if (std::chrono::steady_clock::now() > deadline) return network_failure(what, culprits());
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
+}
+
+Result<void> InternodeBuffer::health() const {
+  if (m_net != nullptr) return m_net->health();
+  if (auto fault = m_leg->fault())
+    return make_error(ErrorCode::unavailable, fmt::format("the network leg gave up on rank {}: {}",
+                                                          fault->rank, fault->reason));
+  std::lock_guard lock(m_leg_error_mutex);
+  if (!m_leg_error.empty())
+    return make_error(ErrorCode::unavailable,
+                      fmt::format("the network leg's progress stopped: {}", m_leg_error));
+  return {};
 }
 
 Result<void> InternodeBuffer::post(const std::string& what, std::span<const Transfer> sends,
@@ -310,6 +332,12 @@ Result<void> InternodeBuffer::barrier() {
   EPKIT_TRY(m_local->barrier());
   // One int to and from every node on the rail; the node barriers on both
   // sides make it a barrier over every rank.
+  if (on_leg()) {
+    // Signals only: every node's tail reaching this barrier's number.
+    EPKIT_TRY(leg_exchange(leg_barrier, "barrier", LegPuts(static_cast<std::size_t>(m_nodes)), 1));
+    EPKIT_TRY(wait_network("barrier", [&] { return others(); }));
+    return m_local->barrier();
+  }
   auto* slots = reinterpret_cast<std::int32_t*>(region(m_mem_layout.barrier));
   std::vector<Transfer> sends, receives;
   for (int n = 0; n < m_nodes; ++n) {

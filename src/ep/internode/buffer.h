@@ -8,17 +8,22 @@
 
 #include <epkit/ep.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ep/core/device_memory.h"
 #include "ep/internode/kernels.h"
 #include "ep/internode/network.h"
 #include "ep/intranode/buffer.h"
+#include "ep/network_leg/leg.h"
 
 namespace epkit::ep {
 
@@ -28,6 +33,7 @@ struct InternodeLayout {
   int message_ints = 0;
   std::size_t buckets = 0, rows = 0, partial_x = 0, partial_w = 0, out_x = 0, out_w = 0;
   std::size_t per_rank = 0, per_node = 0, per_expert = 0, in_rank = 0, send_messages = 0;
+  std::size_t recv_messages = 0;  // where the device-driven leg puts them
   std::size_t barrier = 0;
   std::size_t total = 0;
 };
@@ -77,6 +83,9 @@ class InternodeHandle final : public DispatchHandle {
   std::vector<int> rows_to;                       // [nodes]: rows of this rank's bucket for each
   std::vector<int> rows_from;                     // [nodes]: rows received from each
   std::vector<int> segment_begin;                 // [nodes + 1]: prefix of rows_from
+  /// The device-driven leg: where this rank's bucket rows land in each
+  /// node's received rows (that node's segment_begin for this rank).
+  std::vector<int> offset_at;
 
   /// The other nodes this rank trades rows with (for naming who never
   /// answered when a transfer of this dispatch's rows hangs).
@@ -100,7 +109,9 @@ class InternodeBuffer final : public Buffer {
   int rank() const override { return m_rank; }
   int num_ranks() const override { return m_ranks; }
   int num_nodes() const override { return m_nodes; }
-  std::string network() const override { return m_net->describe(); }
+  std::string network() const override {
+    return m_net != nullptr ? m_net->describe() : m_leg->describe();
+  }
   cudaStream_t comm_stream() const override { return m_local->comm_stream(); }
   Result<Layout> layout(const TensorView& topk_idx, int num_experts, const StreamOrder& order,
                         const LayoutOutputs& into = {}) override;
@@ -134,10 +145,50 @@ class InternodeBuffer final : public Buffer {
   /// names its sender exactly.
   Result<void> wait_messages(std::int32_t sequence);
   Error network_failure(const std::string& what, const std::vector<int>& nodes);
+  /// A failure the transport reported by itself (NCCL's async error, the
+  /// leg's fault); success while healthy.
+  Result<void> health() const;
   Result<void> usable() const;
   /// The other nodes, in order.
   std::vector<int> others() const;
   Result<DispatchResult> dispatch_cached(const DispatchArgs& args, const InternodeHandle& handle);
+
+  // The device-driven leg (BufferOptions::network_leg other than nccl_host;
+  // buffer_leg.cc). Each kind of exchange has its own ready and tail signals
+  // per source node and its own receive region.
+  enum LegKind : int { leg_messages, leg_rows, leg_partials, leg_barrier, leg_kinds };
+  enum LegWindow : std::uint32_t { window_internode = 0, window_node_local = 1 };
+  using LegPuts = std::vector<std::array<k::LegPut, k::LegExchangeParams::k_puts>>;
+  bool on_leg() const { return m_leg != nullptr; }
+  /// Makes the backend, registers this Buffer's memory, trades handles with
+  /// every rank (collective) and starts the progress thread.
+  Result<void> init_leg(Bootstrap& bootstrap);
+  void stop_leg();
+  /// The progress thread's first error; the leg's state for an error message.
+  void set_leg_error(std::string error);
+  std::string leg_note() const;
+  /// Launches one exchange of `kind` on the Buffer's stream: `puts[n]` (the
+  /// first `num_puts`) to node n, for every other node. `messages`: count
+  /// messages to complete first (the rows vector).
+  Result<void> leg_exchange(LegKind kind, const char* what, const LegPuts& puts, int num_puts,
+                            std::int32_t* messages = nullptr,
+                            const k::MessageFormat* format = nullptr);
+  /// Dispatch's count messages over the leg, then the host's checked read
+  /// of them into the handle (the one host wait of a dispatch on the leg).
+  Result<void> exchange_messages_on_leg(std::int32_t* sent, const k::MessageFormat& format,
+                                        InternodeHandle& handle);
+  /// The buckets to every node (own node: a device copy), rows landing at
+  /// the handle's segments: over the leg without a host wait, else NCCL.
+  Result<void> exchange_buckets(const char* what, const k::RowFormat& format,
+                                const InternodeHandle& handle);
+  /// A put's offset in the node-local window (the forwarding Buffer's own
+  /// memory, where its combine leaves the partial sums).
+  std::uint64_t node_local_offset(const void* p) const;
+  /// Checks the count messages the leg delivered (sequence, rows in range,
+  /// the rows vector against what the sender's bucket holds) and fills the
+  /// handle's rows, segments and offsets; errors name the sender.
+  Result<void> read_leg_messages(std::int32_t sequence, const k::MessageFormat& format,
+                                 InternodeHandle& handle);
   std::int32_t* message(std::int32_t* base, int node) const {
     return base + static_cast<std::int64_t>(node) * m_mem_layout.message_ints;
   }
@@ -156,6 +207,14 @@ class InternodeBuffer final : public Buffer {
   cudaEvent_t m_net_done = nullptr;
   std::int32_t m_sequence = 0;
   bool m_broken = false;
+  // Declared after the memory its windows map, so it goes first.
+  std::unique_ptr<network_leg::HostBackend> m_leg;
+  std::thread m_leg_thread;
+  std::atomic<bool> m_leg_stop{false};
+  mutable std::mutex m_leg_error_mutex;
+  std::string m_leg_error;
+  std::array<std::uint64_t, leg_kinds> m_leg_number{};
+  std::array<std::uint64_t, leg_kinds> m_leg_tails{};
 };
 
 }  // namespace epkit::ep

@@ -41,6 +41,7 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
   const std::int64_t x_row = hidden;
   const std::int64_t capacity = m_opts.max_tokens;
   std::vector<Transfer> sends, receives;
+  LegPuts puts(static_cast<std::size_t>(m_nodes));
   k::ReduceParams rp;
   for (int n = 0; n < m_nodes; ++n) {
     const auto i = static_cast<std::size_t>(n);
@@ -56,22 +57,42 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
           {n, sums_w + first * num_topk, from * static_cast<std::size_t>(num_topk) * 4});
       receives.push_back({n, in_w, to * static_cast<std::size_t>(num_topk) * 4});
     }
+    // On the leg: into node n's partials from this node, straight from the
+    // node combine's output (the node-local window).
+    auto partial_put = [&](const void* from_here, std::size_t region, std::size_t row_bytes) {
+      k::LegPut put;
+      put.src_window = window_node_local;
+      put.dst_window = window_internode;
+      put.src_offset = node_local_offset(from_here);
+      put.dst_offset = region + static_cast<std::uint64_t>(m_node * capacity) * row_bytes;
+      put.bytes = from * row_bytes;
+      return put;
+    };
+    puts[i][0] = partial_put(sums + first * x_row, m_mem_layout.partial_x,
+                             static_cast<std::size_t>(x_row) * 2);
+    if (with_weights)
+      puts[i][1] = partial_put(sums_w + first * num_topk, m_mem_layout.partial_w,
+                               static_cast<std::size_t>(num_topk) * 4);
     // This node's partials are read where the node combine left them.
     rp.partial_x[n] = n == m_node ? sums + first * x_row : in_x;
     rp.partial_w[n] =
         n == m_node ? (sums_w != nullptr ? sums_w + first * num_topk : nullptr) : in_w;
   }
-  auto peers = [&] { return h->peers_with_rows(m_node); };
-  EPKIT_TRY(post("combine (partial sums)", sends, receives, peers));
-  EPKIT_TRY(wait_network("combine (partial sums)", peers));
+  if (on_leg()) {
+    // No host wait: the reduce follows the exchange's device waits.
+    EPKIT_TRY(leg_exchange(leg_partials, "combine (partial sums)", puts, with_weights ? 2 : 1));
+  } else {
+    auto peers = [&] { return h->peers_with_rows(m_node); };
+    EPKIT_TRY(post("combine (partial sums)", sends, receives, peers));
+    EPKIT_TRY(wait_network("combine (partial sums)", peers));
+  }
 
   // 3. Each token: the biases, then its partials in node order.
   // The caller's memory when given: the reduce writes the result there.
   auto* out_x = given(a.out_x) ? static_cast<std::uint16_t*>(a.out_x.data)
                                : reinterpret_cast<std::uint16_t*>(region(m_mem_layout.out_x));
-  auto* out_w = given(a.out_topk_weights)
-                    ? static_cast<float*>(a.out_topk_weights.data)
-                    : reinterpret_cast<float*>(region(m_mem_layout.out_w));
+  auto* out_w = given(a.out_topk_weights) ? static_cast<float*>(a.out_topk_weights.data)
+                                          : reinterpret_cast<float*>(region(m_mem_layout.out_w));
   rp.send_row = h->node_send_row;
   rp.num_tokens = h->num_tokens;
   rp.num_nodes = m_nodes;

@@ -46,6 +46,77 @@ k::PackParams pack_params(const DispatchArgs& a, const k::RowFormat& f,
 
 }  // namespace
 
+Result<void> InternodeBuffer::exchange_messages_on_leg(std::int32_t* sent,
+                                                       const k::MessageFormat& mf,
+                                                       InternodeHandle& handle) {
+  cudaStream_t stream = m_local->comm_stream();
+  const int mi = m_mem_layout.message_ints;
+  const std::size_t message_bytes = static_cast<std::size_t>(mi) * 4;
+  auto* received = reinterpret_cast<std::int32_t*>(region(m_mem_layout.recv_messages));
+  LegPuts puts(static_cast<std::size_t>(m_nodes));
+  for (int n = 0; n < m_nodes; ++n) {
+    auto& put = puts[static_cast<std::size_t>(n)][0];
+    put.src_window = put.dst_window = window_internode;
+    put.src_offset = m_mem_layout.send_messages + static_cast<std::uint64_t>(n) * message_bytes;
+    put.dst_offset =
+        m_mem_layout.recv_messages + static_cast<std::uint64_t>(m_node) * message_bytes;
+    put.bytes = message_bytes;
+  }
+  EPKIT_TRY(leg_exchange(leg_messages, "dispatch (count messages)", puts, 1, sent, &mf));
+  // Our own message (with its rows vector, written by the exchange), then
+  // every message and what we sent to the host.
+  cudaError_t rc = cudaMemcpyAsync(message(received, m_node), message(sent, m_node), message_bytes,
+                                   cudaMemcpyDeviceToDevice, stream);
+  if (rc == cudaSuccess)
+    rc = cudaMemcpyAsync(m_recv_messages.device(), received, message_bytes * m_nodes,
+                         cudaMemcpyDeviceToDevice, stream);
+  if (rc == cudaSuccess)
+    rc = cudaMemcpyAsync(m_sent_messages.device(), sent, message_bytes * m_nodes,
+                         cudaMemcpyDeviceToDevice, stream);
+  if (rc != cudaSuccess) return m_local->failure(rc, "dispatch (count messages)");
+  EPKIT_TRY(wait_network("dispatch (count messages)", [&] { return others(); }));
+  return read_leg_messages(m_sequence, mf, handle);
+}
+
+Result<void> InternodeBuffer::exchange_buckets(const char* what, const k::RowFormat& f,
+                                               const InternodeHandle& h) {
+  cudaStream_t stream = m_local->comm_stream();
+  std::uint8_t* buckets = region(m_mem_layout.buckets);
+  std::uint8_t* rows = region(m_mem_layout.rows);
+  const std::int64_t bucket_stride = static_cast<std::int64_t>(m_opts.max_tokens) * f.pitch;
+  auto span = [&](int n) { return static_cast<std::int64_t>(n) * f.pitch; };
+  const auto own = static_cast<std::size_t>(m_node);
+  if (h.rows_to[own] > 0) {
+    cudaError_t rc = cudaMemcpyAsync(
+        rows + span(h.segment_begin[own]), buckets + m_node * bucket_stride,
+        static_cast<std::size_t>(span(h.rows_to[own])), cudaMemcpyDeviceToDevice, stream);
+    if (rc != cudaSuccess) return m_local->failure(rc, fmt::format("{} (own node's bucket)", what));
+  }
+  if (on_leg()) {
+    // Straight into place at each node: no sizes to trade, no host wait.
+    LegPuts puts(static_cast<std::size_t>(m_nodes));
+    for (int n = 0; n < m_nodes; ++n) {
+      const auto i = static_cast<std::size_t>(n);
+      auto& put = puts[i][0];
+      put.src_window = put.dst_window = window_internode;
+      put.src_offset = m_mem_layout.buckets + static_cast<std::uint64_t>(n * bucket_stride);
+      put.dst_offset = m_mem_layout.rows + static_cast<std::uint64_t>(span(h.offset_at[i]));
+      put.bytes = static_cast<std::uint64_t>(span(h.rows_to[i]));
+    }
+    return leg_exchange(leg_rows, what, puts, 1);
+  }
+  std::vector<Transfer> sends, receives;
+  for (int n = 0; n < m_nodes; ++n) {
+    const auto i = static_cast<std::size_t>(n);
+    sends.push_back({n, buckets + n * bucket_stride, static_cast<std::size_t>(span(h.rows_to[i]))});
+    receives.push_back(
+        {n, rows + span(h.segment_begin[i]), static_cast<std::size_t>(span(h.rows_from[i]))});
+  }
+  auto peers = [&] { return h.peers_with_rows(m_node); };
+  EPKIT_TRY(post(what, sends, receives, peers));
+  return wait_network(what, peers);
+}
+
 Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
   EPKIT_TRY(a.config.validate());
   EPKIT_TRY(usable());
@@ -91,7 +162,7 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
   pp.messages = sent;
   pp.message_ints = m_mem_layout.message_ints;
   // check_internode_dispatch made sure the message fits the slot.
-  const k::MessageFormat mf{m_per_node, experts_per_node};
+  const k::MessageFormat mf{m_per_node, experts_per_node, m_nodes};
   if (cudaError_t rc = k::launch_plan(pp, stream); rc != cudaSuccess)
     return m_local->failure(rc, "dispatch (plan)");
 
@@ -116,62 +187,51 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
 
   // 3. Count messages over the rail; the host needs the sizes for step 4.
   const int mi = m_mem_layout.message_ints;
-  auto* received = static_cast<std::int32_t*>(m_recv_messages.device());
   const std::size_t message_bytes = static_cast<std::size_t>(mi) * 4;
-  cudaError_t rc = cudaMemcpyAsync(message(received, m_node), message(sent, m_node), message_bytes,
-                                   cudaMemcpyDeviceToDevice, stream);
-  if (rc == cudaSuccess)
-    rc = cudaMemcpyAsync(m_sent_messages.device(), sent, message_bytes * m_nodes,
+  cudaError_t rc = cudaSuccess;
+  if (on_leg()) {
+    EPKIT_TRY(exchange_messages_on_leg(sent, mf, *handle));
+  } else {
+    auto* received = static_cast<std::int32_t*>(m_recv_messages.device());
+    rc = cudaMemcpyAsync(message(received, m_node), message(sent, m_node), message_bytes,
                          cudaMemcpyDeviceToDevice, stream);
-  if (rc != cudaSuccess) return m_local->failure(rc, "dispatch (count messages)");
-  std::vector<Transfer> sends, receives;
-  for (int n = 0; n < m_nodes; ++n) {
-    sends.push_back({n, message(sent, n), message_bytes});
-    receives.push_back({n, message(received, n), message_bytes});
-  }
-  EPKIT_TRY(post("dispatch (count messages)", sends, receives, [&] { return others(); }));
-  EPKIT_TRY(wait_messages(m_sequence));
+    if (rc == cudaSuccess)
+      rc = cudaMemcpyAsync(m_sent_messages.device(), sent, message_bytes * m_nodes,
+                           cudaMemcpyDeviceToDevice, stream);
+    if (rc != cudaSuccess) return m_local->failure(rc, "dispatch (count messages)");
+    std::vector<Transfer> sends, receives;
+    for (int n = 0; n < m_nodes; ++n) {
+      sends.push_back({n, message(sent, n), message_bytes});
+      receives.push_back({n, message(received, n), message_bytes});
+    }
+    EPKIT_TRY(post("dispatch (count messages)", sends, receives, [&] { return others(); }));
+    EPKIT_TRY(wait_messages(m_sequence));
 
-  const auto* in = static_cast<const std::int32_t*>(m_recv_messages.host());
-  const auto* out = static_cast<const std::int32_t*>(m_sent_messages.host());
-  handle->rows_to.resize(static_cast<std::size_t>(m_nodes));
-  handle->rows_from.resize(static_cast<std::size_t>(m_nodes));
-  handle->segment_begin.assign(static_cast<std::size_t>(m_nodes) + 1, 0);
-  for (int n = 0; n < m_nodes; ++n) {
-    const auto i = static_cast<std::size_t>(n);
-    handle->rows_to[i] = out[static_cast<std::int64_t>(n) * mi + mf.rows_at()];
-    handle->rows_from[i] = in[static_cast<std::int64_t>(n) * mi + mf.rows_at()];
-    if (handle->rows_from[i] < 0 || handle->rows_from[i] > m_opts.max_tokens)
-      return invalid(fmt::format("dispatch: rank {} announced {} rows, more than max_tokens {}",
-                                 n * m_per_node + m_local_rank, handle->rows_from[i],
-                                 m_opts.max_tokens));
-    handle->segment_begin[i + 1] = handle->segment_begin[i] + handle->rows_from[i];
+    const auto* in = static_cast<const std::int32_t*>(m_recv_messages.host());
+    const auto* out = static_cast<const std::int32_t*>(m_sent_messages.host());
+    handle->rows_to.resize(static_cast<std::size_t>(m_nodes));
+    handle->rows_from.resize(static_cast<std::size_t>(m_nodes));
+    handle->segment_begin.assign(static_cast<std::size_t>(m_nodes) + 1, 0);
+    for (int n = 0; n < m_nodes; ++n) {
+      const auto i = static_cast<std::size_t>(n);
+      handle->rows_to[i] = out[static_cast<std::int64_t>(n) * mi + mf.rows_at()];
+      handle->rows_from[i] = in[static_cast<std::int64_t>(n) * mi + mf.rows_at()];
+      if (handle->rows_from[i] < 0 || handle->rows_from[i] > m_opts.max_tokens)
+        return invalid(fmt::format("dispatch: rank {} announced {} rows, more than max_tokens {}",
+                                   n * m_per_node + m_local_rank, handle->rows_from[i],
+                                   m_opts.max_tokens));
+      handle->segment_begin[i + 1] = handle->segment_begin[i] + handle->rows_from[i];
+    }
   }
 
   // 4. Buckets over the rail: node n's rows land as segment n.
+  EPKIT_TRY(exchange_buckets("dispatch (buckets)", f, *handle));
   std::uint8_t* rows = region(m_mem_layout.rows);
-  auto span = [&](int n) { return static_cast<std::int64_t>(n) * f.pitch; };
-  sends.clear();
-  receives.clear();
-  for (int n = 0; n < m_nodes; ++n) {
-    const auto i = static_cast<std::size_t>(n);
-    sends.push_back(
-        {n, buckets + n * bucket_stride, static_cast<std::size_t>(span(handle->rows_to[i]))});
-    receives.push_back({n, rows + span(handle->segment_begin[i]),
-                        static_cast<std::size_t>(span(handle->rows_from[i]))});
-  }
-  const auto own = static_cast<std::size_t>(m_node);
-  if (handle->rows_to[own] > 0 &&
-      (rc = cudaMemcpyAsync(rows + span(handle->segment_begin[own]),
-                            buckets + m_node * bucket_stride,
-                            static_cast<std::size_t>(span(handle->rows_to[own])),
-                            cudaMemcpyDeviceToDevice, stream)) != cudaSuccess)
-    return m_local->failure(rc, "dispatch (own node's bucket)");
-  auto peers = [&] { return handle->peers_with_rows(m_node); };
-  EPKIT_TRY(post("dispatch (buckets)", sends, receives, peers));
-  EPKIT_TRY(wait_network("dispatch (buckets)", peers));
 
   // 5. Forward over NVLink: the received rows are the node Buffer's tokens.
+  const auto* received =
+      on_leg() ? reinterpret_cast<const std::int32_t*>(region(m_mem_layout.recv_messages))
+               : static_cast<const std::int32_t*>(m_recv_messages.device());
   const std::int64_t forwarded = handle->segment_begin.back();
   BufferImpl::Segments seg;
   seg.count = m_nodes;
@@ -234,24 +294,7 @@ Result<DispatchResult> InternodeBuffer::dispatch_cached(const DispatchArgs& a,
     return m_local->failure(rc, "cached dispatch (pack)");
 
   std::uint8_t* rows = region(m_mem_layout.rows);
-  auto span = [&](int n) { return static_cast<std::int64_t>(n) * f.pitch; };
-  std::vector<Transfer> sends, receives;
-  for (int n = 0; n < m_nodes; ++n) {
-    const auto i = static_cast<std::size_t>(n);
-    sends.push_back({n, buckets + n * bucket_stride, static_cast<std::size_t>(span(h.rows_to[i]))});
-    receives.push_back(
-        {n, rows + span(h.segment_begin[i]), static_cast<std::size_t>(span(h.rows_from[i]))});
-  }
-  const auto own = static_cast<std::size_t>(m_node);
-  if (h.rows_to[own] > 0) {
-    cudaError_t rc = cudaMemcpyAsync(
-        rows + span(h.segment_begin[own]), buckets + m_node * bucket_stride,
-        static_cast<std::size_t>(span(h.rows_to[own])), cudaMemcpyDeviceToDevice, stream);
-    if (rc != cudaSuccess) return m_local->failure(rc, "cached dispatch (own node's bucket)");
-  }
-  auto peers = [&] { return h.peers_with_rows(m_node); };
-  EPKIT_TRY(post("cached dispatch (buckets)", sends, receives, peers));
-  EPKIT_TRY(wait_network("cached dispatch (buckets)", peers));
+  EPKIT_TRY(exchange_buckets("cached dispatch (buckets)", f, h));
 
   const std::int64_t forwarded = h.segment_begin.back();
   DispatchArgs fa;

@@ -2,9 +2,10 @@
 // buffer.cc's init, buffer_dispatch.cc and buffer_combine.cc
 // so that tests/ep/argument_checks_test.cc reaches each refusal without a GPU.
 #include "ep/internode/checks.h"
-#include "ep/intranode/checks.h"
 
 #include <fmt/format.h>
+
+#include "ep/intranode/checks.h"
 
 namespace epkit::ep {
 
@@ -17,6 +18,17 @@ Result<void> check_internode_options(const BufferOptions& o, int ranks) {
         "ranks",
         per_node, ranks, k::k_max_nodes, k::k_max_ranks));
   if (!(o.timeout_s > 0)) return invalid("BufferOptions.timeout_s must be positive");
+  if (o.network_leg == BufferOptions::NetworkLeg::emulated_nic &&
+      !(o.emulated_nic_gbps > 0 && o.emulated_nic_gbps <= 1e4 && o.emulated_nic_latency_us >= 0 &&
+        o.emulated_nic_latency_us <= 1e6))
+    return invalid(fmt::format(
+        "BufferOptions: an emulated NIC of {} GB/s and {} us latency (the cap must be in (0, "
+        "10000] GB/s, the latency in [0, 1e6] us)",
+        o.emulated_nic_gbps, o.emulated_nic_latency_us));
+  if (o.network_leg != BufferOptions::NetworkLeg::nccl_host &&
+      o.network_leg != BufferOptions::NetworkLeg::emulated_nic)
+    return invalid(fmt::format("BufferOptions.network_leg = {}: not a known leg",
+                               static_cast<int>(o.network_leg)));
   const std::size_t need =
       heap_layout(forwarding_options(o, ranks), per_node).total + internode_layout(o, ranks).total;
   if (o.num_bytes != 0 && o.num_bytes < need)
@@ -91,7 +103,7 @@ Result<void> check_internode_dispatch(const DispatchArgs& a, int ranks, const Bu
   }
   const int per_node = o.ranks_per_node;
   const int experts_per_node = static_cast<int>(experts) / (ranks / per_node);
-  const k::MessageFormat mf{per_node, experts_per_node};
+  const k::MessageFormat mf{per_node, experts_per_node, ranks / per_node};
   if (mf.min_ints() > internode_layout(o, ranks).message_ints)
     return invalid(fmt::format("dispatch: {} experts per node do not fit the count message",
                                experts_per_node));

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "ep/core/kernels.h"
+#include "ep/network_leg/leg.h"
 
 namespace epkit::ep::kernels {
 
@@ -40,15 +41,19 @@ struct RowFormat {
 /// node), in a slot of `ints` ints: a sequence number first and last (so the
 /// host can tell a message of this call from a stale one), the bucket's rows,
 /// the tokens for each rank of the node, the tokens for each expert of the
-/// node.
+/// node, and (on the device-driven leg) the rows of the sender's bucket for
+/// every node: a receiver then knows where every sender's rows land at every
+/// node, so each sender can put its rows in place, compactly, by itself.
 struct MessageFormat {
   int ranks_per_node = 0;
   int experts_per_node = 0;
+  int nodes = 0;  ///< the rows vector's length (the slot is sized for k_max_nodes)
   /// The smallest slot that holds it.
-  EPKIT_HOST_DEVICE int min_ints() const { return 3 + ranks_per_node + experts_per_node; }
+  EPKIT_HOST_DEVICE int min_ints() const { return 3 + ranks_per_node + experts_per_node + nodes; }
   EPKIT_HOST_DEVICE int rows_at() const { return 1; }
   EPKIT_HOST_DEVICE int ranks_at() const { return 2; }
   EPKIT_HOST_DEVICE int experts_at() const { return 2 + ranks_per_node; }
+  EPKIT_HOST_DEVICE int rows_vector_at() const { return 2 + ranks_per_node + experts_per_node; }
 };
 
 struct PlanParams {
@@ -94,6 +99,49 @@ struct PackParams {
 };
 /// A warp per token: its row goes into the bucket of every node it visits.
 cudaError_t launch_pack(const PackParams& p, cudaStream_t stream);
+
+/// One put of a leg exchange (windows and offsets in bytes, as the
+/// network leg addresses them).
+struct LegPut {
+  std::uint32_t src_window = 0;
+  std::uint32_t dst_window = 0;
+  std::uint64_t src_offset = 0;
+  std::uint64_t dst_offset = 0;
+  std::uint64_t bytes = 0;
+};
+
+/// One exchange over the device-driven leg with the rail's other nodes
+/// (docs/ep-internode.md, "The device-driven leg in today's Buffer"): for
+/// each other node n, tell n this rank is ready to receive exchange
+/// `number` of this kind, wait until n is ready, put puts[n] (each adding 1
+/// to the tail signal; one of no bytes as a bare signal), wait for n's tail
+/// to reach `tails`, and flush, so the sources may be reused by the next
+/// call. Every wait is
+/// bounded; on expiry the mailbox names the rank of node n (k_timeout_network).
+struct LegExchangeParams {
+  network_leg::DeviceLeg leg;
+  int num_nodes = 0;
+  int node = 0;
+  int ranks_per_node = 0;
+  int local_rank = 0;
+  static constexpr int k_puts = 2;
+  LegPut puts[k_max_nodes][k_puts] = {};
+  int num_puts = 0;  ///< per node, 0..k_puts
+  /// Signals of this kind: ready at ready_signal + source node, tails at
+  /// tail_signal + source node.
+  std::uint32_t ready_signal = 0;
+  std::uint32_t tail_signal = 0;
+  std::uint64_t number = 0;  ///< exchanges of this kind so far, this one included
+  std::uint64_t tails = 0;   ///< puts of this kind from each node so far, these included
+  std::int64_t timeout_ns = 0;
+  Mailbox* mailbox = nullptr;
+  /// Count messages (optional): before the puts, every node's message gets
+  /// the rows vector (each message's rows, for every node).
+  std::int32_t* messages = nullptr;
+  int message_ints = 0;
+  MessageFormat message_format;
+};
+cudaError_t launch_leg_exchange(const LegExchangeParams& p, cudaStream_t stream);
 
 struct ReduceParams {
   /// Node m's partial sums for the rows of this rank's bucket m (BF16

@@ -233,6 +233,24 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
                     "called a different operation)",
                     what, m_rank_base + m_mailbox->error_rank, missing, m_opts.timeout_s));
   }
+  if (kind == k::k_timeout_network) {
+    m_broken = true;
+    const auto value = static_cast<std::uint64_t>(m_mailbox->error_value);
+    const auto wait = value & 0xff;
+    const char* missing = wait == 0   ? "said it was ready for the exchange"
+                          : wait == 1 ? "delivered its part of the exchange"
+                                      : "let this rank's puts leave (its flush)";
+    std::string seen;
+    if (wait < 2)
+      seen = fmt::format("; its signal reached {} of {}", (value >> 8) & 0xfffffff,
+                         (value >> 36) & 0xfffffff);
+    return make_error(
+        ErrorCode::timeout,
+        fmt::format("{}: rank {} never {} on the network leg within the timeout (it died, hung, "
+                    "or called a different operation){}{}",
+                    what, m_mailbox->error_rank, missing, seen,
+                    m_network_note ? "; " + m_network_note() : std::string()));
+  }
   if (kind == k::k_worst_too_small) {
     m_broken = true;
     return invalid(fmt::format("{}: rank {} received {} rows, more than num_worst_tokens", what,

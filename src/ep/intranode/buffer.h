@@ -156,6 +156,9 @@ class BufferImpl final : public Buffer {
   /// the node's skew then shows apart from the data movement (DeepEP's
   /// notify + dispatch times).
   bool m_notify_apart = false;
+  /// An internode Buffer's account of its network leg, added to a network
+  /// timeout's error (the transport's own fault, its progress thread).
+  std::function<std::string()> m_network_note;
 };
 
 }  // namespace epkit::ep

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -308,6 +309,35 @@ Result<void> EmulatedBackend::init() {
       m_mapper->allocate(ring_bytes(m_options.ring_slots), MemoryMapper::Placement::host_mapped);
   if (!ring) return ring.error();
   m_ring = place_ring(ring.value(), m_options.ring_slots);
+  if (m_options.producer_moves) {
+    auto grants = m_mapper->allocate(m_options.ring_slots * sizeof(std::uint64_t),
+                                     MemoryMapper::Placement::host_mapped);
+    if (!grants) return grants.error();
+    m_grants = static_cast<std::uint64_t*>(grants.value());
+  }
+  return {};
+}
+
+Result<void> EmulatedBackend::publish_peer_tables() {
+  std::size_t most = 0;
+  for (const auto& peer : m_peers) most = std::max(most, peer.windows.size());
+  m_windows_per_peer = static_cast<std::uint32_t>(std::max<std::size_t>(most, 1));
+  const auto world = static_cast<std::size_t>(m_world);
+  auto windows = m_mapper->allocate(world * m_windows_per_peer * sizeof(PeerWindow),
+                                    MemoryMapper::Placement::host_mapped);
+  if (!windows) return windows.error();
+  m_peer_windows = static_cast<PeerWindow*>(windows.value());
+  auto signals =
+      m_mapper->allocate(world * sizeof(std::uint64_t*), MemoryMapper::Placement::host_mapped);
+  if (!signals) return signals.error();
+  m_peer_signals = static_cast<std::uint64_t**>(signals.value());
+  for (std::size_t r = 0; r < world; ++r) {
+    const auto& peer = m_peers[r];
+    m_peer_signals[r] = peer.signals;
+    for (std::size_t w = 0; w < peer.windows.size(); ++w)
+      m_peer_windows[r * m_windows_per_peer + w] =
+          PeerWindow{peer.windows[w].base, peer.windows[w].bytes};
+  }
   return {};
 }
 
@@ -364,6 +394,7 @@ Result<void> EmulatedBackend::exchange(Bootstrap& bootstrap) {
   auto all = bootstrap.all_gather(mine.encode());
   if (!all) return all.error();
   EPKIT_TRY(import_peers(all.value()));
+  if (m_options.producer_moves) EPKIT_TRY(publish_peer_tables());
 
   // The model spans the world so that drops name any rank, but only this
   // rank's NIC sends.
@@ -464,16 +495,42 @@ ProxyHooks EmulatedBackend::hooks() {
     const auto& src = m_windows[request.src_window.value];
     const auto& dst =
         m_peers[static_cast<std::size_t>(request.peer)].windows[request.dst_window.value];
-    return m_mapper->copy(dst.base + request.dst_offset, src.base + request.src_offset,
-                          request.bytes);
+    // A copy engine reports a bad copy at the next call, not this one: the
+    // error then says which put came before it.
+    m_last_put = fmt::format(
+        "the last put: {} bytes from window {} + {} (of {}) to rank {}'s window {} + {} (of {}, "
+        "mapped at {})",
+        request.bytes, request.src_window.value, request.src_offset, src.bytes, request.peer,
+        request.dst_window.value, request.dst_offset, dst.bytes, static_cast<void*>(dst.base));
+    auto copied =
+        m_mapper->copy(dst.base + request.dst_offset, src.base + request.src_offset, request.bytes);
+    if (!copied.ok())
+      return make_error(copied.error().code, copied.error().message + "; " + m_last_put);
+    return copied;
   };
   // A put's source counts as read (the producer's flush) only once the
   // mapper's copy has finished, not when it was queued.
   h.fence = [this] { return m_mapper->fence(); };
   h.completed = [this] { return m_mapper->completed(); };
+  if (m_options.producer_moves) {
+    // The producer moves its bytes once granted: no copy, no CUDA call here.
+    h.land = [this](int, std::uint64_t ticket, const PutRequest&) -> Result<void> {
+      std::atomic_ref<std::uint64_t>(m_grants[ticket % m_options.ring_slots])
+          .store(ticket + 1, std::memory_order_release);
+      return {};
+    };
+  }
   h.write_signal = [this](int dst, SignalId signal, std::uint64_t value) -> Result<void> {
-    return m_mapper->write_u64(m_peers[static_cast<std::size_t>(dst)].signals + signal.value,
-                               value);
+    auto written =
+        m_mapper->write_u64(m_peers[static_cast<std::size_t>(dst)].signals + signal.value, value);
+    if (!written.ok())
+      return make_error(
+          written.error().code,
+          fmt::format("{} (signal {} of rank {}, mapped at {}); {}", written.error().message,
+                      signal.value, dst,
+                      static_cast<void*>(m_peers[static_cast<std::size_t>(dst)].signals),
+                      m_last_put.empty() ? "no put before it" : m_last_put));
+    return written;
   };
   return h;
 }
@@ -540,6 +597,12 @@ DeviceLeg EmulatedBackend::device_leg() const {
   leg.queue_head = m_ring.head;
   leg.queue_abandoned = m_ring.abandoned;
   leg.queue_done = m_ring.done;
+  if (m_options.producer_moves) {
+    leg.grants = m_grants;
+    leg.peer_windows = m_peer_windows;
+    leg.windows_per_peer = m_windows_per_peer;
+    leg.peer_signals = m_peer_signals;
+  }
   return leg;
 }
 

@@ -107,6 +107,11 @@ struct EmulatedNicOptions {
   /// claimed ticket may stay unpublished before it is a fault of this rank.
   double timeout_s = 100;
   std::uint32_t batch = 64;  ///< requests drained per progress step at most
+  /// The producers move the bytes (device_moves.cuh): the host paces and
+  /// grants, and makes no CUDA call after exchange(). What a GPU needs (see
+  /// DeviceLeg::grants for why); the host-copy form serves the CPU tests'
+  /// host producers.
+  bool producer_moves = false;
 
   /// Each field in range, or an error naming the first that is not.
   Result<void> validate() const;
@@ -212,6 +217,13 @@ class EmulatedBackend final : public HostBackend {
   int m_world = 0;
   bool m_exchanged = false;
   std::vector<Peer> m_peers;  // by global rank, this one included
+  // Producer-moved puts: the grants, and every rank's windows and signals
+  // as the kernels address them (host-mapped, written at exchange()).
+  std::uint64_t* m_grants = nullptr;
+  PeerWindow* m_peer_windows = nullptr;
+  std::uint64_t** m_peer_signals = nullptr;
+  std::uint32_t m_windows_per_peer = 0;
+  Result<void> publish_peer_tables();
   std::optional<EmulatedPacing> m_pacing;
   std::optional<ProxyLoop> m_proxy;
 
@@ -221,6 +233,7 @@ class EmulatedBackend final : public HostBackend {
   std::atomic<bool> m_aborted{false};
   std::optional<Fault> m_fault;
   std::uint64_t m_watched_head = 0;  // pending tickets' first, when last seen moving
+  std::string m_last_put;            // for an error a later call reports
   std::int64_t m_watched_since_ns = 0;
 };
 

@@ -73,6 +73,13 @@ struct PutRequest {
 };
 static_assert(sizeof(PutRequest) == 56, "PutRequest is shared with device code: keep its layout");
 
+/// A peer's window as a kernel that moves bytes itself addresses it (the
+/// emulated NIC on a GPU: a CUDA IPC mapping of the peer's memory).
+struct PeerWindow {
+  std::uint8_t* base = nullptr;
+  std::uint64_t bytes = 0;
+};
+
 /// The device side's view of the leg, passed by value to the kernels. The
 /// device calls (ep/network_leg/device_calls.h for the queue backends, shared
 /// with the host's tests) are:
@@ -107,6 +114,19 @@ struct DeviceLeg {
   const std::uint64_t* queue_done = nullptr;
   /// Backend-specific device state (the GIN device communicator).
   void* backend_state = nullptr;
+  /// Producer-moved puts (the emulated NIC on a GPU, device_moves.cuh): the
+  /// host only paces. It stores ticket + 1 into `grants[ticket %
+  /// queue_slots]` when the put has crossed the modelled NIC; the posting
+  /// warp then copies the bytes over `peer_windows[rank * windows_per_peer +
+  /// window]` and adds to `peer_signals[rank][signal]` itself. Null: the host
+  /// moves the bytes. Host-mapped, so the host writes them without a CUDA
+  /// call: a host thread that issues CUDA calls while kernels wait on it
+  /// deadlocks against any cudaMalloc or cudaFree of the application, whose
+  /// page-table lock waits for those kernels.
+  std::uint64_t* grants = nullptr;
+  const PeerWindow* peer_windows = nullptr;
+  std::uint32_t windows_per_peer = 0;
+  std::uint64_t* const* peer_signals = nullptr;
 };
 
 /// A peer the leg gave up on, by global rank, and why. Every survivor

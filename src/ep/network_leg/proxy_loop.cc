@@ -74,6 +74,11 @@ Result<void> ProxyLoop::apply(const Completion& landed) {
   const PutRequest request = it->second.request;
   const std::uint64_t ticket = it->second.ticket;
   m_posted.erase(it);
+  if (m_hooks.land) {
+    EPKIT_TRY(m_hooks.land(landed.src, ticket, request));
+    if (request.bytes > 0) source_read(landed.src, ticket);
+    return {};
+  }
   // Bytes before the signal: a waiter that sees the signal reads them.
   if (request.bytes > 0) {
     EPKIT_TRY(m_hooks.copy(landed.src, request));

@@ -53,6 +53,11 @@ struct ProxyHooks {
   /// source rank whose ring only this loop drains (the protocol's rings give
   /// each tail and credit signal one writer).
   std::function<Result<void>(int dst, SignalId signal, std::uint64_t value)> write_signal;
+  /// Optional, for producers that move their own bytes (device_moves.cuh):
+  /// called instead of copy and write_signal when the put (or bare signal)
+  /// `ticket` of rank `src` has crossed the NIC; it grants the producer,
+  /// which then copies and signals itself. The ticket then counts as read.
+  std::function<Result<void>(int src, std::uint64_t ticket, const PutRequest& request)> land;
 };
 
 /// What one step moved.

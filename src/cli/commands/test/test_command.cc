@@ -39,6 +39,9 @@ struct EpTestOptions {
   int experts = 256;
   int sms = 24;
   std::optional<std::uint64_t> seed;
+  std::string network_leg = "nccl";  // or "emulated" (across faked nodes)
+  double nic_gbps = 50;
+  double nic_latency_us = 2;
 };
 
 // DeepEP's test_low_latency.py shape: what --mode low-latency runs unless
@@ -168,6 +171,10 @@ harness::ConformanceOptions conformance_options(const EpTestOptions& e, std::uin
   co.num_sms = e.sms;
   co.seed = seed;
   co.timeout_s = timeout_s;
+  co.network_leg = e.network_leg == "emulated" ? ep::BufferOptions::NetworkLeg::emulated_nic
+                                               : ep::BufferOptions::NetworkLeg::nccl_host;
+  co.nic_gbps = e.nic_gbps;
+  co.nic_latency_us = e.nic_latency_us;
   return co;
 }
 
@@ -211,6 +218,17 @@ Command make_test_command() {
                 ->check(CLI::Range(1, 1024));
             ep->add_option("--seed", e->seed,
                            "Seed of the random inputs (default: from the clock, printed)");
+            ep->add_option("--network-leg", e->network_leg,
+                           "Across nodes: nccl (NCCL's host API, default) or emulated (the "
+                           "device-driven leg over an emulated NIC, for nodes faked on one "
+                           "host's GPUs)")
+                ->check(CLI::IsMember({"nccl", "emulated"}));
+            ep->add_option("--nic-gbps", e->nic_gbps,
+                           "The emulated NIC's cap per rank in GB/s (default 50)")
+                ->check(CLI::Range(0.001, 10000.0));
+            ep->add_option("--nic-latency-us", e->nic_latency_us,
+                           "The emulated NIC's latency in us (default 2)")
+                ->check(CLI::Range(0.0, 1e6));
             add_gpu_launch_options(*ep, *ep_opts);
             ep->get_option("--timeout")
                 ->description(
@@ -254,6 +272,12 @@ Command make_test_command() {
                                                   std::to_string(e->sms),
                                                   "--seed",
                                                   std::to_string(seed),
+                                                  "--network-leg",
+                                                  e->network_leg,
+                                                  "--nic-gbps",
+                                                  fmt::format("{}", e->nic_gbps),
+                                                  "--nic-latency-us",
+                                                  fmt::format("{}", e->nic_latency_us),
                                                   "--timeout",
                                                   fmt::format("{}", ep_opts->timeout_s)};
                 if (ep_opts->json) child.push_back("--json");

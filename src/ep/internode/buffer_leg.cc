@@ -1,0 +1,180 @@
+// InternodeBuffer on the device-driven network leg (docs/ep-internode.md,
+// "The device-driven leg in today's Buffer"): the backend and its progress
+// thread, the exchanges the kernels run, and the count messages' checks.
+#include <fmt/format.h>
+
+#include <mutex>
+#include <utility>
+
+#include "ep/internode/buffer.h"
+#include "ep/network_leg/cuda_ipc_mapper.h"
+#include "ep/network_leg/emulated_backend.h"
+
+namespace epkit::ep {
+
+namespace nl = network_leg;
+
+Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
+  nl::EmulatedNicOptions nic;
+  nic.pacing.bytes_per_s = m_opts.emulated_nic_gbps * 1e9;
+  nic.pacing.latency_ns = static_cast<std::int64_t>(m_opts.emulated_nic_latency_us * 1e3);
+  nic.num_signals = static_cast<std::uint32_t>(leg_kinds * 2 * m_nodes);
+  nic.timeout_s = m_opts.timeout_s;
+  nic.producer_moves = true;  // no CUDA call on the progress thread (DeviceLeg::grants)
+  auto mapper = nl::CudaIpcMapper::create();
+  if (!mapper) return mapper.error();
+  auto backend = nl::EmulatedBackend::create(nic, std::move(mapper).value());
+  if (!backend) return backend.error();
+  m_leg = std::move(backend).value();
+  // Window 0: this Buffer's own regions; window 1: the forwarding Buffer's
+  // local memory (its combine's partial sums are put from there).
+  auto internode = m_leg->register_window(m_mem.get(), m_mem.size());
+  if (!internode) return internode.error();
+  auto local = m_leg->register_window(m_local->m_local.get(), m_local->m_local.size());
+  if (!local) return local.error();
+  if (internode->value != window_internode || local->value != window_node_local)
+    return make_error(ErrorCode::internal, "the network leg numbered the Buffer's windows apart");
+  EPKIT_TRY(m_leg->exchange(bootstrap));
+  int device = 0;
+  if (cudaError_t rc = cudaGetDevice(&device); rc != cudaSuccess)
+    return cuda_error(rc, "cudaGetDevice");
+  m_leg_thread = std::thread([this, device] {
+    // The rank's NIC: until the Buffer goes or the backend fails (its
+    // fault() then names the cause, and the kernels' waits expire). Its
+    // copies run on this rank's GPU, which a new thread must be told.
+    if (cudaError_t rc = cudaSetDevice(device); rc != cudaSuccess) {
+      set_leg_error(fmt::format("cudaSetDevice({}): {}", device, cudaGetErrorString(rc)));
+      return;
+    }
+    while (!m_leg_stop.load(std::memory_order_acquire)) {
+      if (auto step = m_leg->progress(); !step.ok()) {
+        set_leg_error(step.error().message);
+        return;
+      }
+    }
+  });
+  m_local->m_network_note = [this] { return leg_note(); };
+  return {};
+}
+
+void InternodeBuffer::set_leg_error(std::string error) {
+  std::lock_guard lock(m_leg_error_mutex);
+  if (m_leg_error.empty()) m_leg_error = std::move(error);
+}
+
+std::string InternodeBuffer::leg_note() const {
+  std::string note = fmt::format("the leg: {}", m_leg->describe());
+  if (auto fault = m_leg->fault())
+    note += fmt::format(", its fault: rank {}: {}", fault->rank, fault->reason);
+  std::lock_guard lock(m_leg_error_mutex);
+  if (!m_leg_error.empty()) note += fmt::format(", its progress stopped: {}", m_leg_error);
+  return note;
+}
+
+void InternodeBuffer::stop_leg() {
+  m_leg_stop.store(true, std::memory_order_release);
+  if (m_leg_thread.joinable()) m_leg_thread.join();
+}
+
+std::uint64_t InternodeBuffer::node_local_offset(const void* p) const {
+  return static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(p) -
+                                    static_cast<const std::uint8_t*>(m_local->m_local.get()));
+}
+
+Result<void> InternodeBuffer::leg_exchange(LegKind kind, const char* what, const LegPuts& puts,
+                                           int num_puts, std::int32_t* messages,
+                                           const k::MessageFormat* format) {
+  if (auto fault = m_leg->fault()) {
+    m_broken = true;
+    return make_error(ErrorCode::unavailable,
+                      fmt::format("{}: the network leg failed before (rank {}: {})", what,
+                                  fault->rank, fault->reason));
+  }
+  k::LegExchangeParams p;
+  p.leg = m_leg->device_leg();
+  p.num_nodes = m_nodes;
+  p.node = m_node;
+  p.ranks_per_node = m_per_node;
+  p.local_rank = m_local_rank;
+  p.num_puts = num_puts;
+  for (int n = 0; n < m_nodes && n < static_cast<int>(puts.size()); ++n)
+    for (int i = 0; i < num_puts; ++i)
+      p.puts[n][i] = puts[static_cast<std::size_t>(n)][static_cast<std::size_t>(i)];
+  const auto base = static_cast<std::uint32_t>(kind * 2 * m_nodes);
+  p.ready_signal = base;
+  p.tail_signal = base + static_cast<std::uint32_t>(m_nodes);
+  p.number = ++m_leg_number[static_cast<std::size_t>(kind)];
+  p.tails = m_leg_tails[static_cast<std::size_t>(kind)] += static_cast<std::uint64_t>(num_puts);
+  p.timeout_ns = static_cast<std::int64_t>(m_opts.timeout_s * 1e9);
+  p.mailbox = m_local->m_mailbox_dev;
+  if (messages != nullptr && format != nullptr) {
+    p.messages = messages;
+    p.message_ints = m_mem_layout.message_ints;
+    p.message_format = *format;
+  }
+  if (cudaError_t rc = k::launch_leg_exchange(p, m_local->comm_stream()); rc != cudaSuccess)
+    return m_local->failure(rc, what);
+  return {};
+}
+
+Result<void> InternodeBuffer::read_leg_messages(std::int32_t sequence, const k::MessageFormat& f,
+                                                InternodeHandle& h) {
+  const auto* in = static_cast<const std::int32_t*>(m_recv_messages.host());
+  const auto* out = static_cast<const std::int32_t*>(m_sent_messages.host());
+  const int mi = m_mem_layout.message_ints;
+  const auto nodes = static_cast<std::size_t>(m_nodes);
+  h.rows_to.assign(nodes, 0);
+  h.rows_from.assign(nodes, 0);
+  h.segment_begin.assign(nodes + 1, 0);
+  h.offset_at.assign(nodes, 0);
+  auto sender = [&](int n) { return n * m_per_node + m_local_rank; };
+  // Every count is hostile until checked: a peer's bad message must fail
+  // here, naming it, before any of its numbers sizes a copy.
+  for (int n = 0; n < m_nodes; ++n) {
+    const std::int32_t* msg = in + static_cast<std::int64_t>(n) * mi;
+    if (msg[0] != sequence || msg[mi - 1] != sequence)
+      return invalid(fmt::format(
+          "dispatch: rank {}'s count message belongs to another call (sequence {} / {}, this "
+          "call's is {})",
+          sender(n), msg[0], msg[mi - 1], sequence));
+    for (int m = 0; m < m_nodes; ++m) {
+      const std::int32_t rows = msg[f.rows_vector_at() + m];
+      if (rows < 0 || rows > m_opts.max_tokens)
+        return invalid(fmt::format("dispatch: rank {} announced {} rows for node {}, outside 0..{}",
+                                   sender(n), rows, m, m_opts.max_tokens));
+    }
+    const std::int32_t rows = msg[f.rows_at()];
+    if (rows != msg[f.rows_vector_at() + m_node])
+      return invalid(fmt::format(
+          "dispatch: rank {}'s count message says {} rows here but {} in its rows vector",
+          sender(n), rows, msg[f.rows_vector_at() + m_node]));
+    for (int j = 0; j < m_per_node; ++j) {
+      const std::int32_t c = msg[f.ranks_at() + j];
+      if (c < 0 || c > rows)
+        return invalid(fmt::format(
+            "dispatch: rank {} announced {} tokens for local rank {}, outside 0..{} (its rows)",
+            sender(n), c, j, rows));
+    }
+    for (int e = 0; e < f.experts_per_node; ++e) {
+      const std::int32_t c = msg[f.experts_at() + e];
+      if (c < 0 || c > rows * m_opts.max_topk)
+        return invalid(
+            fmt::format("dispatch: rank {} announced {} tokens for expert {}", sender(n), c, e));
+    }
+    const auto i = static_cast<std::size_t>(n);
+    h.rows_from[i] = rows;
+    h.rows_to[i] = out[static_cast<std::int64_t>(n) * mi + f.rows_at()];
+    h.segment_begin[i + 1] = h.segment_begin[i] + rows;
+  }
+  // Node m's segment for this rank starts after the rows of every node
+  // before this one, in node order (the receiver's segment_begin).
+  for (int m = 0; m < m_nodes; ++m) {
+    int at = 0;
+    for (int n = 0; n < m_node; ++n)
+      at += in[static_cast<std::int64_t>(n) * mi + f.rows_vector_at() + m];
+    h.offset_at[static_cast<std::size_t>(m)] = at;
+  }
+  return {};
+}
+
+}  // namespace epkit::ep

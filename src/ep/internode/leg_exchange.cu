@@ -1,0 +1,123 @@
+// One exchange over the device-driven network leg (kernels.h,
+// LegExchangeParams): a warp per other node of the rail. Each warp's lane 0
+// says this rank is ready for the exchange, waits until the node is, puts,
+// waits for the node's rows and flushes its own puts. Ready first: the
+// receive regions of this kind are free once this kernel runs (the stream
+// ordered their last reader before it), and a sender must not write them
+// before then; NCCL's matched send/recv gave that for free, one-sided puts
+// do not.
+#include "ep/core/ep_device.cuh"
+#include "ep/internode/kernels.h"
+#include "ep/network_leg/device_calls.h"
+#include "ep/network_leg/device_moves.cuh"
+
+namespace epkit::ep::kernels {
+namespace {
+
+namespace nl = network_leg;
+
+constexpr int k_warps = 8;
+
+// The mailbox's value: what was waited for (low byte), the value the
+// signal had reached and the value wanted (so the error says how far the
+// peer got: a put that never landed, a signal never sent).
+__device__ void give_up(const LegExchangeParams& p, int peer, std::int64_t what,
+                        std::uint64_t seen = 0, std::uint64_t wanted = 0) {
+  const auto clip = [](std::uint64_t v) { return static_cast<std::int64_t>(v & 0xfffffff); };
+  fail(p.mailbox, k_timeout_network, peer, what | clip(seen) << 8 | clip(wanted) << 36);
+}
+
+__device__ std::uint64_t signal_now(const LegExchangeParams& p, std::uint32_t signal) {
+  return nl::shim::load_acquire(p.leg.signals + signal);
+}
+
+__global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeParams p) {
+  // Every node's count message gets the rows of every bucket before any
+  // leaves (block-wide, then the warps post).
+  if (p.messages != nullptr) {
+    const MessageFormat& f = p.message_format;
+    for (int i = threadIdx.x; i < p.num_nodes * p.num_nodes; i += blockDim.x) {
+      const int dst = i / p.num_nodes;
+      const int of = i % p.num_nodes;
+      p.messages[static_cast<std::int64_t>(dst) * p.message_ints + f.rows_vector_at() + of] =
+          p.messages[static_cast<std::int64_t>(of) * p.message_ints + f.rows_at()];
+    }
+    // The proxy's copy engine reads them after it sees the request.
+    __threadfence_system();
+    __syncthreads();
+  }
+  const int lane = threadIdx.x % 32;
+  const bool moved = p.leg.grants != nullptr;
+  // A bare signal or a put: by the whole warp where the producer moves the
+  // bytes, else lane 0 posts it for the host to move.
+  auto post = [&](int peer, const LegPut* put, std::uint32_t signal, nl::FlushMark* mark) {
+    const std::uint64_t bytes = put != nullptr ? put->bytes : 0;
+    if (moved) {
+      return bytes == 0
+                 ? nl::leg_signal_moved(p.leg, peer, nl::SignalId{signal}, 1, p.timeout_ns)
+                 : nl::leg_put_moved(p.leg, peer, nl::WindowId{put->dst_window}, put->dst_offset,
+                                     nl::WindowId{put->src_window}, put->src_offset, bytes,
+                                     nl::SignalId{signal}, 1, p.timeout_ns);
+    }
+    auto status = static_cast<std::uint32_t>(nl::PostStatus::posted);
+    if (lane == 0) {
+      status = static_cast<std::uint32_t>(
+          bytes == 0 ? nl::leg_signal(p.leg, peer, nl::SignalId{signal}, 1, p.timeout_ns)
+                     : nl::leg_put(p.leg, peer, nl::WindowId{put->dst_window}, put->dst_offset,
+                                   nl::WindowId{put->src_window}, put->src_offset, bytes,
+                                   nl::SignalId{signal}, 1, p.timeout_ns, mark));
+    }
+    return static_cast<nl::PostStatus>(__shfl_sync(0xffffffffu, status, 0));
+  };
+  // A bounded wait by lane 0, its outcome for the warp.
+  auto wait = [&](std::uint32_t signal, std::uint64_t value) {
+    int met = 1;
+    if (lane == 0) met = nl::leg_wait(p.leg, nl::SignalId{signal}, value, p.timeout_ns) ? 1 : 0;
+    return __shfl_sync(0xffffffffu, met, 0) != 0;
+  };
+  for (int n = threadIdx.x / 32; n < p.num_nodes; n += k_warps) {
+    if (n == p.node) continue;
+    const int peer = n * p.ranks_per_node + p.local_rank;
+    const auto from = static_cast<std::uint32_t>(n);
+    const auto mine = static_cast<std::uint32_t>(p.node);
+    if (post(peer, nullptr, p.ready_signal + mine, nullptr) != nl::PostStatus::posted ||
+        !wait(p.ready_signal + from, p.number)) {
+      if (lane == 0) give_up(p, peer, 0, signal_now(p, p.ready_signal + from), p.number);
+      return;
+    }
+    // Every put carries its own tail increment (one of no bytes goes as a
+    // bare signal): the leg may complete puts out of order, and a signal
+    // orders only its own put's bytes.
+    nl::FlushMark mark;
+    for (int i = 0; i < p.num_puts; ++i) {
+      if (post(peer, &p.puts[n][i], p.tail_signal + mine, &mark) != nl::PostStatus::posted) {
+        if (lane == 0) give_up(p, peer, 1);
+        return;
+      }
+    }
+    if (!wait(p.tail_signal + from, p.tails)) {
+      if (lane == 0) give_up(p, peer, 1, signal_now(p, p.tail_signal + from), p.tails);
+      return;
+    }
+    // The next call may rewrite the sources: they must have been read (a
+    // producer that moved its own bytes has read them already).
+    if (lane == 0 && mark.end > 0 &&
+        nl::leg_flush(p.leg, mark, p.timeout_ns) != nl::PostStatus::posted) {
+      give_up(p, peer, 2);
+      return;
+    }
+    __syncwarp();
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_leg_exchange(const LegExchangeParams& p, cudaStream_t stream) {
+  if (p.num_nodes < 1 || p.num_nodes > k_max_nodes || p.num_puts < 0 ||
+      p.num_puts > LegExchangeParams::k_puts)
+    return cudaErrorInvalidValue;
+  leg_exchange_kernel<<<1, k_warps * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace epkit::ep::kernels
