@@ -9,6 +9,7 @@
 // EP_SMOKE_KILL=r: rank r dies after making the Buffer; the run passes when
 // every other rank's dispatch fails within the timeout naming rank r.
 // EP_SMOKE_OVERSUBSCRIBE=1: more ranks than GPUs (rank % GPUs), for checks.
+// EP_SMOKE_LEG=emulated (with EP_SMOKE_NODES): the device-driven network leg.
 // EP_SMOKE_NODES=n (with EP_SMOKE_KILL): an internode Buffer of n nodes faked
 // on this host (NCCL_HOSTID per node); the survivors must name the dead rank
 // whether they wait for it on NVLink, on the network, or behind a node peer
@@ -64,6 +65,8 @@ bool names_dead_rank(const std::string& got, const char* dead) {
   const std::string r = std::string("rank ") + dead;
   return got.find(r + " did not reach the engine's barrier") != std::string::npos ||
          got.find(r + " never answered on the network") != std::string::npos ||
+         (got.find(r + " never ") != std::string::npos &&
+          got.find("on the network leg") != std::string::npos) ||
          got.find("because " + r + " (on another node)") != std::string::npos;
 }
 
@@ -85,6 +88,9 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   bo.max_topk = topk;
   bo.timeout_s = std::getenv("EP_SMOKE_KILL") != nullptr ? 3 : 10;
   if (nodes > 1) bo.ranks_per_node = ranks / nodes;
+  // EP_SMOKE_LEG=emulated: the device-driven network leg over an emulated NIC.
+  if (const char* leg = std::getenv("EP_SMOKE_LEG"); leg != nullptr && std::string(leg) == "emulated")
+    bo.network_leg = ep::BufferOptions::NetworkLeg::emulated_nic;
   // One node: an output arena, for the dispatch whose outputs the senders
   // write directly (below).
   const std::size_t arena_half =

@@ -274,6 +274,18 @@ TEST(EpConformance, InternodeTwoNodesTwoRanksEach) {
   EXPECT_NE(r.out.find("(2 nodes x 2)"), std::string::npos) << r.out;
 }
 
+// The same conformance over the device-driven network leg (an emulated NIC
+// per rank, CUDA IPC between the faked nodes), 2 x 2 and 4 x 1.
+TEST(EpConformance, InternodeEmulatedLegTwoNodesTwoRanksEach) {
+  need_gpus(1);
+  auto r = shell(two_fake_nodes("--nproc-per-node 2 --tokens 1024 --network-leg emulated "
+                                "--timeout 120" +
+                                    std::string(gpu_count() < 4 ? " --oversubscribe" : ""),
+                                29637));
+  expect_ep_passed(r, 4);
+  EXPECT_NE(r.out.find("[network] emulated NIC"), std::string::npos) << r.out;
+}
+
 // bench ep across the same faked nodes: the checks pass bitwise, then
 // test_internode.py's RDMA and NVL figures, logical and physical, and the
 // table (the speed is the socket transport's, not judged).
