@@ -377,6 +377,41 @@ TEST(EmulatedBackend, FlushWaitsUntilTheNicHasReadTheSource) {
   EXPECT_EQ(leg_flush(leg, mark, 1'000'000), PostStatus::posted);
 }
 
+// Producer-moved puts (what a GPU uses): the backend hands the kernels every
+// rank's windows and signal arrays, and grants a put once the NIC model
+// says it crossed, without moving a byte itself; a put to a dropped rank is
+// never granted.
+TEST(EmulatedBackend, ProducerMovedPutsAreGrantedNotCopied) {
+  EmulatedNicOptions o = small_options();
+  o.producer_moves = true;
+  World w(3, o, true);
+  w.exchange_ok();
+  const DeviceLeg leg = w.at(0).device_leg();
+  ASSERT_NE(leg.grants, nullptr);
+  ASSERT_NE(leg.peer_windows, nullptr);
+  ASSERT_NE(leg.peer_signals, nullptr);
+  ASSERT_EQ(leg.windows_per_peer, 1u);
+  for (int r = 0; r < 3; ++r) {
+    const PeerWindow& window = leg.peer_windows[r];
+    EXPECT_EQ(window.base, w.windows[static_cast<std::size_t>(r)].data()) << "rank " << r;
+    EXPECT_EQ(window.bytes, w.windows[static_cast<std::size_t>(r)].size());
+    EXPECT_EQ(leg.peer_signals[r], w.at(r).device_leg().signals) << "rank " << r;
+  }
+  const auto before = w.windows[1];
+  ASSERT_EQ(w.at(0).post(chunk_put(w, 0, 1, 0, 1)), PostStatus::posted);  // ticket 0
+  ASSERT_EQ(w.at(0).post(chunk_put(w, 0, 2, 0, 1)), PostStatus::posted);  // ticket 1
+  w.step_all(0);
+  EXPECT_EQ(leg.grants[0], 0u);  // still crossing the NIC
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(w.at(r).drop_rank(2).ok());
+  w.step_all(1'000'000);
+  EXPECT_EQ(std::atomic_ref<std::uint64_t>(leg.grants[0]).load(), 1u);  // ticket 0 granted
+  EXPECT_EQ(leg.grants[1], 0u);                                         // to the dropped rank
+  EXPECT_EQ(w.windows[1], before);  // the producer moves the bytes, not the host
+  EXPECT_EQ(w.signal(1, 0), 0u);    // nor the signal
+  ASSERT_TRUE(w.at(0).fault().has_value());
+  EXPECT_EQ(w.at(0).fault()->rank, 2);
+}
+
 TEST(EmulatedBackend, DroppedPeerIsNamedByEverySurvivor) {
   World w(4, small_options(), true);
   w.exchange_ok();

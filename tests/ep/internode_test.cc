@@ -1,12 +1,17 @@
 // The internode engine's host-side rules that need no GPU: the packed row's
 // field offsets (each field aligned in every row), the memory it plans per
 // rank, the forwarding Buffer's options, and the errors for node shapes it
-// cannot split.
+// cannot split, the device-driven leg's options and the checks of the count
+// messages it delivers.
 #ifdef EPKIT_WITH_CUDA
 #include <epkit/ep.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "ep/internode/buffer.h"
+#include "ep/internode/checks.h"
 
 namespace epkit::ep {
 namespace {
@@ -113,6 +118,108 @@ TEST(InternodeBuffer, NodeShapesItCannotSplitAreRefusedByName) {
   r = Buffer::create(four, o);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("ranks_per_node = -1"), std::string::npos);
+}
+
+TEST(InternodeBuffer, EmulatedNicOutOfRangeIsRefusedByName) {
+  BufferOptions o;
+  o.ranks_per_node = 1;
+  o.network_leg = BufferOptions::NetworkLeg::emulated_nic;
+  o.emulated_nic_gbps = 0;
+  FixedBootstrap two(0, 2);
+  auto r = Buffer::create(two, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("emulated NIC of 0 GB/s"), std::string::npos)
+      << r.error().message;
+  o.emulated_nic_gbps = 50;
+  o.emulated_nic_latency_us = -1;
+  r = Buffer::create(two, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("-1 us latency"), std::string::npos) << r.error().message;
+  o.emulated_nic_latency_us = 2;
+  o.network_leg = static_cast<BufferOptions::NetworkLeg>(7);
+  r = Buffer::create(two, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("network_leg = 7"), std::string::npos) << r.error().message;
+}
+
+// Count messages as the leg delivers them to node 1 of 3 (one rank a node,
+// two local ranks' counts, two experts): rows[n][m] is what node n's bucket
+// holds for node m.
+struct LegMessages {
+  static constexpr int kNodes = 3, kMe = 1, kInts = 16, kSeq = 7;
+  const kernels::MessageFormat f{2, 2, kNodes};
+  int rows[kNodes][kNodes] = {{5, 3, 2}, {4, 6, 1}, {7, 2, 9}};
+  std::vector<std::int32_t> received, sent;
+
+  LegMessages() { build(); }
+  void build() {
+    received.assign(kNodes * kInts, 0);
+    sent.assign(kNodes * kInts, 0);
+    for (int n = 0; n < kNodes; ++n) {
+      fill(&received[static_cast<std::size_t>(n * kInts)], n, kMe);  // from n, for this node
+      fill(&sent[static_cast<std::size_t>(n * kInts)], kMe, n);      // this node's, for n
+    }
+  }
+  void fill(std::int32_t* msg, int from, int to) const {
+    msg[0] = msg[kInts - 1] = kSeq;
+    msg[f.rows_at()] = rows[from][to];
+    msg[f.ranks_at()] = msg[f.ranks_at() + 1] = rows[from][to];
+    msg[f.experts_at()] = msg[f.experts_at() + 1] = rows[from][to];
+    for (int m = 0; m < kNodes; ++m) msg[f.rows_vector_at() + m] = rows[from][m];
+  }
+  Result<LegCounts> check() const {
+    return check_leg_messages(received, sent, RailPlace{kMe, kNodes, 1, 0}, f, kInts, kSeq,
+                              /*max_tokens=*/16, /*max_topk=*/2);
+  }
+  std::int32_t& at(int from, int index) {
+    return received[static_cast<std::size_t>(from * kInts + index)];
+  }
+};
+
+TEST(InternodeLegMessages, SegmentsAndWhereThisRanksRowsLand) {
+  LegMessages m;
+  auto c = m.check();
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->rows_from, (std::vector<int>{3, 6, 2}));
+  EXPECT_EQ(c->segment_begin, (std::vector<int>{0, 3, 9, 11}));
+  EXPECT_EQ(c->rows_to, (std::vector<int>{4, 6, 1}));
+  // At node m, after the rows of node 0 (the only node before this one).
+  EXPECT_EQ(c->offset_at, (std::vector<int>{5, 3, 2}));
+}
+
+TEST(InternodeLegMessages, EveryBadCountNamesItsSender) {
+  const kernels::MessageFormat f{2, 2, LegMessages::kNodes};
+  struct Case {
+    const char* what;
+    int from;
+    int index;
+    std::int32_t value;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"stale sequence", 2, 0, 6, "rank 2's count message belongs to another call"},
+      {"torn message", 0, LegMessages::kInts - 1, 8, "rank 0's count message belongs"},
+      {"rows vector past max_tokens", 2, f.rows_vector_at() + 2, 17, "rank 2 announced 17 rows"},
+      {"negative rows", 0, f.rows_vector_at(), -1, "rank 0 announced -1 rows"},
+      {"rows disagree with the vector", 2, f.rows_at(), 1, "says 1 rows here but 2"},
+      {"local rank past the rows", 0, f.ranks_at() + 1, 4, "4 tokens for local rank 1"},
+      {"expert past rows x top-k", 2, f.experts_at(), 5, "5 tokens for expert 0"},
+  };
+  for (const Case& c : cases) {
+    LegMessages m;
+    m.at(c.from, c.index) = c.value;
+    auto r = m.check();
+    ASSERT_FALSE(r.ok()) << c.what;
+    EXPECT_NE(r.error().message.find(c.says), std::string::npos)
+        << c.what << ": " << r.error().message;
+  }
+  LegMessages m;
+  auto short_span =
+      check_leg_messages(std::span<const std::int32_t>(m.received).first(20), m.sent,
+                         RailPlace{1, 3, 1, 0}, f, LegMessages::kInts, LegMessages::kSeq, 16, 2);
+  ASSERT_FALSE(short_span.ok());
+  EXPECT_NE(short_span.error().message.find("20 / 48 given"), std::string::npos)
+      << short_span.error().message;
 }
 
 }  // namespace

@@ -240,6 +240,35 @@ TEST_F(ProxyLoopTest, FailedFenceIsAFault) {
   EXPECT_NE(queued.fault()->reason.find("illegal address"), std::string::npos);
 }
 
+// A producer that moves its own bytes: the loop only tells it (land) with
+// the ticket when the put has crossed, never copies or signals, and counts
+// the source read (flush passes).
+TEST_F(ProxyLoopTest, LandHookReplacesTheCopyAndTheSignal) {
+  std::vector<std::pair<int, std::uint64_t>> landed;
+  auto hooks = ranks.hooks();
+  hooks.land = [&](int src, std::uint64_t ticket, const PutRequest&) -> Result<void> {
+    landed.emplace_back(src, ticket);
+    return {};
+  };
+  ProxyLoop moved(ranks.rings(), *pacing, std::move(hooks));
+  DeviceLeg leg = leg_of(0);
+  FlushMark mark;
+  ASSERT_EQ(leg_put(leg, 1, WindowId{}, 0, WindowId{}, 16, 32, SignalId{1}, 1, kLongNs, &mark),
+            PostStatus::posted);
+  ASSERT_EQ(leg_signal(leg, 1, SignalId{2}, 1, kLongNs, &mark), PostStatus::posted);
+  const auto before = ranks.windows[1];
+  ASSERT_TRUE(moved.step().ok());
+  EXPECT_TRUE(landed.empty());
+  clock.advance(1'000'000);
+  ASSERT_TRUE(moved.step().ok());
+  const std::vector<std::pair<int, std::uint64_t>> want = {{0, 0}, {0, 1}};
+  EXPECT_EQ(landed, want);
+  EXPECT_EQ(ranks.windows[1], before);
+  EXPECT_EQ(ranks.signals[1][1], 0u);
+  EXPECT_TRUE(ranks.log.empty());
+  EXPECT_EQ(leg_flush(leg, mark, 0), PostStatus::posted);
+}
+
 TEST_F(ProxyLoopTest, DroppedRankIsNamedAndItsPutsNeverLand) {
   pacing->drop_rank(1);
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "ep/internode/buffer.h"
+#include "ep/internode/checks.h"
 #include "ep/network_leg/cuda_ipc_mapper.h"
 #include "ep/network_leg/emulated_backend.h"
 
@@ -119,61 +120,18 @@ Result<void> InternodeBuffer::leg_exchange(LegKind kind, const char* what, const
 
 Result<void> InternodeBuffer::read_leg_messages(std::int32_t sequence, const k::MessageFormat& f,
                                                 InternodeHandle& h) {
-  const auto* in = static_cast<const std::int32_t*>(m_recv_messages.host());
-  const auto* out = static_cast<const std::int32_t*>(m_sent_messages.host());
-  const int mi = m_mem_layout.message_ints;
-  const auto nodes = static_cast<std::size_t>(m_nodes);
-  h.rows_to.assign(nodes, 0);
-  h.rows_from.assign(nodes, 0);
-  h.segment_begin.assign(nodes + 1, 0);
-  h.offset_at.assign(nodes, 0);
-  auto sender = [&](int n) { return n * m_per_node + m_local_rank; };
-  // Every count is hostile until checked: a peer's bad message must fail
-  // here, naming it, before any of its numbers sizes a copy.
-  for (int n = 0; n < m_nodes; ++n) {
-    const std::int32_t* msg = in + static_cast<std::int64_t>(n) * mi;
-    if (msg[0] != sequence || msg[mi - 1] != sequence)
-      return invalid(fmt::format(
-          "dispatch: rank {}'s count message belongs to another call (sequence {} / {}, this "
-          "call's is {})",
-          sender(n), msg[0], msg[mi - 1], sequence));
-    for (int m = 0; m < m_nodes; ++m) {
-      const std::int32_t rows = msg[f.rows_vector_at() + m];
-      if (rows < 0 || rows > m_opts.max_tokens)
-        return invalid(fmt::format("dispatch: rank {} announced {} rows for node {}, outside 0..{}",
-                                   sender(n), rows, m, m_opts.max_tokens));
-    }
-    const std::int32_t rows = msg[f.rows_at()];
-    if (rows != msg[f.rows_vector_at() + m_node])
-      return invalid(fmt::format(
-          "dispatch: rank {}'s count message says {} rows here but {} in its rows vector",
-          sender(n), rows, msg[f.rows_vector_at() + m_node]));
-    for (int j = 0; j < m_per_node; ++j) {
-      const std::int32_t c = msg[f.ranks_at() + j];
-      if (c < 0 || c > rows)
-        return invalid(fmt::format(
-            "dispatch: rank {} announced {} tokens for local rank {}, outside 0..{} (its rows)",
-            sender(n), c, j, rows));
-    }
-    for (int e = 0; e < f.experts_per_node; ++e) {
-      const std::int32_t c = msg[f.experts_at() + e];
-      if (c < 0 || c > rows * m_opts.max_topk)
-        return invalid(
-            fmt::format("dispatch: rank {} announced {} tokens for expert {}", sender(n), c, e));
-    }
-    const auto i = static_cast<std::size_t>(n);
-    h.rows_from[i] = rows;
-    h.rows_to[i] = out[static_cast<std::int64_t>(n) * mi + f.rows_at()];
-    h.segment_begin[i + 1] = h.segment_begin[i] + rows;
-  }
-  // Node m's segment for this rank starts after the rows of every node
-  // before this one, in node order (the receiver's segment_begin).
-  for (int m = 0; m < m_nodes; ++m) {
-    int at = 0;
-    for (int n = 0; n < m_node; ++n)
-      at += in[static_cast<std::int64_t>(n) * mi + f.rows_vector_at() + m];
-    h.offset_at[static_cast<std::size_t>(m)] = at;
-  }
+  const auto ints =
+      static_cast<std::size_t>(m_nodes) * static_cast<std::size_t>(m_mem_layout.message_ints);
+  auto counts =
+      check_leg_messages({static_cast<const std::int32_t*>(m_recv_messages.host()), ints},
+                         {static_cast<const std::int32_t*>(m_sent_messages.host()), ints},
+                         RailPlace{m_node, m_nodes, m_per_node, m_local_rank}, f,
+                         m_mem_layout.message_ints, sequence, m_opts.max_tokens, m_opts.max_topk);
+  if (!counts) return counts.error();
+  h.rows_to = std::move(counts->rows_to);
+  h.rows_from = std::move(counts->rows_from);
+  h.segment_begin = std::move(counts->segment_begin);
+  h.offset_at = std::move(counts->offset_at);
   return {};
 }
 
