@@ -50,6 +50,19 @@ TEST(EpReproduce, AcrossNodesNamesTheNodeFlags) {
             "same --master)");
 }
 
+TEST(EpReproduce, EmulatedLegIsNamedWithItsNic) {
+  EpReproduce r = base();
+  r.ranks = 2;
+  r.nnodes = 2;
+  r.nproc_per_node = 1;
+  r.network_leg = "emulated";
+  r.nic_gbps = 12.5;
+  EXPECT_EQ(ep_reproduce_command(r),
+            "epkit test ep --seed 717991210 --tokens 1024 --hidden 7168 --topk 8 --experts 256 "
+            "--sms 24 --nnodes 2 --network-leg emulated --nic-gbps 12.5 --nic-latency-us 2 "
+            "--nproc-per-node 1 (on every node, with its --node-rank and the same --master)");
+}
+
 TEST(EpReproduce, LowLatencyModeIsNamed) {
   EpReproduce r = base();
   r.mode = "low-latency";

@@ -11,6 +11,9 @@ std::string ep_reproduce_command(const EpReproduce& r) {
                      r.tokens, r.hidden, r.topk, r.experts, r.sms);
   const bool nodes = r.nnodes > 1;
   if (nodes) out += fmt::format(" --nnodes {}", r.nnodes);
+  if (r.network_leg != "nccl")
+    out += fmt::format(" --network-leg {} --nic-gbps {} --nic-latency-us {}", r.network_leg,
+                       r.nic_gbps, r.nic_latency_us);
   // One node: every rank is local, so the rank count is the flag.
   out += fmt::format(" --nproc-per-node {}", nodes ? r.nproc_per_node : r.ranks);
   if (r.oversubscribe) out += " --oversubscribe";

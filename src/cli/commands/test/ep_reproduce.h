@@ -20,6 +20,9 @@ struct EpReproduce {
   int nnodes = 1;          // the launch's
   int nproc_per_node = 1;  // the launch's local ranks
   bool oversubscribe = false;
+  std::string network_leg = "nccl";  // --network-leg; named only when not the default
+  double nic_gbps = 50;              // the emulated NIC's, named with it
+  double nic_latency_us = 2;
 };
 
 /// "epkit test ep [--mode low-latency] --seed 7 ... --nproc-per-node 4"; across nodes

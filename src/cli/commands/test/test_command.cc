@@ -154,7 +154,10 @@ void write_ep_summary(const harness::ConformanceReport& report, const EpTestOpti
                         .ranks = report.ranks,
                         .nnodes = launch.nnodes,
                         .nproc_per_node = launch.local_world_size,
-                        .oversubscribe = launch.share_gpus};
+                        .oversubscribe = launch.share_gpus,
+                        .network_leg = e.network_leg,
+                        .nic_gbps = e.nic_gbps,
+                        .nic_latency_us = e.nic_latency_us};
     out << "  reproduce with: " << ep_reproduce_command(r) << "\n";
   }
 }
