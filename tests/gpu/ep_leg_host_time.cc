@@ -8,7 +8,6 @@
 // Usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS]
 // Prints one line per rank: "leg_host_time rank=... host_us dispatch=...".
 #include <epkit/ep.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -121,8 +120,7 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
   std::printf(
       "leg_host_time rank=%d ranks=%d nodes=%d cap_gbps=%g tokens=%d rows=%lld host_us "
       "dispatch=%.1f combine=%.1f device_us dispatch=%.1f combine=%.1f\n",
-      rank, ranks, nodes, gbps, s.tokens, static_cast<long long>(d->recv_x.rows()), hd, hc, dd,
-      dc);
+      rank, ranks, nodes, gbps, s.tokens, static_cast<long long>(d->recv_x.rows()), hd, hc, dd, dc);
   CHECK_OK(buf.barrier());
   buffer->reset();
   session->store.close();
@@ -146,23 +144,12 @@ int main(int argc, char** argv) {
   }
   const int gpus = test::gpus_or_exit(1);
   const std::uint16_t port = test::free_local_port();
-  std::vector<pid_t> kids;
-  for (int r = 0; r < ranks; ++r) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      // Before anything loads NCCL: each faked node looks like its own host.
-      ::setenv("NCCL_HOSTID", ("leg-node-" + std::to_string(r / (ranks / nodes))).c_str(), 1);
-      std::fflush(stdout);
-      ::_exit(rank_main(r, ranks, nodes, gpus, port, gbps, s));
-    }
-    kids.push_back(pid);
-  }
-  int worst = 0;
-  for (pid_t kid : kids) {
-    int status = 0;
-    ::waitpid(kid, &status, 0);
-    worst = std::max(worst, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
+  const auto codes = test::wait_ranks(test::fork_ranks(ranks, [&](int r) {
+    // Before anything loads NCCL: each faked node looks like its own host.
+    ::setenv("NCCL_HOSTID", ("leg-node-" + std::to_string(r / (ranks / nodes))).c_str(), 1);
+    return rank_main(r, ranks, nodes, gpus, port, gbps, s);
+  }));
+  const int worst = *std::max_element(codes.begin(), codes.end());
   std::printf("ep_leg_host_time: exit %d\n", worst);
   return worst;
 }

@@ -9,7 +9,6 @@
 // Usage: epkit_ep_low_latency_graph RANKS [TOKENS HIDDEN TOPK EXPERTS SMS REPLAYS]
 // Where GPUs are fewer than ranks the ranks share them (rank % GPUs).
 #include <epkit/ep.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -287,21 +286,9 @@ int main(int argc, char** argv) {
     std::printf("note: %d ranks share %d GPU(s); start MPS so that their kernels run at once\n",
                 ranks, gpus);
   const std::uint16_t port = test::free_local_port();
-  std::vector<pid_t> kids;
-  for (int r = 0; r < ranks; ++r) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      std::fflush(stdout);
-      ::_exit(rank_main(r, ranks, gpus, port, s));
-    }
-    kids.push_back(pid);
-  }
-  int worst = 0;
-  for (pid_t kid : kids) {
-    int status = 0;
-    ::waitpid(kid, &status, 0);
-    worst = std::max(worst, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
+  const auto codes = test::wait_ranks(
+      test::fork_ranks(ranks, [&](int r) { return rank_main(r, ranks, gpus, port, s); }));
+  const int worst = *std::max_element(codes.begin(), codes.end());
   std::printf("ep_low_latency_graph: exit %d\n", worst);
   return worst;
 }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #include "runtime/socket.h"
 #include "runtime/store.h"
@@ -48,6 +49,35 @@ inline auto join_forked_store(int rank, int ranks, std::uint16_t port, const cha
   // One host, loopback only: no secret (the store binds 127.0.0.1).
   return runtime::open_store(info, "localhost", tag, "", info.master_addr,
                              runtime::Deadline::after_seconds(20));
+}
+
+/// Forks one process per rank, each running `rank_main(rank)` and exiting
+/// with what it returns (stdout flushed first, so no buffered line is
+/// printed twice). The parent must not have started CUDA.
+template <class RankMain>
+std::vector<pid_t> fork_ranks(int ranks, RankMain&& rank_main) {
+  std::vector<pid_t> kids;
+  for (int r = 0; r < ranks; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      std::fflush(stdout);
+      ::_exit(rank_main(r));
+    }
+    kids.push_back(pid);
+  }
+  return kids;
+}
+
+/// Waits for every rank forked by fork_ranks: each one's exit code, or 128 +
+/// the signal that ended it.
+inline std::vector<int> wait_ranks(const std::vector<pid_t>& kids) {
+  std::vector<int> codes;
+  for (const pid_t kid : kids) {
+    int status = 0;
+    ::waitpid(kid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return codes;
 }
 
 }  // namespace epkit::test

@@ -18,7 +18,6 @@
 // did what its mode expects.
 #include <cuda_runtime_api.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -300,23 +299,14 @@ int main(int argc, char** argv) {
     std::printf("note: %d ranks share %d GPU(s); start MPS so that their kernels run at once\n",
                 ranks, gpus);
   const std::uint16_t port = test::free_local_port();
-  std::vector<pid_t> kids;
-  for (int r = 0; r < ranks; ++r) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      std::fflush(stdout);
-      ::_exit(rank_main(r, ranks, gpus, port, o));
-    }
-    kids.push_back(pid);
-  }
+  const auto codes = test::wait_ranks(
+      test::fork_ranks(ranks, [&](int r) { return rank_main(r, ranks, gpus, port, o); }));
   int worst = 0;
-  for (std::size_t r = 0; r < kids.size(); ++r) {
-    int status = 0;
-    ::waitpid(kids[r], &status, 0);
-    const bool killed_victim = o.mode == "kill" && static_cast<int>(r) == ranks - 1 &&
-                               WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-    if (killed_victim) continue;
-    worst = std::max(worst, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  for (int r = 0; r < ranks; ++r) {
+    const int code = codes[static_cast<std::size_t>(r)];
+    // kill: the victim ends itself with SIGKILL, which is the point.
+    if (o.mode == "kill" && r == ranks - 1 && code == 128 + SIGKILL) continue;
+    worst = std::max(worst, code);
   }
   std::printf("network_leg: %s, exit %d\n", o.mode.c_str(), worst);
   return worst;

@@ -496,16 +496,13 @@ ProxyHooks EmulatedBackend::hooks() {
     const auto& dst =
         m_peers[static_cast<std::size_t>(request.peer)].windows[request.dst_window.value];
     // A copy engine reports a bad copy at the next call, not this one: the
-    // error then says which put came before it.
-    m_last_put = fmt::format(
-        "the last put: {} bytes from window {} + {} (of {}) to rank {}'s window {} + {} (of {}, "
-        "mapped at {})",
-        request.bytes, request.src_window.value, request.src_offset, src.bytes, request.peer,
-        request.dst_window.value, request.dst_offset, dst.bytes, static_cast<void*>(dst.base));
+    // error then says which put came before it (kept as the request, put
+    // into words only on an error: this runs for every put).
+    m_last_put = request;
     auto copied =
         m_mapper->copy(dst.base + request.dst_offset, src.base + request.src_offset, request.bytes);
     if (!copied.ok())
-      return make_error(copied.error().code, copied.error().message + "; " + m_last_put);
+      return make_error(copied.error().code, copied.error().message + "; " + describe_last_put());
     return copied;
   };
   // A put's source counts as read (the producer's flush) only once the
@@ -529,10 +526,22 @@ ProxyHooks EmulatedBackend::hooks() {
           fmt::format("{} (signal {} of rank {}, mapped at {}); {}", written.error().message,
                       signal.value, dst,
                       static_cast<void*>(m_peers[static_cast<std::size_t>(dst)].signals),
-                      m_last_put.empty() ? "no put before it" : m_last_put));
+                      describe_last_put()));
     return written;
   };
   return h;
+}
+
+std::string EmulatedBackend::describe_last_put() const {
+  if (!m_last_put) return "no put before it";
+  const PutRequest& r = *m_last_put;
+  const auto& src = m_windows[r.src_window.value];
+  const auto& dst = m_peers[static_cast<std::size_t>(r.peer)].windows[r.dst_window.value];
+  return fmt::format(
+      "the last put: {} bytes from window {} + {} (of {}) to rank {}'s window {} + {} (of {}, "
+      "mapped at {})",
+      r.bytes, r.src_window.value, r.src_offset, src.bytes, r.peer, r.dst_window.value,
+      r.dst_offset, dst.bytes, static_cast<void*>(dst.base));
 }
 
 void EmulatedBackend::set_fault(int rank, std::string reason) {

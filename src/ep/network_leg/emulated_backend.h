@@ -233,7 +233,9 @@ class EmulatedBackend final : public HostBackend {
   std::atomic<bool> m_aborted{false};
   std::optional<Fault> m_fault;
   std::uint64_t m_watched_head = 0;  // pending tickets' first, when last seen moving
-  std::string m_last_put;            // for an error a later call reports
+  // The last put copied, for an error a later call reports.
+  std::optional<PutRequest> m_last_put;
+  std::string describe_last_put() const;
   std::int64_t m_watched_since_ns = 0;
 };
 
