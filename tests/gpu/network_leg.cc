@@ -69,7 +69,8 @@ bool parse(int argc, char** argv, Options& o) {
     const std::string value = arg.substr(eq + 1);
     char* end = nullptr;
     const double number = std::strtod(value.c_str(), &end);
-    const bool numeric = end != value.c_str() && *end == '\0' && number >= 0;
+    // Bounded before any cast: a count past these is a typo, not a test.
+    const bool numeric = end != value.c_str() && *end == '\0' && number >= 0 && number <= 1e9;
     if (key == "mode") {
       o.mode = value;
     } else if (key == "moves") {
@@ -96,7 +97,8 @@ bool parse(int argc, char** argv, Options& o) {
   }
   return (o.moves == "producer" || o.moves == "host") &&
          (o.mode == "ring" || o.mode == "kill" || o.mode == "drop") && o.bytes >= 16 &&
-         o.bytes % 16 == 0 && o.slots >= 1 && o.messages >= 1 && o.gbps > 0 && o.timeout_s > 0;
+         o.bytes <= (1u << 30) && o.bytes % 16 == 0 && o.slots >= 1 && o.slots <= 4096 &&
+         o.messages >= 1 && o.gbps > 0 && o.timeout_s > 0 && o.timeout_s <= 3600;
 }
 
 const char* status_name(std::uint32_t s) {
