@@ -34,6 +34,7 @@ struct InternodeLayout {
   std::size_t buckets = 0, rows = 0, partial_x = 0, partial_w = 0, out_x = 0, out_w = 0;
   std::size_t per_rank = 0, per_node = 0, per_expert = 0, in_rank = 0, send_messages = 0;
   std::size_t recv_messages = 0;  // where the device-driven leg puts them
+  std::size_t leg_counters = 0;   // the leg's exchanges and puts so far, per kind
   std::size_t barrier = 0;
   std::size_t total = 0;
 };
@@ -213,8 +214,6 @@ class InternodeBuffer final : public Buffer {
   std::atomic<bool> m_leg_stop{false};
   mutable std::mutex m_leg_error_mutex;
   std::string m_leg_error;
-  std::array<std::uint64_t, leg_kinds> m_leg_number{};
-  std::array<std::uint64_t, leg_kinds> m_leg_tails{};
 };
 
 }  // namespace epkit::ep

@@ -27,6 +27,12 @@ Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
   auto backend = nl::EmulatedBackend::create(nic, std::move(mapper).value());
   if (!backend) return backend.error();
   m_leg = std::move(backend).value();
+  // The exchanges' counters start at 0 on every rank.
+  static_assert(leg_kinds * 16 <= 4 * 2 * sizeof(std::uint64_t),
+                "internode_layout's leg_counters region holds every kind");
+  if (cudaError_t rc = cudaMemset(region(m_mem_layout.leg_counters), 0, leg_kinds * 16);
+      rc != cudaSuccess)
+    return cuda_error(rc, "cudaMemset of the network leg's counters");
   // Window 0: this Buffer's own regions; window 1: the forwarding Buffer's
   // local memory (its combine's partial sums are put from there).
   auto internode = m_leg->register_window(m_mem.get(), m_mem.size());
@@ -104,8 +110,7 @@ Result<void> InternodeBuffer::leg_exchange(LegKind kind, const char* what, const
   const auto base = static_cast<std::uint32_t>(kind * 2 * m_nodes);
   p.ready_signal = base;
   p.tail_signal = base + static_cast<std::uint32_t>(m_nodes);
-  p.number = ++m_leg_number[static_cast<std::size_t>(kind)];
-  p.tails = m_leg_tails[static_cast<std::size_t>(kind)] += static_cast<std::uint64_t>(num_puts);
+  p.counters = reinterpret_cast<std::uint64_t*>(region(m_mem_layout.leg_counters)) + 2 * kind;
   p.timeout_ns = static_cast<std::int64_t>(m_opts.timeout_s * 1e9);
   p.mailbox = m_local->m_mailbox_dev;
   if (messages != nullptr && format != nullptr) {

@@ -112,11 +112,11 @@ struct LegPut {
 
 /// One exchange over the device-driven leg with the rail's other nodes
 /// (docs/ep-internode.md, "The device-driven leg in today's Buffer"): for
-/// each other node n, tell n this rank is ready to receive exchange
-/// `number` of this kind, wait until n is ready, put puts[n] (each adding 1
-/// to the tail signal; one of no bytes as a bare signal), wait for n's tail
-/// to reach `tails`, and flush, so the sources may be reused by the next
-/// call. Every wait is
+/// each other node n, tell n this rank is ready to receive the next exchange
+/// of this kind, wait until n is ready, put puts[n] (each adding 1 to the
+/// tail signal; one of no bytes as a bare signal), wait for n's tail to reach
+/// what this exchange brings it to, and flush, so the sources may be reused
+/// by the next call. Every wait is
 /// bounded; on expiry the mailbox names the rank of node n (k_timeout_network).
 struct LegExchangeParams {
   network_leg::DeviceLeg leg;
@@ -131,8 +131,11 @@ struct LegExchangeParams {
   /// tail_signal + source node.
   std::uint32_t ready_signal = 0;
   std::uint32_t tail_signal = 0;
-  std::uint64_t number = 0;  ///< exchanges of this kind so far, this one included
-  std::uint64_t tails = 0;   ///< puts of this kind from each node so far, these included
+  /// This kind's counters in device memory, [0] the exchanges so far and [1]
+  /// the puts from each node so far; the kernel reads them, adds this
+  /// exchange (1 and num_puts) and stores them back at its end. On the device,
+  /// not in the arguments: a captured exchange replays with the next numbers.
+  std::uint64_t* counters = nullptr;
   std::int64_t timeout_ns = 0;
   Mailbox* mailbox = nullptr;
   /// Count messages (optional): before the puts, every node's message gets

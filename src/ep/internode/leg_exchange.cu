@@ -32,6 +32,14 @@ __device__ std::uint64_t signal_now(const LegExchangeParams& p, std::uint32_t si
 }
 
 __global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeParams p) {
+  // This exchange's numbers, from the kind's counters on the device (a
+  // graph replay gets the next ones).
+  __shared__ std::uint64_t number, tails;
+  if (threadIdx.x == 0) {
+    number = p.counters[0] + 1;
+    tails = p.counters[1] + static_cast<std::uint64_t>(p.num_puts);
+  }
+  __syncthreads();
   // Every node's count message gets the rows of every bucket before any
   // leaves (block-wide, then the warps post).
   if (p.messages != nullptr) {
@@ -81,8 +89,8 @@ __global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeP
     const auto from = static_cast<std::uint32_t>(n);
     const auto mine = static_cast<std::uint32_t>(p.node);
     if (post(peer, nullptr, p.ready_signal + mine, nullptr) != nl::PostStatus::posted ||
-        !wait(p.ready_signal + from, p.number)) {
-      if (lane == 0) give_up(p, peer, 0, signal_now(p, p.ready_signal + from), p.number);
+        !wait(p.ready_signal + from, number)) {
+      if (lane == 0) give_up(p, peer, 0, signal_now(p, p.ready_signal + from), number);
       return;
     }
     // Every put carries its own tail increment (one of no bytes goes as a
@@ -95,8 +103,8 @@ __global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeP
         return;
       }
     }
-    if (!wait(p.tail_signal + from, p.tails)) {
-      if (lane == 0) give_up(p, peer, 1, signal_now(p, p.tail_signal + from), p.tails);
+    if (!wait(p.tail_signal + from, tails)) {
+      if (lane == 0) give_up(p, peer, 1, signal_now(p, p.tail_signal + from), tails);
       return;
     }
     // The next call may rewrite the sources: they must have been read (a
@@ -108,13 +116,20 @@ __global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeP
     }
     __syncwarp();
   }
+  // Every warp done (a wait that expired trapped instead): the next
+  // exchange of this kind counts from here.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    p.counters[0] = number;
+    p.counters[1] = tails;
+  }
 }
 
 }  // namespace
 
 cudaError_t launch_leg_exchange(const LegExchangeParams& p, cudaStream_t stream) {
   if (p.num_nodes < 1 || p.num_nodes > k_max_nodes || p.num_puts < 0 ||
-      p.num_puts > LegExchangeParams::k_puts)
+      p.num_puts > LegExchangeParams::k_puts || p.counters == nullptr)
     return cudaErrorInvalidValue;
   leg_exchange_kernel<<<1, k_warps * 32, 0, stream>>>(p);
   return cudaGetLastError();
