@@ -1,13 +1,14 @@
 // An internode Buffer on the device-driven network leg under CUDA graphs:
-// each rank (processes sharing the GPU, nodes faked) captures a cached
-// dispatch + combine pair in a graph and replays it many times while x
-// changes between replays; every replay's combined rows must equal the
-// eager calls' on the same x bitwise. The routing is the first dispatch's
-// (a captured dispatch with new routing needs num_worst_tokens without a host
-// wait, which the leg does not do yet: docs/ep-internode.md).
-// Usage: epkit_ep_leg_graph RANKS NODES [TOKENS HIDDEN REPLAYS]
+// each rank (processes sharing the GPU, nodes faked) captures a step and
+// replays it many times while its inputs change between replays; every
+// replay's combined rows must equal the eager calls' on the same inputs
+// bitwise. Two steps:
+// - cached: a cached dispatch + combine on the first dispatch's routing, x
+//   changing;
+// - routing: layout + dispatch with num_worst_tokens + combine, the top-k
+//   routing and x changing (the sizes never reach the host on the leg).
+// Usage: epkit_ep_leg_graph RANKS NODES [TOKENS HIDDEN REPLAYS [cached|routing]]
 #include <epkit/ep.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +41,7 @@ constexpr int k_sets = 4;
 
 struct Shape {
   int tokens = 512, hidden = 2048, topk = 8, experts = 64, replays = 1000;
+  bool routing = false;
 };
 
 std::uint16_t to_bf16(float f) {
@@ -68,16 +70,24 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, cons
   ep::Buffer& buf = **buffer;
 
   std::mt19937_64 rng(7 + static_cast<unsigned>(rank));
-  std::vector<std::int64_t> idx(static_cast<std::size_t>(s.tokens) * s.topk);
+  // k_sets routings (the cached step uses the first): distinct experts per
+  // token, some slots -1.
+  std::vector<ep::DeviceTensor> routings;
   std::vector<int> perm(static_cast<std::size_t>(s.experts));
-  for (int t = 0; t < s.tokens; ++t) {
-    for (int e = 0; e < s.experts; ++e) perm[static_cast<std::size_t>(e)] = e;
-    for (int k = 0; k < s.topk; ++k) {
-      std::uniform_int_distribution<int> pick(k, s.experts - 1);
-      std::swap(perm[static_cast<std::size_t>(k)], perm[static_cast<std::size_t>(pick(rng))]);
-      idx[static_cast<std::size_t>(t * s.topk + k)] =
-          rng() % 13 == 0 ? -1 : perm[static_cast<std::size_t>(k)];
+  for (int set = 0; set < k_sets; ++set) {
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(s.tokens) * s.topk);
+    for (int t = 0; t < s.tokens; ++t) {
+      for (int e = 0; e < s.experts; ++e) perm[static_cast<std::size_t>(e)] = e;
+      for (int k = 0; k < s.topk; ++k) {
+        std::uniform_int_distribution<int> pick(k, s.experts - 1);
+        std::swap(perm[static_cast<std::size_t>(k)], perm[static_cast<std::size_t>(pick(rng))]);
+        idx[static_cast<std::size_t>(t * s.topk + k)] =
+            rng() % 13 == 0 ? -1 : perm[static_cast<std::size_t>(k)];
+      }
     }
+    auto t = ep::DeviceTensor::from_host(ep::DType::int64, s.tokens, s.topk, idx.data());
+    CHECK_OK(t);
+    routings.push_back(std::move(*t));
   }
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<ep::DeviceTensor> xs;
@@ -92,36 +102,38 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, cons
   CHECK_OK(x);
   auto out = ep::DeviceTensor::zeros(ep::DType::bf16, s.tokens, s.hidden);
   CHECK_OK(out);
-  auto ti = ep::DeviceTensor::from_host(ep::DType::int64, s.tokens, s.topk, idx.data());
+  auto ti = ep::DeviceTensor::zeros(ep::DType::int64, s.tokens, s.topk);
   CHECK_OK(ti);
+  const std::size_t bytes = static_cast<std::size_t>(s.tokens) * s.hidden * 2;
+  const std::size_t idx_bytes = static_cast<std::size_t>(s.tokens) * s.topk * 8;
   cudaStream_t stream = nullptr;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   ep::StreamOrder order;
   order.stream = stream;
+  CHECK_CUDA(cudaMemcpyAsync(ti->view.data, routings[0].view.data, idx_bytes,
+                             cudaMemcpyDeviceToDevice, stream));
+  // A dispatch of x on the routing in ti, as its layout says.
+  auto routed = [&](const ep::Layout& lay) {
+    ep::DispatchArgs d;
+    d.x = x->view;
+    d.topk_idx = ti->view;
+    d.num_tokens_per_rank = lay.num_tokens_per_rank;
+    d.is_token_in_rank = lay.is_token_in_rank;
+    d.num_tokens_per_expert = lay.num_tokens_per_expert;
+    d.order.stream = stream;
+    return d;
+  };
   auto layout = buf.layout(ti->view, s.experts, order);
   CHECK_OK(layout);
-  ep::DispatchArgs da;
-  da.x = x->view;
-  da.topk_idx = ti->view;
-  da.num_tokens_per_rank = layout->num_tokens_per_rank;
-  da.is_token_in_rank = layout->is_token_in_rank;
-  da.num_tokens_per_expert = layout->num_tokens_per_expert;
-  da.order.stream = stream;
-  auto first = buf.dispatch(da);
+  auto first = buf.dispatch(routed(*layout));
   CHECK_OK(first);
   const auto handle = first->handle;
 
-  const std::size_t bytes = static_cast<std::size_t>(s.tokens) * s.hidden * 2;
-  auto pair = [&]() -> Result<void> {
-    ep::DispatchArgs cached;
-    cached.x = x->view;
-    cached.handle = handle;
-    cached.order.stream = stream;
-    auto dr = buf.dispatch(cached);
-    if (!dr) return dr.error();
+  // Combine what came, as a model layer hands back its expert outputs.
+  auto combine_into_out = [&](const ep::DispatchResult& dr) -> Result<void> {
     ep::CombineArgs ca;
-    ca.x = dr->recv_x;
-    ca.handle = handle;
+    ca.x = dr.recv_x;
+    ca.handle = dr.handle;
     ca.order.stream = stream;
     auto cr = buf.combine(ca);
     if (!cr) return cr.error();
@@ -131,9 +143,34 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, cons
       return cuda_error(rc, "copying the combined rows");
     return {};
   };
+  auto cached_step = [&]() -> Result<void> {
+    ep::DispatchArgs cached;
+    cached.x = x->view;
+    cached.handle = handle;
+    cached.order.stream = stream;
+    auto dr = buf.dispatch(cached);
+    if (!dr) return dr.error();
+    return combine_into_out(*dr);
+  };
+  // Every rank may receive every token of every rank.
+  const int worst = s.tokens * ranks;
+  auto routing_step = [&]() -> Result<void> {
+    auto lay = buf.layout(ti->view, s.experts, order);
+    if (!lay) return lay.error();
+    ep::DispatchArgs d = routed(*lay);
+    d.num_worst_tokens = worst;
+    auto dr = buf.dispatch(d);
+    if (!dr) return dr.error();
+    return combine_into_out(*dr);
+  };
+  auto pair = [&]() { return s.routing ? routing_step() : cached_step(); };
   auto load = [&](int set) {
-    return cudaMemcpyAsync(x->view.data, xs[static_cast<std::size_t>(set)].view.data, bytes,
-                           cudaMemcpyDeviceToDevice, stream);
+    cudaError_t rc = cudaMemcpyAsync(x->view.data, xs[static_cast<std::size_t>(set)].view.data,
+                                     bytes, cudaMemcpyDeviceToDevice, stream);
+    if (rc == cudaSuccess && s.routing)
+      rc = cudaMemcpyAsync(ti->view.data, routings[static_cast<std::size_t>(set)].view.data,
+                           idx_bytes, cudaMemcpyDeviceToDevice, stream);
+    return rc;
   };
   std::vector<std::vector<std::uint8_t>> eager;
   for (int set = 0; set < k_sets; ++set) {
@@ -144,6 +181,13 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, cons
     CHECK_OK(h);
     eager.push_back(std::move(*h));
   }
+  // The eager results themselves must carry the rows (a step that moved
+  // nothing would replay "equal" too).
+  for (const auto& e : eager)
+    if (std::all_of(e.begin(), e.end(), [](std::uint8_t b) { return b == 0; })) {
+      std::fprintf(stderr, "rank %d: an eager step combined nothing\n", rank);
+      return 1;
+    }
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
@@ -151,7 +195,9 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, cons
   cudaError_t end = cudaStreamEndCapture(stream, &graph);
   CHECK_OK(captured);
   CHECK_CUDA(end);
-  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  // As PyTorch instantiates its graphs: a dispatch's handle memory, allocated
+  // inside the capture, is freed by the next launch.
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch));
   int bad = 0;
   for (int i = 0; i < s.replays; ++i) {
     const int set = (i * 3 + 1) % k_sets;
@@ -166,8 +212,10 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, cons
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  std::printf("rank %d: %d replays of a captured cached dispatch + combine, %d differ\n", rank,
-              s.replays, bad);
+  std::printf("rank %d: %d replays of a captured %s, %d differ\n", rank, s.replays,
+              s.routing ? "layout + dispatch (num_worst_tokens, routing changing) + combine"
+                        : "cached dispatch + combine",
+              bad);
   CHECK_OK(buf.barrier());
   buffer->reset();
   cudaStreamDestroy(stream);
@@ -184,29 +232,23 @@ int main(int argc, char** argv) {
   Shape s;
   int* fields[] = {&s.tokens, &s.hidden, &s.replays};
   for (int i = 3; i < argc && i - 3 < 3; ++i) *fields[i - 3] = std::atoi(argv[i]);
-  if (ranks < 2 || nodes < 2 || ranks % nodes != 0 || s.tokens < 1 || s.hidden < 128 ||
-      s.hidden % 128 != 0 || s.replays < 1) {
-    std::fprintf(stderr, "usage: epkit_ep_leg_graph RANKS NODES [TOKENS HIDDEN REPLAYS]\n");
+  const std::string mode = argc > 6 ? argv[6] : "cached";
+  s.routing = mode == "routing";
+  if (ranks < 2 || nodes < 2 || ranks % nodes != 0 || s.tokens < 1 || s.tokens > 65536 ||
+      s.hidden < 128 || s.hidden > 65536 || s.hidden % 128 != 0 || s.replays < 1 ||
+      (mode != "cached" && mode != "routing")) {
+    std::fprintf(
+        stderr, "usage: epkit_ep_leg_graph RANKS NODES [TOKENS HIDDEN REPLAYS [cached|routing]]\n");
     return 64;
   }
   const int gpus = test::gpus_or_exit(1);
   const std::uint16_t port = test::free_local_port();
-  std::vector<pid_t> kids;
-  for (int r = 0; r < ranks; ++r) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::setenv("NCCL_HOSTID", ("leg-node-" + std::to_string(r / (ranks / nodes))).c_str(), 1);
-      std::fflush(stdout);
-      ::_exit(rank_main(r, ranks, nodes, gpus, port, s));
-    }
-    kids.push_back(pid);
-  }
+  const auto kids = test::fork_ranks(ranks, [&](int r) {
+    ::setenv("NCCL_HOSTID", ("leg-node-" + std::to_string(r / (ranks / nodes))).c_str(), 1);
+    return rank_main(r, ranks, nodes, gpus, port, s);
+  });
   int worst = 0;
-  for (pid_t kid : kids) {
-    int status = 0;
-    ::waitpid(kid, &status, 0);
-    worst = std::max(worst, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
-  std::printf("ep_leg_graph: exit %d\n", worst);
+  for (const int code : test::wait_ranks(kids)) worst = std::max(worst, code);
+  std::printf("ep_leg_graph: %s, exit %d\n", mode.c_str(), worst);
   return worst;
 }

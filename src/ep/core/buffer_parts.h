@@ -58,6 +58,10 @@ class Handle final : public DispatchHandle {
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
 
+  /// Optional, on the device: the tokens really dispatched when num_tokens
+  /// is a bound (Segments::begin_device); a combine writes only those.
+  const std::int32_t* num_tokens_device = nullptr;
+
  private:
   void* m_memory;
   std::shared_ptr<Stream> m_stream;

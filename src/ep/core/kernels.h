@@ -72,6 +72,8 @@ enum ErrorKind : std::int32_t {
   k_timeout_low_latency = 6,  // a low-latency wait for error_rank; value: what (LowLatencyWait)
   k_timeout_network = 7,      // the device-driven network leg waited for error_rank (a global
                               // rank); value: 0 its ready signal, 1 its rows, 2 this rank's flush
+  k_bad_leg_message = 8,      // a count message on the device-driven leg failed its check:
+                              // error_rank sent it; value: the fault (internode/leg_counts.h)
 };
 
 /// What every synchronising kernel shares.
@@ -123,6 +125,7 @@ struct StageParams {
   int row_bytes = 0;  // multiple of 4
   int rows = 0;
   const std::int32_t* rows_from = nullptr;  // device count, overrides rows
+  const std::int32_t* dst_row = nullptr;    // device: dst starts this many rows further
   int num_blocks = 24;
 };
 cudaError_t launch_stage(const StageParams& p, cudaStream_t stream);

@@ -26,6 +26,8 @@ __global__ void notify_peers_kernel(PeerNotifyParams p) {
 template <typename Word, int Unroll>
 __global__ void __launch_bounds__(1024) stage_kernel(StageParams p) {
   const int rows = p.rows_from != nullptr ? *p.rows_from : p.rows;
+  std::uint8_t* const dst =
+      p.dst + (p.dst_row != nullptr ? static_cast<std::int64_t>(*p.dst_row) * p.row_bytes : 0);
   const int words = p.row_bytes / static_cast<int>(sizeof(Word));
   const std::int64_t total = static_cast<std::int64_t>(rows) * words;
   const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
@@ -41,7 +43,7 @@ __global__ void __launch_bounds__(1024) stage_kernel(StageParams p) {
 #pragma unroll
     for (int u = 0; u < Unroll; ++u) {
       std::int64_t i = first + u * step;
-      if (i < total) reinterpret_cast<Word*>(p.dst + (i / words) * p.row_bytes)[i % words] = v[u];
+      if (i < total) reinterpret_cast<Word*>(dst + (i / words) * p.row_bytes)[i % words] = v[u];
     }
   }
 }

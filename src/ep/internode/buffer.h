@@ -21,6 +21,7 @@
 
 #include "ep/core/device_memory.h"
 #include "ep/internode/kernels.h"
+#include "ep/internode/leg_counts.h"
 #include "ep/internode/network.h"
 #include "ep/intranode/buffer.h"
 #include "ep/network_leg/leg.h"
@@ -81,12 +82,13 @@ class InternodeHandle final : public DispatchHandle {
 
   std::shared_ptr<const DispatchHandle> forward;  // the node's intranode handle
   const std::int32_t* node_send_row = nullptr;    // [tokens, nodes]: row in each bucket
-  std::vector<int> rows_to;                       // [nodes]: rows of this rank's bucket for each
-  std::vector<int> rows_from;                     // [nodes]: rows received from each
-  std::vector<int> segment_begin;                 // [nodes + 1]: prefix of rows_from
-  /// The device-driven leg: where this rank's bucket rows land in each
-  /// node's received rows (that node's segment_begin for this rank).
-  std::vector<int> offset_at;
+  // The NCCL leg's counts, read on the host:
+  std::vector<int> rows_to;        // [nodes]: rows of this rank's bucket for each
+  std::vector<int> rows_from;      // [nodes]: rows received from each
+  std::vector<int> segment_begin;  // [nodes + 1]: prefix of rows_from
+  /// The device-driven leg: the same counts, checked and kept on the device
+  /// only (the host never waits for them), in the handle's memory.
+  k::LegCounts* leg_counts = nullptr;
 
   /// The other nodes this rank trades rows with (for naming who never
   /// answered when a transfer of this dispatch's rows hangs).
@@ -174,10 +176,10 @@ class InternodeBuffer final : public Buffer {
   Result<void> leg_exchange(LegKind kind, const char* what, const LegPuts& puts, int num_puts,
                             std::int32_t* messages = nullptr,
                             const k::MessageFormat* format = nullptr);
-  /// Dispatch's count messages over the leg, then the host's checked read
-  /// of them into the handle (the one host wait of a dispatch on the leg).
+  /// Dispatch's count messages over the leg, then the device's checked read
+  /// of them into the handle's leg_counts (no host wait).
   Result<void> exchange_messages_on_leg(std::int32_t* sent, const k::MessageFormat& format,
-                                        InternodeHandle& handle);
+                                        const InternodeHandle& handle);
   /// The buckets to every node (own node: a device copy), rows landing at
   /// the handle's segments: over the leg without a host wait, else NCCL.
   Result<void> exchange_buckets(const char* what, const k::RowFormat& format,
@@ -185,11 +187,6 @@ class InternodeBuffer final : public Buffer {
   /// A put's offset in the node-local window (the forwarding Buffer's own
   /// memory, where its combine leaves the partial sums).
   std::uint64_t node_local_offset(const void* p) const;
-  /// Checks the count messages the leg delivered (sequence, rows in range,
-  /// the rows vector against what the sender's bucket holds) and fills the
-  /// handle's rows, segments and offsets; errors name the sender.
-  Result<void> read_leg_messages(std::int32_t sequence, const k::MessageFormat& format,
-                                 InternodeHandle& handle);
   std::int32_t* message(std::int32_t* base, int node) const {
     return base + static_cast<std::int64_t>(node) * m_mem_layout.message_ints;
   }

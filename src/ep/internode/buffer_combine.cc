@@ -45,11 +45,37 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
   k::ReduceParams rp;
   for (int n = 0; n < m_nodes; ++n) {
     const auto i = static_cast<std::size_t>(n);
+    std::uint16_t* in_x = partials + n * capacity * x_row;
+    float* in_w = partials_w + n * capacity * num_topk;
+    if (on_leg()) {
+      // Into node n's partials from this node, straight from the node
+      // combine's output (the node-local window), sized on the device from
+      // the dispatch's checked counts.
+      const k::LegCounts* c = h->leg_counts;
+      auto partial_put = [&](const void* sums_base, std::size_t region, std::size_t row_bytes) {
+        k::LegPut put;
+        put.src_window = window_node_local;
+        put.dst_window = window_internode;
+        put.src_offset = node_local_offset(sums_base);
+        put.dst_offset = region + static_cast<std::uint64_t>(m_node * capacity) * row_bytes;
+        put.rows = &c->rows_from[i];
+        put.src_row = &c->segment_begin[i];
+        put.row_bytes = row_bytes;
+        return put;
+      };
+      puts[i][0] = partial_put(sums, m_mem_layout.partial_x, static_cast<std::size_t>(x_row) * 2);
+      if (with_weights)
+        puts[i][1] =
+            partial_put(sums_w, m_mem_layout.partial_w, static_cast<std::size_t>(num_topk) * 4);
+      // This node's partials are read where the node combine left them.
+      rp.partial_x[n] = n == m_node ? sums : in_x;
+      rp.partial_w[n] = n == m_node ? sums_w : in_w;
+      if (n == m_node) rp.first_row[n] = &c->segment_begin[i];
+      continue;
+    }
     const std::int64_t first = h->segment_begin[i];
     const auto from = static_cast<std::size_t>(h->rows_from[i]);
     const auto to = static_cast<std::size_t>(h->rows_to[i]);
-    std::uint16_t* in_x = partials + n * capacity * x_row;
-    float* in_w = partials_w + n * capacity * num_topk;
     sends.push_back({n, sums + first * x_row, from * static_cast<std::size_t>(x_row) * 2});
     receives.push_back({n, in_x, to * static_cast<std::size_t>(x_row) * 2});
     if (with_weights) {
@@ -57,22 +83,6 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
           {n, sums_w + first * num_topk, from * static_cast<std::size_t>(num_topk) * 4});
       receives.push_back({n, in_w, to * static_cast<std::size_t>(num_topk) * 4});
     }
-    // On the leg: into node n's partials from this node, straight from the
-    // node combine's output (the node-local window).
-    auto partial_put = [&](const void* from_here, std::size_t region, std::size_t row_bytes) {
-      k::LegPut put;
-      put.src_window = window_node_local;
-      put.dst_window = window_internode;
-      put.src_offset = node_local_offset(from_here);
-      put.dst_offset = region + static_cast<std::uint64_t>(m_node * capacity) * row_bytes;
-      put.bytes = from * row_bytes;
-      return put;
-    };
-    puts[i][0] = partial_put(sums + first * x_row, m_mem_layout.partial_x,
-                             static_cast<std::size_t>(x_row) * 2);
-    if (with_weights)
-      puts[i][1] = partial_put(sums_w + first * num_topk, m_mem_layout.partial_w,
-                               static_cast<std::size_t>(num_topk) * 4);
     // This node's partials are read where the node combine left them.
     rp.partial_x[n] = n == m_node ? sums + first * x_row : in_x;
     rp.partial_w[n] =

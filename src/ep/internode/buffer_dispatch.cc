@@ -48,7 +48,7 @@ k::PackParams pack_params(const DispatchArgs& a, const k::RowFormat& f,
 
 Result<void> InternodeBuffer::exchange_messages_on_leg(std::int32_t* sent,
                                                        const k::MessageFormat& mf,
-                                                       InternodeHandle& handle) {
+                                                       const InternodeHandle& handle) {
   cudaStream_t stream = m_local->comm_stream();
   const int mi = m_mem_layout.message_ints;
   const std::size_t message_bytes = static_cast<std::size_t>(mi) * 4;
@@ -63,19 +63,27 @@ Result<void> InternodeBuffer::exchange_messages_on_leg(std::int32_t* sent,
     put.bytes = message_bytes;
   }
   EPKIT_TRY(leg_exchange(leg_messages, "dispatch (count messages)", puts, 1, sent, &mf));
-  // Our own message (with its rows vector, written by the exchange), then
-  // every message and what we sent to the host.
-  cudaError_t rc = cudaMemcpyAsync(message(received, m_node), message(sent, m_node), message_bytes,
-                                   cudaMemcpyDeviceToDevice, stream);
-  if (rc == cudaSuccess)
-    rc = cudaMemcpyAsync(m_recv_messages.device(), received, message_bytes * m_nodes,
-                         cudaMemcpyDeviceToDevice, stream);
-  if (rc == cudaSuccess)
-    rc = cudaMemcpyAsync(m_sent_messages.device(), sent, message_bytes * m_nodes,
-                         cudaMemcpyDeviceToDevice, stream);
-  if (rc != cudaSuccess) return m_local->failure(rc, "dispatch (count messages)");
-  EPKIT_TRY(wait_network("dispatch (count messages)", [&] { return others(); }));
-  return read_leg_messages(m_sequence, mf, handle);
+  // Our own message (with its rows vector, written by the exchange) beside
+  // the others, then the device's checked read of them all: the sizes stay
+  // on the device, the host does not wait.
+  if (cudaError_t rc = cudaMemcpyAsync(message(received, m_node), message(sent, m_node),
+                                       message_bytes, cudaMemcpyDeviceToDevice, stream);
+      rc != cudaSuccess)
+    return m_local->failure(rc, "dispatch (count messages)");
+  k::LegCountsParams lc;
+  lc.received = received;
+  lc.sent = sent;
+  lc.place = k::RailPlace{m_node, m_nodes, m_per_node, m_local_rank};
+  lc.format = mf;
+  lc.message_ints = mi;
+  lc.sequence = m_sequence;
+  lc.max_tokens = m_opts.max_tokens;
+  lc.max_topk = m_opts.max_topk;
+  lc.out = handle.leg_counts;
+  lc.mailbox = m_local->m_mailbox_dev;
+  if (cudaError_t rc = k::launch_leg_counts(lc, stream); rc != cudaSuccess)
+    return m_local->failure(rc, "dispatch (count messages' check)");
+  return {};
 }
 
 Result<void> InternodeBuffer::exchange_buckets(const char* what, const k::RowFormat& f,
@@ -86,24 +94,39 @@ Result<void> InternodeBuffer::exchange_buckets(const char* what, const k::RowFor
   const std::int64_t bucket_stride = static_cast<std::int64_t>(m_opts.max_tokens) * f.pitch;
   auto span = [&](int n) { return static_cast<std::int64_t>(n) * f.pitch; };
   const auto own = static_cast<std::size_t>(m_node);
-  if (h.rows_to[own] > 0) {
-    cudaError_t rc = cudaMemcpyAsync(
-        rows + span(h.segment_begin[own]), buckets + m_node * bucket_stride,
-        static_cast<std::size_t>(span(h.rows_to[own])), cudaMemcpyDeviceToDevice, stream);
-    if (rc != cudaSuccess) return m_local->failure(rc, fmt::format("{} (own node's bucket)", what));
-  }
   if (on_leg()) {
-    // Straight into place at each node: no sizes to trade, no host wait.
+    // Sized on the device from the checked counts: no host wait. The own
+    // node's bucket is a copy to its segment, the others' land in place at
+    // each node.
+    const k::LegCounts* c = h.leg_counts;
+    k::StageParams sp;
+    sp.src = buckets + m_node * bucket_stride;
+    sp.src_stride = f.pitch;
+    sp.dst = rows;
+    sp.row_bytes = f.pitch;
+    sp.rows_from = &c->rows_to[own];
+    sp.dst_row = &c->segment_begin[own];
+    sp.num_blocks = 8;
+    if (cudaError_t rc = k::launch_stage(sp, stream); rc != cudaSuccess)
+      return m_local->failure(rc, fmt::format("{} (own node's bucket)", what));
     LegPuts puts(static_cast<std::size_t>(m_nodes));
     for (int n = 0; n < m_nodes; ++n) {
       const auto i = static_cast<std::size_t>(n);
       auto& put = puts[i][0];
       put.src_window = put.dst_window = window_internode;
       put.src_offset = m_mem_layout.buckets + static_cast<std::uint64_t>(n * bucket_stride);
-      put.dst_offset = m_mem_layout.rows + static_cast<std::uint64_t>(span(h.offset_at[i]));
-      put.bytes = static_cast<std::uint64_t>(span(h.rows_to[i]));
+      put.dst_offset = m_mem_layout.rows;
+      put.rows = &c->rows_to[i];
+      put.dst_row = &c->offset_at[i];
+      put.row_bytes = static_cast<std::uint64_t>(f.pitch);
     }
     return leg_exchange(leg_rows, what, puts, 1);
+  }
+  if (h.rows_to[own] > 0) {
+    cudaError_t rc = cudaMemcpyAsync(
+        rows + span(h.segment_begin[own]), buckets + m_node * bucket_stride,
+        static_cast<std::size_t>(span(h.rows_to[own])), cudaMemcpyDeviceToDevice, stream);
+    if (rc != cudaSuccess) return m_local->failure(rc, fmt::format("{} (own node's bucket)", what));
   }
   std::vector<Transfer> sends, receives;
   for (int n = 0; n < m_nodes; ++n) {
@@ -137,13 +160,17 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
 
   // The handle's device arrays: each token's row in every node's bucket, and
   // the global source rank prefix of what this rank receives.
+  // On the leg, the checked counts too (k::LegCounts, ints only).
   void* memory = nullptr;
-  const std::size_t ints = static_cast<std::size_t>(std::max(tokens, 1)) * m_nodes + m_ranks;
+  const std::size_t counts_ints = on_leg() ? sizeof(k::LegCounts) / sizeof(int) : 0;
+  const std::size_t ints =
+      static_cast<std::size_t>(std::max(tokens, 1)) * m_nodes + m_ranks + counts_ints;
   if (cudaError_t rc = cudaMallocAsync(&memory, ints * sizeof(int), stream); rc != cudaSuccess)
     return m_local->failure(rc, "cudaMallocAsync of the dispatch handle");
   auto handle = std::make_shared<InternodeHandle>(memory, m_local->m_stream_owner);
   auto* node_send_row = static_cast<std::int32_t*>(memory);
   auto* gbl_prefix = node_send_row + static_cast<std::size_t>(std::max(tokens, 1)) * m_nodes;
+  if (on_leg()) handle->leg_counts = reinterpret_cast<k::LegCounts*>(gbl_prefix + m_ranks);
 
   // 1. Plan: rows per node bucket and the count messages.
   m_sequence = m_sequence % 0x7ffffff0 + 1;
@@ -185,7 +212,8 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
   if (cudaError_t rc = k::launch_pack(pk, stream); rc != cudaSuccess)
     return m_local->failure(rc, "dispatch (pack)");
 
-  // 3. Count messages over the rail; the host needs the sizes for step 4.
+  // 3. Count messages over the rail: on the leg the device reads and keeps
+  // the sizes; over NCCL the host needs them for step 4.
   const int mi = m_mem_layout.message_ints;
   const std::size_t message_bytes = static_cast<std::size_t>(mi) * 4;
   cudaError_t rc = cudaSuccess;
@@ -232,10 +260,16 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
   const auto* received =
       on_leg() ? reinterpret_cast<const std::int32_t*>(region(m_mem_layout.recv_messages))
                : static_cast<const std::int32_t*>(m_recv_messages.device());
-  const std::int64_t forwarded = handle->segment_begin.back();
+  // On the leg the rows received are known on the device only: the node
+  // Buffer runs over their bound, its segments read there.
+  const std::int64_t forwarded = on_leg() ? static_cast<std::int64_t>(m_nodes) * m_opts.max_tokens
+                                          : handle->segment_begin.back();
   BufferImpl::Segments seg;
   seg.count = m_nodes;
-  std::copy(handle->segment_begin.begin(), handle->segment_begin.end(), seg.begin);
+  if (on_leg())
+    seg.begin_device = handle->leg_counts->segment_begin;
+  else
+    std::copy(handle->segment_begin.begin(), handle->segment_begin.end(), seg.begin);
   seg.tokens_per_rank = received + mf.ranks_at();
   seg.rank_stride = mi;
   seg.tokens_per_expert = received + mf.experts_at();
@@ -296,7 +330,7 @@ Result<DispatchResult> InternodeBuffer::dispatch_cached(const DispatchArgs& a,
   std::uint8_t* rows = region(m_mem_layout.rows);
   EPKIT_TRY(exchange_buckets("cached dispatch (buckets)", f, h));
 
-  const std::int64_t forwarded = h.segment_begin.back();
+  const std::int64_t forwarded = h.forward->num_tokens;
   DispatchArgs fa;
   fa.x = field(rows, f, 0, a.x.dtype, forwarded, hidden);
   if (f.num_scales > 0)

@@ -1,6 +1,6 @@
 // InternodeBuffer on the device-driven network leg (docs/ep-internode.md,
 // "The device-driven leg in today's Buffer"): the backend and its progress
-// thread, the exchanges the kernels run, and the count messages' checks.
+// thread, and the exchanges the kernels run.
 #include <fmt/format.h>
 
 #include <mutex>
@@ -61,6 +61,9 @@ Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
     }
   });
   m_local->m_network_note = [this] { return leg_note(); };
+  m_local->m_leg_message_text = [](long long sender, long long value) {
+    return leg_message_error(k::unpack_leg_fault(value), sender);
+  };
   return {};
 }
 
@@ -120,23 +123,6 @@ Result<void> InternodeBuffer::leg_exchange(LegKind kind, const char* what, const
   }
   if (cudaError_t rc = k::launch_leg_exchange(p, m_local->comm_stream()); rc != cudaSuccess)
     return m_local->failure(rc, what);
-  return {};
-}
-
-Result<void> InternodeBuffer::read_leg_messages(std::int32_t sequence, const k::MessageFormat& f,
-                                                InternodeHandle& h) {
-  const auto ints =
-      static_cast<std::size_t>(m_nodes) * static_cast<std::size_t>(m_mem_layout.message_ints);
-  auto counts =
-      check_leg_messages({static_cast<const std::int32_t*>(m_recv_messages.host()), ints},
-                         {static_cast<const std::int32_t*>(m_sent_messages.host()), ints},
-                         RailPlace{m_node, m_nodes, m_per_node, m_local_rank}, f,
-                         m_mem_layout.message_ints, sequence, m_opts.max_tokens, m_opts.max_topk);
-  if (!counts) return counts.error();
-  h.rows_to = std::move(counts->rows_to);
-  h.rows_from = std::move(counts->rows_from);
-  h.segment_begin = std::move(counts->segment_begin);
-  h.offset_at = std::move(counts->offset_at);
   return {};
 }
 

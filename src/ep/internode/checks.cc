@@ -120,71 +120,36 @@ Result<void> check_internode_combine(const CombineArgs& a, int ranks) {
                               given(a.topk_weights) ? a.topk_weights.cols() : 0);
 }
 
-Result<LegCounts> check_leg_messages(std::span<const std::int32_t> received,
-                                     std::span<const std::int32_t> sent, const RailPlace& place,
-                                     const k::MessageFormat& f, int mi, std::int32_t sequence,
-                                     int max_tokens, int max_topk) {
-  const auto nodes = static_cast<std::size_t>(place.nodes);
-  const auto need = nodes * static_cast<std::size_t>(mi);
-  if (mi < f.min_ints() || received.size() < need || sent.size() < need)
-    return invalid(fmt::format("dispatch: count messages of {} ints for {} nodes, {} / {} given",
-                               mi, place.nodes, received.size(), sent.size()));
-  LegCounts c;
-  c.rows_to.assign(nodes, 0);
-  c.rows_from.assign(nodes, 0);
-  c.segment_begin.assign(nodes + 1, 0);
-  c.offset_at.assign(nodes, 0);
-  // Every count is hostile until checked: a peer's bad message must fail
-  // here, naming it, before any of its numbers sizes a copy.
-  for (int n = 0; n < place.nodes; ++n) {
-    const std::int32_t* msg = received.data() + static_cast<std::ptrdiff_t>(n) * mi;
-    const int sender = place.global(n);
-    if (msg[0] != sequence || msg[mi - 1] != sequence)
-      return invalid(fmt::format(
-          "dispatch: rank {}'s count message belongs to another call (sequence {} / {}, this "
-          "call's is {})",
-          sender, msg[0], msg[mi - 1], sequence));
-    for (int m = 0; m < place.nodes; ++m) {
-      const std::int32_t rows = msg[f.rows_vector_at() + m];
-      if (rows < 0 || rows > max_tokens)
-        return invalid(fmt::format("dispatch: rank {} announced {} rows for node {}, outside 0..{}",
-                                   sender, rows, m, max_tokens));
-    }
-    const std::int32_t rows = msg[f.rows_at()];
-    if (rows != msg[f.rows_vector_at() + place.node])
-      return invalid(fmt::format(
-          "dispatch: rank {}'s count message says {} rows here but {} in its rows vector", sender,
-          rows, msg[f.rows_vector_at() + place.node]));
-    for (int j = 0; j < f.ranks_per_node; ++j) {
-      const std::int32_t count = msg[f.ranks_at() + j];
-      if (count < 0 || count > rows)
-        return invalid(fmt::format(
-            "dispatch: rank {} announced {} tokens for local rank {}, outside 0..{} (its rows)",
-            sender, count, j, rows));
-    }
-    for (int e = 0; e < f.experts_per_node; ++e) {
-      const std::int64_t count = msg[f.experts_at() + e];
-      if (count < 0 || count > static_cast<std::int64_t>(rows) * max_topk)
-        return invalid(fmt::format(
-            "dispatch: rank {} announced {} tokens for expert {}, outside 0..{} x top-{}", sender,
-            count, e, rows, max_topk));
-    }
-    const auto i = static_cast<std::size_t>(n);
-    c.rows_from[i] = rows;
-    c.rows_to[i] = sent[static_cast<std::size_t>(n) * static_cast<std::size_t>(mi) +
-                        static_cast<std::size_t>(f.rows_at())];
-    c.segment_begin[i + 1] = c.segment_begin[i] + rows;
+std::string leg_message_error(const k::LegMessageFault& f, long long sender) {
+  using Fault = k::LegMessageFault;
+  std::string what;
+  switch (f.kind) {
+    case Fault::sequence:
+      what = fmt::format("rank {}'s count message belongs to another call (sequence {})", sender,
+                         f.value);
+      break;
+    case Fault::rows:
+      what = fmt::format("rank {} announced {} rows for node {}, outside 0..max_tokens", sender,
+                         f.value, f.index);
+      break;
+    case Fault::rows_disagree:
+      what = fmt::format(
+          "rank {}'s count message says {} rows for node {}, not what its rows vector says", sender,
+          f.value, f.index);
+      break;
+    case Fault::rank_tokens:
+      what = fmt::format("rank {} announced {} tokens for local rank {}, outside 0..its rows",
+                         sender, f.value, f.index);
+      break;
+    case Fault::expert_tokens:
+      what = fmt::format("rank {} announced {} tokens for expert {}, outside 0..its rows x top-k",
+                         sender, f.value, f.index);
+      break;
+    default:
+      what = fmt::format("rank {} sent a count message that failed an unknown check ({})", sender,
+                         f.kind);
   }
-  // Node m's segment for this rank starts after the rows of every node
-  // before this one, in node order (the receiver's segment_begin).
-  for (int m = 0; m < place.nodes; ++m) {
-    int at = 0;
-    for (int n = 0; n < place.node; ++n)
-      at += received[static_cast<std::size_t>(n) * static_cast<std::size_t>(mi) +
-                     static_cast<std::size_t>(f.rows_vector_at() + m)];
-    c.offset_at[static_cast<std::size_t>(m)] = at;
-  }
-  return c;
+  return fmt::format("{} (a corrupt or foreign count message on the network leg)", what);
 }
 
 }  // namespace epkit::ep

@@ -108,6 +108,13 @@ struct LegPut {
   std::uint64_t src_offset = 0;
   std::uint64_t dst_offset = 0;
   std::uint64_t bytes = 0;
+  /// Sized on the device (a dispatch's LegCounts, so no host wait): when
+  /// `rows` is set, bytes = *rows x row_bytes, and src_offset and
+  /// dst_offset move on by *src_row and *dst_row rows (those set).
+  const std::int32_t* rows = nullptr;
+  const std::int32_t* src_row = nullptr;
+  const std::int32_t* dst_row = nullptr;
+  std::uint64_t row_bytes = 0;
 };
 
 /// One exchange over the device-driven leg with the rail's other nodes
@@ -151,6 +158,10 @@ struct ReduceParams {
   /// [rows, hidden], rows packed) and their weights (FP32 [rows, num_topk]).
   const std::uint16_t* partial_x[k_max_nodes] = {};
   const float* partial_w[k_max_nodes] = {};
+  /// Optional, on the device: node m's partials start this many rows into
+  /// partial_x[m] and partial_w[m] (this node's own, read at its segment of
+  /// the node combine's output when the sizes never reached the host).
+  const std::int32_t* first_row[k_max_nodes] = {};
   const std::int32_t* send_row = nullptr;  // [tokens, nodes]
   int num_tokens = 0;
   int num_nodes = 0;

@@ -31,6 +31,22 @@ __device__ std::uint64_t signal_now(const LegExchangeParams& p, std::uint32_t si
   return nl::shim::load_acquire(p.leg.signals + signal);
 }
 
+// A put with its device-side sizes applied (LegPut::rows): the counts were
+// checked on the device before (leg_counts.cu), so every offset stays in its
+// region.
+__device__ LegPut sized(const LegPut& given) {
+  LegPut put = given;
+  if (put.rows != nullptr) {
+    const auto rows = static_cast<std::uint64_t>(*put.rows);
+    put.bytes = rows * put.row_bytes;
+    if (put.src_row != nullptr)
+      put.src_offset += static_cast<std::uint64_t>(*put.src_row) * put.row_bytes;
+    if (put.dst_row != nullptr)
+      put.dst_offset += static_cast<std::uint64_t>(*put.dst_row) * put.row_bytes;
+  }
+  return put;
+}
+
 __global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeParams p) {
   // This exchange's numbers, from the kind's counters on the device (a
   // graph replay gets the next ones).
@@ -98,7 +114,8 @@ __global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeP
     // orders only its own put's bytes.
     nl::FlushMark mark;
     for (int i = 0; i < p.num_puts; ++i) {
-      if (post(peer, &p.puts[n][i], p.tail_signal + mine, &mark) != nl::PostStatus::posted) {
+      const LegPut put = sized(p.puts[n][i]);
+      if (post(peer, &put, p.tail_signal + mine, &mark) != nl::PostStatus::posted) {
         if (lane == 0) give_up(p, peer, 1);
         return;
       }

@@ -12,12 +12,19 @@ __global__ void __launch_bounds__(1024) reduce_kernel(ReduceParams p) {
   const int lane = threadIdx.x & 31;
   const int warps = gridDim.x * (blockDim.x >> 5);
   const int n16 = p.hidden >> 3;
+  __shared__ int first[k_max_nodes];
+  for (int m = threadIdx.x; m < p.num_nodes; m += blockDim.x)
+    first[m] = p.first_row[m] != nullptr ? *p.first_row[m] : 0;
+  __syncthreads();
   for (int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); t < p.num_tokens; t += warps) {
     const int my_row =
         lane < p.num_nodes ? p.send_row[static_cast<std::int64_t>(t) * p.num_nodes + lane] : -1;
     int rows[k_max_nodes];
 #pragma unroll
-    for (int m = 0; m < k_max_nodes; ++m) rows[m] = __shfl_sync(0xffffffffu, my_row, m);
+    for (int m = 0; m < k_max_nodes; ++m) {
+      rows[m] = __shfl_sync(0xffffffffu, my_row, m);
+      if (rows[m] >= 0) rows[m] += first[m];
+    }
     int4* out = reinterpret_cast<int4*>(p.out_x + static_cast<std::int64_t>(t) * p.hidden);
     for (int i = lane; i < n16; i += 32) {
       float acc[8] = {};

@@ -251,6 +251,16 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
                     what, m_mailbox->error_rank, missing, seen,
                     m_network_note ? "; " + m_network_note() : std::string()));
   }
+  if (kind == k::k_bad_leg_message) {
+    m_broken = true;
+    const long long sender = m_mailbox->error_rank;
+    const long long value = m_mailbox->error_value;
+    return invalid(fmt::format(
+        "{}: {}", what,
+        m_leg_message_text
+            ? m_leg_message_text(sender, value)
+            : fmt::format("rank {} sent a count message that failed its check", sender)));
+  }
   if (kind == k::k_worst_too_small) {
     m_broken = true;
     return invalid(fmt::format("{}: rank {} received {} rows, more than num_worst_tokens", what,

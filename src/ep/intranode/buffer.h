@@ -83,6 +83,10 @@ class BufferImpl final : public Buffer {
     std::int64_t expert_stride = 0;
     int num_experts = 0;                      // experts of this node's ranks
     std::int32_t* recv_gbl_prefix = nullptr;  // out [count * ranks]
+    /// Optional, on the device: [count + 1] bounds instead of `begin` (the
+    /// device-driven leg's sizes never reach the host); args.x's rows are
+    /// then a bound, the rows past begin_device[count] go nowhere.
+    const std::int32_t* begin_device = nullptr;
   };
   Result<DispatchResult> dispatch_segments(const DispatchArgs& args, const Segments* segments);
   /// Writes `global_rank + 1` into every peer's Meta.blame (see there).
@@ -159,6 +163,9 @@ class BufferImpl final : public Buffer {
   /// An internode Buffer's account of its network leg, added to a network
   /// timeout's error (the transport's own fault, its progress thread).
   std::function<std::string()> m_network_note;
+  /// Words for a bad count message on the leg (k_bad_leg_message: the
+  /// sender's global rank, the packed fault), set by the internode Buffer.
+  std::function<std::string(long long, long long)> m_leg_message_text;
 };
 
 }  // namespace epkit::ep

@@ -55,6 +55,8 @@ Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
   }
   cp.send_row = static_cast<const std::int32_t*>(h.send_row.data);
   cp.num_tokens = h.num_tokens;
+  if (const auto* own_handle = dynamic_cast<const Handle*>(&h))
+    cp.num_tokens_bound = own_handle->num_tokens_device;
   cp.hidden = hidden;
   cp.num_topk = num_topk;
   for (std::size_t b = 0; b < a.bias.size(); ++b)
@@ -64,7 +66,7 @@ Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
     }
   // The caller's memory when given: the kernel writes the result there.
   auto* out_x = given(a.out_x) ? static_cast<std::uint16_t*>(a.out_x.data) : m_combined_x;
-  float* out_w = !with_weights                  ? nullptr
+  float* out_w = !with_weights               ? nullptr
                  : given(a.out_topk_weights) ? static_cast<float*>(a.out_topk_weights.data)
                                              : m_combined_w;
   cp.out_x = out_x;

@@ -185,6 +185,8 @@ Result<DispatchResult> BufferImpl::dispatch_segments(const DispatchArgs& a, cons
     np.segment_stride_experts = seg->expert_stride;
     std::copy(seg->begin, seg->begin + seg->count + 1, np.segment_begin);
     np.recv_gbl_prefix = seg->recv_gbl_prefix;
+    np.segment_begin_device = seg->begin_device;
+    if (seg->begin_device != nullptr) handle->num_tokens_device = seg->begin_device + seg->count;
   }
   if ((rc = k::launch_notify(np, m_stream)) != cudaSuccess)
     return failure(rc, "dispatch (count exchange)");

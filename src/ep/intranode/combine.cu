@@ -1,8 +1,8 @@
 // combine: each rank pulls, for each of its own tokens, the rows its
 // destinations hold for it (their combine inputs, inside their heaps, found
 // through the offsets they publish before the entry barrier), sums them in
-// FP32 (after the optional biases) in rank order and rounds once to BF16. Pulling keeps the reduction
-// in registers: no staging write, no second pass.
+// FP32 (after the optional biases) in rank order and rounds once to BF16. Pulling keeps the
+// reduction in registers: no staging write, no second pass.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -55,7 +55,9 @@ __global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineP
 
   const int n8 = p.hidden >> 3;
   const int total_warps = gridDim.x * warps_per_block;
-  for (int t = blockIdx.x * warps_per_block + (threadIdx.x >> 5); t < p.num_tokens;
+  const int num_tokens =
+      p.num_tokens_bound != nullptr ? min(p.num_tokens, *p.num_tokens_bound) : p.num_tokens;
+  for (int t = blockIdx.x * warps_per_block + (threadIdx.x >> 5); t < num_tokens;
        t += total_warps) {
     const int my_row = lane < Ranks ? p.send_row[static_cast<std::int64_t>(t) * Ranks + lane] : -1;
     int rows[Ranks];
@@ -70,9 +72,10 @@ __global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineP
     const int4* bias[2];
 #pragma unroll
     for (int b = 0; b < 2; ++b)
-      bias[b] = p.bias[b] == nullptr ? nullptr
-                                     : reinterpret_cast<const int4*>(
-                                           p.bias[b] + static_cast<std::int64_t>(t) * p.bias_stride[b]);
+      bias[b] = p.bias[b] == nullptr
+                    ? nullptr
+                    : reinterpret_cast<const int4*>(p.bias[b] + static_cast<std::int64_t>(t) *
+                                                                    p.bias_stride[b]);
     for (int base = 0; base < n8; base += 32 * Chunk) {
       // Every load first (all ranks, all vectors), then the sums in rank
       // order: the loads overlap, the arithmetic stays deterministic.

@@ -95,6 +95,9 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
   for (int t = blockIdx.x * warps_per_block + (threadIdx.x >> 5); t < p.num_tokens;
        t += total_warps) {
     const int my_row = lane < n ? p.send_row[static_cast<std::int64_t>(t) * n + lane] : -1;
+    // A token that goes nowhere is not read (an internode forwarding
+    // dispatch on the leg runs over a bound of rows, most of them empty).
+    if (__ballot_sync(0xffffffffu, my_row >= 0) == 0) continue;
     int rows[k_max_ranks];
 #pragma unroll
     for (int d = 0; d < k_max_ranks; ++d) rows[d] = __shfl_sync(0xffffffffu, my_row, d);

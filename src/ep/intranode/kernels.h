@@ -33,6 +33,11 @@ struct NotifyParams {
   std::int64_t segment_stride_ranks = 0;
   std::int64_t segment_stride_experts = 0;
   int segment_begin[k_max_nodes + 1] = {};
+  /// Optional, on the device: [num_segments + 1] bounds read there instead
+  /// of segment_begin (an internode dispatch on the device-driven leg, whose
+  /// sizes never reach the host); num_tokens is then a bound, and the rows
+  /// past the last segment go nowhere (send_row -1).
+  const std::int32_t* segment_begin_device = nullptr;
   /// Out, optional: int32 [segments * ranks], inclusive prefix of the rows
   /// this rank receives from each global source rank (DeepEP's
   /// recv_gbl_rank_prefix_sum).
@@ -107,6 +112,10 @@ struct CombineParams {
   const std::uint8_t* heap[k_max_ranks] = {};  // every rank's heap base (mapped)
   const std::int32_t* send_row = nullptr;      // [tokens, ranks]
   int num_tokens = 0;
+  /// Optional, on the device: the tokens really there when num_tokens is a
+  /// bound (see NotifyParams::segment_begin_device); rows past it are not
+  /// written.
+  const std::int32_t* num_tokens_bound = nullptr;
   int hidden = 0;  // BF16 elements, multiple of 8
   int num_topk = 0;
   /// Optional BF16 [tokens, hidden] each: every sum starts from bias[0],

@@ -99,6 +99,7 @@ __device__ void exchange_counts(const NotifyParams& p) {
 __device__ void scan_rows(const NotifyParams& p, int dst) {
   const int n = p.sync.num_ranks;
   __shared__ int base[k_max_nodes];
+  __shared__ int bounds[k_max_nodes + 1];
   if (threadIdx.x == 0) {
     const int want = static_cast<int>((epoch_base(p.sync) + 1) & 0x7fffffff);
     const int* flag = p.offsets_scratch + k_max_nodes * k_max_ranks;
@@ -111,11 +112,21 @@ __device__ void scan_rows(const NotifyParams& p, int dst) {
     }
     for (int s = 0; s < p.num_segments; ++s)
       base[s] = reinterpret_cast<const volatile int*>(p.offsets_scratch)[s * k_max_ranks + dst];
+    // Bounds read on the device are clamped to the rows there are: a bad
+    // one must not send a row past them.
+    for (int s = 0; s <= p.num_segments; ++s) {
+      const int b =
+          p.segment_begin_device != nullptr ? p.segment_begin_device[s] : p.segment_begin[s];
+      bounds[s] = min(max(b, s > 0 ? bounds[s - 1] : 0), p.num_tokens);
+    }
   }
   __syncthreads();
+  // Rows past the last segment (num_tokens is then a bound) go nowhere.
+  for (int t = bounds[p.num_segments] + threadIdx.x; t < p.num_tokens; t += blockDim.x)
+    p.send_row[static_cast<std::int64_t>(t) * n + dst] = -1;
   for (int s = 0; s < p.num_segments; ++s) {
-    const int first = p.segment_begin[s];
-    const int len = p.segment_begin[s + 1] - first;
+    const int first = bounds[s];
+    const int len = bounds[s + 1] - first;
     const int per_thread = (len + blockDim.x - 1) / blockDim.x;
     const int begin = first + min(len, static_cast<int>(threadIdx.x) * per_thread);
     const int end = min(first + len, begin + per_thread);
