@@ -78,6 +78,12 @@ typedef struct epkit_ep_options {
   /* Bytes of the output arena on top of num_bytes (ep.h
    * BufferOptions::output_arena_bytes; epkit_ep_output_arena); 0: none. */
   uint64_t output_arena_bytes;
+  /* Internode: 0 NCCL's host API (default), 1 the device-driven leg over an
+   * emulated NIC (nodes faked on one host's GPUs; ep.h
+   * BufferOptions::network_leg), with its cap per rank and latency. */
+  int32_t network_leg;
+  double emulated_nic_gbps;
+  double emulated_nic_latency_us;
 } epkit_ep_options;
 
 typedef struct epkit_ep_config {
@@ -321,8 +327,7 @@ EPKIT_EP_API epkit_ep_status epkit_ep_layout(epkit_ep_buffer* buffer,
  * receives that result; `out` then describes them. `into` may be NULL. */
 EPKIT_EP_API epkit_ep_status epkit_ep_layout_into(epkit_ep_buffer* buffer,
                                                   const epkit_ep_tensor* topk_idx,
-                                                  int32_t num_experts,
-                                                  const epkit_ep_order* order,
+                                                  int32_t num_experts, const epkit_ep_order* order,
                                                   const epkit_ep_layout_out* into,
                                                   epkit_ep_layout_out* out);
 EPKIT_EP_API epkit_ep_status epkit_ep_dispatch(epkit_ep_buffer* buffer,
@@ -343,8 +348,8 @@ EPKIT_EP_API epkit_ep_status epkit_ep_synchronize(epkit_ep_buffer* buffer);
 
 /* Copies n views (same dtype and shape, any row strides) on the Buffer's
  * stream, after what is queued there, with one kernel launch per 8 views:
- * how a caller takes ownership of outputs. Then, per `order`: returns an event and/or makes order->stream
- * wait (order->previous is ignored). */
+ * how a caller takes ownership of outputs. Then, per `order`: returns an event and/or makes
+ * order->stream wait (order->previous is ignored). */
 EPKIT_EP_API epkit_ep_status epkit_ep_copy(epkit_ep_buffer* buffer, int32_t n,
                                            const epkit_ep_tensor* dst, const epkit_ep_tensor* src,
                                            const epkit_ep_order* order, void** event);

@@ -25,7 +25,9 @@ class Options(ctypes.Structure):
     _fields_ = [("max_tokens", ctypes.c_int32), ("max_hidden", ctypes.c_int32),
                 ("max_topk", ctypes.c_int32), ("num_bytes", ctypes.c_uint64),
                 ("timeout_s", ctypes.c_double), ("ranks_per_node", ctypes.c_int32),
-                ("low_latency_bytes", ctypes.c_uint64), ("output_arena_bytes", ctypes.c_uint64)]
+                ("low_latency_bytes", ctypes.c_uint64), ("output_arena_bytes", ctypes.c_uint64),
+                ("network_leg", ctypes.c_int32), ("emulated_nic_gbps", ctypes.c_double),
+                ("emulated_nic_latency_us", ctypes.c_double)]
 
 
 class Config(ctypes.Structure):

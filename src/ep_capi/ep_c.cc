@@ -266,6 +266,9 @@ epkit_ep_status epkit_ep_default_options(epkit_ep_options* out) {
   out->ranks_per_node = o.ranks_per_node;
   out->low_latency_bytes = o.low_latency_bytes;
   out->output_arena_bytes = o.output_arena_bytes;
+  out->network_leg = static_cast<std::int32_t>(o.network_leg);
+  out->emulated_nic_gbps = o.emulated_nic_gbps;
+  out->emulated_nic_latency_us = o.emulated_nic_latency_us;
   return EPKIT_EP_OK;
 }
 
@@ -408,12 +411,13 @@ epkit_ep_status epkit_ep_dispatch(epkit_ep_buffer* buffer, const epkit_ep_dispat
     d.config = to_config(args->config);
     d.order = to_order(args->order);
     if (args->into != nullptr) {
-      d.into = [fn = args->into, user = args->into_user](
-                   std::int64_t rows) -> epkit::Result<ep::DispatchOutputs> {
+      d.into = [fn = args->into,
+                user = args->into_user](std::int64_t rows) -> epkit::Result<ep::DispatchOutputs> {
         epkit_ep_dispatch_into into;
         std::memset(&into, 0, sizeof(into));
         if (fn(user, rows, &into) != 0)
-          return epkit::make_error(epkit::ErrorCode::invalid, "the dispatch's into callback declined");
+          return epkit::make_error(epkit::ErrorCode::invalid,
+                                   "the dispatch's into callback declined");
         ep::DispatchOutputs o;
         const std::pair<const epkit_ep_tensor*, ep::TensorView*> views[] = {
             {&into.recv_x, &o.recv_x},
@@ -424,7 +428,8 @@ epkit_ep_status epkit_ep_dispatch(epkit_ep_buffer* buffer, const epkit_ep_dispat
             {&into.rank_prefix_matrix, &o.rank_prefix_matrix}};
         for (const auto& [t, v] : views)
           if (to_view(*t, "into", *v) != EPKIT_EP_OK)
-            return epkit::make_error(epkit::ErrorCode::invalid, "the dispatch's into callback gave a bad tensor");
+            return epkit::make_error(epkit::ErrorCode::invalid,
+                                     "the dispatch's into callback gave a bad tensor");
         return o;
       };
     }
@@ -464,9 +469,9 @@ epkit_ep_status epkit_ep_combine(epkit_ep_buffer* buffer, const epkit_ep_combine
       if (epkit_ep_status s = to_view(args->bias[b], b == 0 ? "bias[0]" : "bias[1]", c.bias[b]);
           s != EPKIT_EP_OK)
         return s;
-    if (epkit_ep_status s = to_views({{&args->out_x, "out_x", &c.out_x},
-                                      {&args->out_topk_weights, "out_topk_weights",
-                                       &c.out_topk_weights}});
+    if (epkit_ep_status s =
+            to_views({{&args->out_x, "out_x", &c.out_x},
+                      {&args->out_topk_weights, "out_topk_weights", &c.out_topk_weights}});
         s != EPKIT_EP_OK)
       return s;
     c.handle = args->handle->handle;
@@ -480,8 +485,7 @@ epkit_ep_status epkit_ep_combine(epkit_ep_buffer* buffer, const epkit_ep_combine
   });
 }
 
-epkit_ep_status epkit_ep_output_arena(const epkit_ep_buffer* buffer, void** data,
-                                      uint64_t* bytes) {
+epkit_ep_status epkit_ep_output_arena(const epkit_ep_buffer* buffer, void** data, uint64_t* bytes) {
   return guard([&]() -> epkit_ep_status {
     if (epkit_ep_status s = check_buffer(buffer); s != EPKIT_EP_OK) return s;
     if (data == nullptr || bytes == nullptr) return fail(EPKIT_EP_ERR_INVALID, "out is null");

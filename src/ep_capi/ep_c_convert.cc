@@ -62,6 +62,11 @@ ep::BufferOptions to_options(const epkit_ep_options& o) {
   out.ranks_per_node = o.ranks_per_node;
   out.low_latency_bytes = static_cast<std::size_t>(o.low_latency_bytes);
   out.output_arena_bytes = static_cast<std::size_t>(o.output_arena_bytes);
+  // Any value passes here: check_internode_options refuses one that names
+  // no leg, by its number.
+  out.network_leg = static_cast<ep::BufferOptions::NetworkLeg>(o.network_leg);
+  out.emulated_nic_gbps = o.emulated_nic_gbps;
+  out.emulated_nic_latency_us = o.emulated_nic_latency_us;
   return out;
 }
 

@@ -127,6 +127,37 @@ class Library(unittest.TestCase):
                 os.environ["EPKIT_LIBRARY"] = before
 
 
+class NetworkLegFromEnvironment(unittest.TestCase):
+    """$EPKIT_NETWORK_LEG and the emulated NIC's numbers reach DeepEP's tests
+    unchanged; a bad value is refused by its variable's name."""
+
+    def test_defaults_and_choices(self):
+        from epkit.deep_ep.buffer import network_leg_options as leg
+        self.assertEqual(leg({}), (0, 50.0, 2.0))
+        self.assertEqual(leg({"EPKIT_NETWORK_LEG": "emulated", "EPKIT_NIC_GBPS": "5",
+                              "EPKIT_NIC_LATENCY_US": "0"}), (1, 5.0, 0.0))
+        self.assertEqual(leg({"EPKIT_NETWORK_LEG": ""}, 7.0, 3.0), (0, 7.0, 3.0))
+
+    def test_bad_values_are_named(self):
+        from epkit.deep_ep.buffer import network_leg_options as leg
+        for env, says in [({"EPKIT_NETWORK_LEG": "rdma"}, "EPKIT_NETWORK_LEG must be nccl or emulated"),
+                          ({"EPKIT_NIC_GBPS": "fast"}, "EPKIT_NIC_GBPS must be a number"),
+                          ({"EPKIT_NIC_GBPS": "nan"}, "EPKIT_NIC_GBPS = nan"),
+                          ({"EPKIT_NIC_GBPS": "0"}, "EPKIT_NIC_GBPS = 0"),
+                          ({"EPKIT_NIC_LATENCY_US": "-1"}, "EPKIT_NIC_LATENCY_US = -1"),
+                          ({"EPKIT_NETWORK_LEG": "x" * 5000}, "not 'xxxx")]:
+            with self.subTest(env=str(env)[:60]):
+                with self.assertRaisesRegex(ValueError, says):
+                    leg(env)
+
+    def test_library_defaults(self):
+        lib = _native.load()
+        options = _native.Options()
+        lib.check(lib.default_options(_native.ctypes.byref(options)))
+        self.assertEqual((options.network_leg, options.emulated_nic_gbps, options.emulated_nic_latency_us),
+                         (0, 50.0, 2.0))
+
+
 class ConfigAndStatics(unittest.TestCase):
     def test_config_checks_as_deepep(self):
         c = deep_ep.Config(24, 8, 256)

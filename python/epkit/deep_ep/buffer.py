@@ -172,6 +172,35 @@ class _View:
 
 
 
+_NETWORK_LEGS = {"nccl": 0, "emulated": 1}
+
+
+def network_leg_options(environ, gbps: float = 50.0, latency_us: float = 2.0) -> Tuple[int, float, float]:
+    """The network leg an internode Buffer uses, from $EPKIT_NETWORK_LEG
+    (nccl, the default, or emulated: the device-driven leg over an emulated
+    NIC, for nodes faked on one host's GPUs) with $EPKIT_NIC_GBPS and
+    $EPKIT_NIC_LATENCY_US for the emulated NIC. Set by the environment so that
+    DeepEP's own tests reach it unchanged; a bad value is refused by name."""
+    name = environ.get("EPKIT_NETWORK_LEG", "nccl") or "nccl"
+    if name not in _NETWORK_LEGS:
+        raise ValueError(f"EPKIT_NETWORK_LEG must be nccl or emulated, not {name[:40]!r}")
+
+    def number(variable: str, default: float, low: float, high: float) -> float:
+        text = environ.get(variable, "")
+        if text == "":
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{variable} must be a number, not {text[:40]!r}") from None
+        if not low <= value <= high:  # also refuses nan
+            raise ValueError(f"{variable} = {text[:40]}: {low:g} to {high:g}")
+        return value
+
+    return (_NETWORK_LEGS[name], number("EPKIT_NIC_GBPS", gbps, 0.001, 10000.0),
+            number("EPKIT_NIC_LATENCY_US", latency_us, 0.0, 1e6))
+
+
 def wants_output_arena(has_extension: bool, num_nodes: int, num_nvl_bytes: int, max_tokens: Optional[int]) -> bool:
     """The output arena serves the extension's dispatch outputs on one node,
     for a Buffer sized in bytes or in tokens (an ElasticBuffer's is)."""
@@ -194,7 +223,9 @@ class Buffer:
 
     More ranks than one node holds make an internode Buffer: nodes of
     min(ranks, 8) ranks as DeepEP counts them (epkit's `ranks_per_node`
-    overrides), NVLink inside a node and NCCL between nodes.
+    overrides), NVLink inside a node and NCCL between nodes (or, with
+    $EPKIT_NETWORK_LEG=emulated, the device-driven leg over an emulated NIC:
+    `network_leg_options`).
 
     epkit-only keyword arguments: max_tokens (largest token count a rank
     passes; default: as many as num_nvl_bytes, plus num_rdma_bytes across
@@ -262,6 +293,10 @@ class Buffer:
         if timeout_s is not None:
             options.timeout_s = timeout_s
         options.ranks_per_node = per_node if self.num_nodes > 1 else 0
+        if self.num_nodes > 1:
+            (options.network_leg, options.emulated_nic_gbps,
+             options.emulated_nic_latency_us) = network_leg_options(
+                 os.environ, options.emulated_nic_gbps, options.emulated_nic_latency_us)
         if low_latency_mode:
             options.low_latency_bytes = int(num_rdma_bytes)
         options.max_tokens = max_tokens if max_tokens is not None else self._tokens_fitting(options)

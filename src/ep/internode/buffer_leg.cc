@@ -3,7 +3,9 @@
 // thread, and the exchanges the kernels run.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "ep/internode/buffer.h"
@@ -14,6 +16,12 @@
 namespace epkit::ep {
 
 namespace nl = network_leg;
+
+namespace {
+constexpr int k_leg_spins_before_yield = 256;
+constexpr int k_leg_spins_before_nap = 4096;
+constexpr int k_leg_nap_us = 20;
+}  // namespace
 
 Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
   nl::EmulatedNicOptions nic;
@@ -53,11 +61,21 @@ Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
       set_leg_error(fmt::format("cudaSetDevice({}): {}", device, cudaGetErrorString(rc)));
       return;
     }
+    // Spins while puts flow (the pacing model's latency is microseconds);
+    // idle, it yields and then naps, so ranks that share a host's cores (8 a
+    // node, nodes faked) leave them to the callers. A put after a long idle
+    // stretch waits at most one nap.
+    int idle = 0;
     while (!m_leg_stop.load(std::memory_order_acquire)) {
       if (auto step = m_leg->progress(); !step.ok()) {
         set_leg_error(step.error().message);
         return;
       }
+      idle = m_leg->moved_last_step() ? 0 : idle + 1;
+      if (idle > k_leg_spins_before_nap)
+        std::this_thread::sleep_for(std::chrono::microseconds(k_leg_nap_us));
+      else if (idle > k_leg_spins_before_yield)
+        std::this_thread::yield();
     }
   });
   m_local->m_network_note = [this] { return leg_note(); };

@@ -575,6 +575,7 @@ Result<void> EmulatedBackend::progress() {
   auto step = m_proxy->step();
   if (const auto& f = m_proxy->fault()) set_fault(f->rank, f->reason);
   if (!step) return step.error();
+  m_moved.store(step->posted + step->landed > 0, std::memory_order_relaxed);
   watch_producers(step.value());
   return {};
 }

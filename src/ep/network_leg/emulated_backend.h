@@ -165,6 +165,7 @@ class EmulatedBackend final : public HostBackend {
   Result<void> exchange(Bootstrap& bootstrap) override;
   DeviceLeg device_leg() const override;
   Result<void> progress() override;
+  bool moved_last_step() const override { return m_moved.load(std::memory_order_relaxed); }
   std::optional<Fault> fault() const override;
   void abort() override;
   std::string describe() const override;
@@ -201,6 +202,7 @@ class EmulatedBackend final : public HostBackend {
   Result<void> check_request(const PutRequest& request) const;
   ProxyHooks hooks();
   void watch_producers(const ProxyStep& step);
+  std::atomic<bool> m_moved{true};  // the last step drained or landed something
   void set_fault(int rank, std::string reason);
 
   EmulatedNicOptions m_options;

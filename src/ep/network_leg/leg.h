@@ -153,6 +153,9 @@ class HostBackend {
   /// that need no host (GIN) return at once. The Buffer's proxy thread calls
   /// it in a loop, never the caller's thread, so no operation waits on it.
   virtual Result<void> progress() = 0;
+  /// Whether the last progress() moved anything: a proxy thread backs off
+  /// while it does not (an idle NIC must not spin a core per rank).
+  virtual bool moved_last_step() const { return true; }
   /// The first fault seen (a dropped peer, a transport error, a count message
   /// that failed its checks), or none while healthy.
   virtual std::optional<Fault> fault() const = 0;
