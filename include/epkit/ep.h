@@ -167,6 +167,12 @@ struct BufferOptions {
   NetworkLeg network_leg = NetworkLeg::nccl_host;
   double emulated_nic_gbps = 50;       ///< each rank's NIC, GB/s (1e9 bytes)
   double emulated_nic_latency_us = 2;  ///< from leaving the source to landing
+  /// On the device-driven leg: a cached dispatch forwards each chunk of rows
+  /// as it lands and a combine sends each chunk of sums as it is done, the
+  /// network leg overlapping the NVLink legs (docs/ep-internode.md). Off:
+  /// one after the other. Off by default while an intermittent stall at 4096
+  /// tokens on faked nodes is open (docs/ep-internode.md).
+  bool overlap_network_leg = false;
   /// Bytes of the output arena, on top of num_bytes: a region of this
   /// rank's heap (Buffer::output_arena) where a caller may place a
   /// dispatch's outputs (DispatchArgs::into) so that the senders write its

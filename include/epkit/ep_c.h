@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or signature below changes incompatibly. */
-#define EPKIT_EP_ABI_VERSION 4
+#define EPKIT_EP_ABI_VERSION 5
 
 typedef enum epkit_ep_status {
   EPKIT_EP_OK = 0,

@@ -9,7 +9,7 @@ import os
 import pathlib
 from typing import List, Optional
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 LIBRARY_NAME = "libepkit_ep.so"
 
 OK, ERR_INVALID, ERR_UNAVAILABLE, ERR_CUDA, ERR_TIMEOUT, ERR_BOOTSTRAP, ERR_INTERNAL = range(7)

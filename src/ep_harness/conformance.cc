@@ -829,6 +829,7 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
     bo.network_leg = options.network_leg;
     bo.emulated_nic_gbps = options.nic_gbps;
     bo.emulated_nic_latency_us = options.nic_latency_us;
+    bo.overlap_network_leg = options.leg_overlap;
     s.internode = true;
     s.nccl.ranks_per_node = per_node;
   }

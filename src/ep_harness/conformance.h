@@ -42,6 +42,7 @@ struct ConformanceOptions {
   ep::BufferOptions::NetworkLeg network_leg = ep::BufferOptions::NetworkLeg::nccl_host;
   double nic_gbps = 50;
   double nic_latency_us = 2;
+  bool leg_overlap = false;  // BufferOptions::overlap_network_leg
 };
 
 struct ConformanceFailure {

@@ -61,6 +61,12 @@ TEST(EpReproduce, EmulatedLegIsNamedWithItsNic) {
             "epkit test ep --seed 717991210 --tokens 1024 --hidden 7168 --topk 8 --experts 256 "
             "--sms 24 --nnodes 2 --network-leg emulated --nic-gbps 12.5 --nic-latency-us 2 "
             "--nproc-per-node 1 (on every node, with its --node-rank and the same --master)");
+  r.leg_overlap = true;
+  EXPECT_EQ(ep_reproduce_command(r),
+            "epkit test ep --seed 717991210 --tokens 1024 --hidden 7168 --topk 8 --experts 256 "
+            "--sms 24 --nnodes 2 --network-leg emulated --nic-gbps 12.5 --nic-latency-us 2 "
+            "--leg-overlap --nproc-per-node 1 (on every node, with its --node-rank and the same "
+            "--master)");
 }
 
 TEST(EpReproduce, LowLatencyModeIsNamed) {

@@ -227,6 +227,30 @@ TEST(InternodeLegMessages, EveryBadCountNamesItsSender) {
   }
 }
 
+// Both ends of the leg cut a segment into the same chunks: every row in
+// exactly the chunk whose bounds hold it, chunks within one row of each
+// other, empty ones only when rows < chunks.
+TEST(InternodeLegChunks, EveryRowIsInTheChunkWhoseBoundsHoldIt) {
+  for (int chunks = 1; chunks <= 9; ++chunks)
+    for (int rows = 1; rows <= 200; ++rows) {
+      EXPECT_EQ(kernels::chunk_begin(0, rows, chunks), 0);
+      EXPECT_EQ(kernels::chunk_begin(chunks, rows, chunks), rows);
+      for (int c = 0; c < chunks; ++c) {
+        const int size =
+            kernels::chunk_begin(c + 1, rows, chunks) - kernels::chunk_begin(c, rows, chunks);
+        EXPECT_TRUE(size == rows / chunks || size == rows / chunks + 1) << rows << " " << chunks;
+      }
+      for (int j = 0; j < rows; ++j) {
+        const int c = kernels::chunk_of(j, rows, chunks);
+        ASSERT_TRUE(c >= 0 && c < chunks) << j << " of " << rows;
+        EXPECT_LE(kernels::chunk_begin(c, rows, chunks), j);
+        EXPECT_LT(j, kernels::chunk_begin(c + 1, rows, chunks));
+      }
+    }
+  // Large counts do not overflow the product.
+  EXPECT_EQ(kernels::chunk_of(1 << 30, (1 << 30) + 1, 8), 7);
+}
+
 }  // namespace
 }  // namespace epkit::ep
 #endif

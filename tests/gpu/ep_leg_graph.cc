@@ -65,6 +65,8 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, cons
   bo.timeout_s = 30;
   bo.ranks_per_node = ranks / nodes;
   bo.network_leg = ep::BufferOptions::NetworkLeg::emulated_nic;
+  // The leg's own stream forks and joins inside the capture too.
+  bo.overlap_network_leg = true;
   auto buffer = ep::Buffer::create(boot, bo);
   CHECK_OK(buffer);
   ep::Buffer& buf = **buffer;

@@ -5,8 +5,13 @@
 // call to return (no synchronisation in between: the leg's transfers run on
 // the stream) and the device's time per call (events around a batch). On
 // the leg the host time must not depend on the cap; the device time must.
-// Usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS]
-// Prints one line per rank: "leg_host_time rank=... host_us dispatch=...".
+// With `overlap` it then times the network leg against the NVLink legs: each
+// call run serially (the Buffer's events around its network leg and around
+// the rest: pack, forwarding, reduce) and overlapped (the whole call), medians
+// of CALLS; the overlapped call over the slower part alone is the figure.
+// Usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS [overlap]]
+// Prints one line per rank: "leg_host_time rank=... host_us dispatch=...",
+// and with overlap "leg_overlap rank=... dispatch network_ms=...".
 #include <epkit/ep.h>
 #include <unistd.h>
 
@@ -18,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "ep/internode/buffer.h"
 #include "ep/testing.h"
 #include "ep_harness/store_bootstrap.h"
 #include "forked_ranks.h"
@@ -29,7 +35,51 @@ namespace {
 
 struct Shape {
   int tokens = 1024, hidden = 7168, topk = 8, experts = 64, calls = 50;
+  bool overlap = false;
 };
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+/// The overlap figures of one kind of call (a cached dispatch or a combine):
+/// run serially, the median network leg and rest; overlapped, the median
+/// whole call (events on the caller's stream around it).
+template <class Call>
+int time_overlap(ep::InternodeBuffer& buf, int calls, Call&& call, double& network_ms,
+                 double& rest_ms, double& overlap_ms) {
+  std::vector<double> network, rest, whole;
+  buf.set_leg_overlap(false);
+  if (!buf.time_leg_phases(true)) return 1;
+  for (int i = 0; i < calls; ++i) {
+    if (!call()) return 1;
+    auto phases = buf.last_leg_phases();
+    if (!phases) return 1;
+    network.push_back(phases->network_ms);
+    rest.push_back(phases->rest_ms);
+  }
+  if (!buf.time_leg_phases(false)) return 1;
+  buf.set_leg_overlap(true);
+  cudaEvent_t a = nullptr, b = nullptr;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < calls; ++i) {
+    cudaEventRecord(a, nullptr);
+    if (!call()) return 1;
+    cudaEventRecord(b, nullptr);
+    if (cudaEventSynchronize(b) != cudaSuccess) return 1;
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    whole.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  network_ms = median(network);
+  rest_ms = median(rest);
+  overlap_ms = median(whole);
+  return 0;
+}
 
 int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, double gbps,
               const Shape& s) {
@@ -121,6 +171,27 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
       "leg_host_time rank=%d ranks=%d nodes=%d cap_gbps=%g tokens=%d rows=%lld host_us "
       "dispatch=%.1f combine=%.1f device_us dispatch=%.1f combine=%.1f\n",
       rank, ranks, nodes, gbps, s.tokens, static_cast<long long>(d->recv_x.rows()), hd, hc, dd, dc);
+  if (s.overlap) {
+    auto* inter = dynamic_cast<ep::InternodeBuffer*>(&buf);
+    if (inter == nullptr) {
+      std::fprintf(stderr, "rank %d: not an internode Buffer\n", rank);
+      return 1;
+    }
+    double dn = 0, dr = 0, dw = 0, cn = 0, cr = 0, cw = 0;
+    if (time_overlap(
+            *inter, s.calls, [&] { return buf.dispatch(cached).ok(); }, dn, dr, dw) != 0 ||
+        time_overlap(
+            *inter, s.calls, [&] { return buf.combine(ca).ok(); }, cn, cr, cw) != 0) {
+      std::fprintf(stderr, "rank %d: a timed call failed\n", rank);
+      return 1;
+    }
+    std::printf(
+        "leg_overlap rank=%d ranks=%d nodes=%d cap_gbps=%g tokens=%d dispatch network_ms=%.3f "
+        "rest_ms=%.3f network/rest=%.2f overlapped_ms=%.3f over_slower=%.3f combine "
+        "network_ms=%.3f rest_ms=%.3f network/rest=%.2f overlapped_ms=%.3f over_slower=%.3f\n",
+        rank, ranks, nodes, gbps, s.tokens, dn, dr, dn / dr, dw, dw / std::max(dn, dr), cn, cr,
+        cn / cr, cw, cw / std::max(cn, cr));
+  }
   CHECK_OK(buf.barrier());
   buffer->reset();
   session->store.close();
@@ -137,9 +208,13 @@ int main(int argc, char** argv) {
   Shape s;
   int* fields[] = {&s.tokens, &s.hidden, &s.calls};
   for (int i = 4; i < argc && i - 4 < 3; ++i) *fields[i - 4] = std::atoi(argv[i]);
+  const std::string mode = argc > 7 ? argv[7] : "";
+  s.overlap = mode == "overlap";
   if (ranks < 2 || nodes < 2 || ranks % nodes != 0 || !(gbps > 0) || s.tokens < 1 ||
-      s.hidden < 128 || s.hidden % 128 != 0 || s.calls < 1) {
-    std::fprintf(stderr, "usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS]\n");
+      s.tokens > 65536 || s.hidden < 128 || s.hidden > 65536 || s.hidden % 128 != 0 ||
+      s.calls < 1 || s.calls > 100000 || (!mode.empty() && !s.overlap)) {
+    std::fprintf(
+        stderr, "usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS [overlap]]\n");
     return 64;
   }
   const int gpus = test::gpus_or_exit(1);

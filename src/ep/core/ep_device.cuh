@@ -56,6 +56,16 @@ __device__ __forceinline__ int4 load_peer(const int4* p) {
   return v;
 }
 
+// A load that skips L1 (served by L2): rows another kernel writes while
+// this one runs (the network leg's chunks) must not come from a stale line.
+__device__ __forceinline__ int4 load_l2(const int4* p) {
+  int4 v;
+  asm volatile("ld.global.cg.v4.s32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 __device__ __forceinline__ void store_vec(int4* p, const int4& v) {
   asm volatile("st.global.L1::no_allocate.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x),
                "r"(v.y), "r"(v.z), "r"(v.w)
@@ -182,6 +192,46 @@ __device__ __forceinline__ void grid_exit_barrier(const SyncParams& s, std::uint
     rank_barrier_warp(s, epoch, true);
     if (threadIdx.x == 0) *s.epoch = epoch;
   }
+}
+
+/// LegChunks on the device: `seg` holds the segments' bounds (shared
+/// memory, read once per block). The segment of row t: the last s with
+/// seg[s] <= t.
+__device__ __forceinline__ int leg_segment_of(const LegChunks& c, const int* seg, int t) {
+  int s = 0;
+  while (s + 1 < c.num_segments && seg[s + 1] <= t) ++s;
+  return s;
+}
+
+/// Lane 0 of the calling warp waits until row t's chunk has landed
+/// (LegChunks arrival; rows of this node's segment are always there),
+/// bounded: on expiry the mailbox names the rank that sends the chunk, as
+/// the leg's exchange does (k_timeout_network, "its part": 1).
+__device__ __forceinline__ void leg_wait_arrival(const LegChunks& c, const int* seg,
+                                                 std::uint64_t number, int t, Mailbox* mailbox) {
+  if ((threadIdx.x & 31) == 0) {
+    const int s = leg_segment_of(c, seg, t);
+    if (s != c.own) {
+      const int rows = seg[s + 1] - seg[s];
+      const int chunk = chunk_of(t - seg[s], rows, c.chunks);
+      const std::uint64_t* signal =
+          c.signals + c.first_signal + static_cast<std::uint64_t>(s) * c.signal_stride + chunk;
+      if (load_acquire_sys(signal) < number) {
+        const std::uint64_t start = global_timer_ns();
+        std::uint64_t seen = 0;
+        while ((seen = load_acquire_sys(signal)) < number) {
+          if (global_timer_ns() - start > static_cast<std::uint64_t>(c.timeout_ns)) {
+            const auto clip = [](std::uint64_t v) {
+              return static_cast<std::int64_t>(v & 0xfffffff);
+            };
+            fail(mailbox, k_timeout_network, s * c.ranks_per_node + c.local_rank,
+                 1 | clip(seen) << 8 | clip(number) << 36);
+          }
+        }
+      }
+    }
+  }
+  __syncwarp();
 }
 
 }  // namespace epkit::ep::kernels

@@ -12,6 +12,12 @@
 
 #include <cstdint>
 
+#ifdef __CUDACC__
+#define EPKIT_HOST_DEVICE __host__ __device__
+#else
+#define EPKIT_HOST_DEVICE
+#endif
+
 namespace epkit::ep::kernels {
 
 constexpr int k_max_ranks = 8;  // ranks of one node (the NVLink domain)
@@ -74,6 +80,42 @@ enum ErrorKind : std::int32_t {
                               // rank); value: 0 its ready signal, 1 its rows, 2 this rank's flush
   k_bad_leg_message = 8,      // a count message on the device-driven leg failed its check:
                               // error_rank sent it; value: the fault (internode/leg_counts.h)
+};
+
+/// Chunks a segment of `rows` rows is cut into on the network leg: chunk c
+/// is rows [chunk_begin(c), chunk_begin(c + 1)), every chunk within one row
+/// of the others (empty ones when rows < chunks). Both ends compute them.
+EPKIT_HOST_DEVICE inline int chunk_begin(int c, int rows, int chunks) {
+  return static_cast<int>(static_cast<std::int64_t>(c) * rows / chunks);
+}
+/// The chunk row j (0 <= j < rows) is in: the last c with chunk_begin(c) <= j.
+EPKIT_HOST_DEVICE inline int chunk_of(int j, int rows, int chunks) {
+  return static_cast<int>(((static_cast<std::int64_t>(j) + 1) * chunks - 1) / rows);
+}
+
+/// Rows that cross the network leg chunk by chunk while a kernel of the
+/// node's Buffer works on them (an internode dispatch's forwarding starts on
+/// the chunks that arrived; its combine's sums leave as their chunks are
+/// done). Segment s, rows [segment_begin[s], segment_begin[s + 1]), is node
+/// s's; `own` is this node's, which does not cross the leg.
+struct LegChunks {
+  const std::int32_t* segment_begin = nullptr;  ///< device [num_segments + 1]; null: off
+  int num_segments = 0;
+  int own = -1;
+  int chunks = 0;
+  /// Arrival (a dispatch): chunk c of segment s has landed once
+  /// signals[first_signal + s x signal_stride + c] reaches *number.
+  const std::uint64_t* signals = nullptr;
+  std::uint32_t first_signal = 0;
+  std::uint32_t signal_stride = 0;
+  const std::uint64_t* number = nullptr;
+  std::int64_t timeout_ns = 0;
+  /// Node s's rank on this rail (a wait that expires names it).
+  int ranks_per_node = 1;
+  int local_rank = 0;
+  /// Departure (a combine): done[s x chunks + c] counts the chunk's rows
+  /// written; the leg's exchange takes the chunk when it is complete.
+  std::int32_t* done = nullptr;
 };
 
 /// What every synchronising kernel shares.

@@ -112,6 +112,7 @@ InternodeLayout internode_layout(const BufferOptions& o, int num_ranks) {
   l.send_messages = take(nodes * static_cast<std::size_t>(l.message_ints) * 4);
   l.recv_messages = take(nodes * static_cast<std::size_t>(l.message_ints) * 4);
   l.leg_counters = take(4 * 2 * sizeof(std::uint64_t));  // InternodeBuffer::leg_kinds
+  l.leg_done = take(nodes * k::k_leg_chunks * sizeof(std::int32_t));
   l.barrier = take(nodes * 4);
   l.total = at;
   return l;
@@ -157,6 +158,11 @@ MappedMemory::~MappedMemory() {
 
 InternodeBuffer::~InternodeBuffer() {
   stop_leg();
+  if (m_leg_fork != nullptr) cudaEventDestroy(m_leg_fork);
+  if (m_leg_join != nullptr) cudaEventDestroy(m_leg_join);
+  if (m_leg_stream != nullptr) cudaStreamDestroy(m_leg_stream);
+  for (cudaEvent_t e : m_phase)
+    if (e != nullptr) cudaEventDestroy(e);
   if (m_net_done != nullptr) cudaEventDestroy(m_net_done);
 }
 
@@ -170,6 +176,7 @@ Result<void> InternodeBuffer::init(Bootstrap& bootstrap, const BufferOptions& o)
   m_node = m_rank / m_per_node;
   m_local_rank = m_rank % m_per_node;
   m_mem_layout = internode_layout(o, m_ranks);
+  m_leg_overlap = o.overlap_network_leg;
   const BufferOptions forward = forwarding_options(o, m_ranks);
 
   NodeBootstrap node(bootstrap, m_per_node);
@@ -335,7 +342,7 @@ Result<void> InternodeBuffer::barrier() {
   // sides make it a barrier over every rank.
   if (on_leg()) {
     // Signals only: every node's tail reaching this barrier's number.
-    EPKIT_TRY(leg_exchange(leg_barrier, "barrier", LegPuts(static_cast<std::size_t>(m_nodes)), 1));
+    EPKIT_TRY(leg_exchange(leg_barrier, "barrier", LegPuts{}, 1));
     EPKIT_TRY(wait_network("barrier", [&] { return others(); }));
     return m_local->barrier();
   }

@@ -35,7 +35,8 @@ struct InternodeLayout {
   std::size_t buckets = 0, rows = 0, partial_x = 0, partial_w = 0, out_x = 0, out_w = 0;
   std::size_t per_rank = 0, per_node = 0, per_expert = 0, in_rank = 0, send_messages = 0;
   std::size_t recv_messages = 0;  // where the device-driven leg puts them
-  std::size_t leg_counters = 0;   // the leg's exchanges and puts so far, per kind
+  std::size_t leg_counters = 0;   // the leg's exchanges so far, per kind
+  std::size_t leg_done = 0;       // a combine's rows written per (node, chunk)
   std::size_t barrier = 0;
   std::size_t total = 0;
 };
@@ -130,6 +131,20 @@ class InternodeBuffer final : public Buffer {
   Result<void> synchronize() override { return m_local->synchronize(); }
 
   Result<void> init(Bootstrap& bootstrap, const BufferOptions& options);
+  /// Whether a cached dispatch and a combine on the device-driven leg
+  /// overlap it with the NVLink legs (BufferOptions::overlap_network_leg),
+  /// or run them one after the other (to time each alone:
+  /// tests/gpu/ep_leg_host_time.cc, overlap).
+  void set_leg_overlap(bool on) { m_leg_overlap = on; }
+  /// With the leg run serially: the last cached dispatch's or combine's
+  /// network leg alone and the rest of it (pack, NVLink legs, reduce), from
+  /// events around each part. Waits for that call.
+  struct LegPhases {
+    float network_ms = 0;
+    float rest_ms = 0;
+  };
+  Result<void> time_leg_phases(bool on);
+  Result<LegPhases> last_leg_phases() const;
 
  private:
   /// Waits on the host, bounded by the timeout, for the network leg posted
@@ -161,7 +176,8 @@ class InternodeBuffer final : public Buffer {
   // per source node and its own receive region.
   enum LegKind : int { leg_messages, leg_rows, leg_partials, leg_barrier, leg_kinds };
   enum LegWindow : std::uint32_t { window_internode = 0, window_node_local = 1 };
-  using LegPuts = std::vector<std::array<k::LegPut, k::LegExchangeParams::k_puts>>;
+  /// An exchange's puts, each a rule for every other node (k::LegPut).
+  using LegPuts = std::array<k::LegPut, k::LegExchangeParams::k_puts>;
   bool on_leg() const { return m_leg != nullptr; }
   /// Makes the backend, registers this Buffer's memory, trades handles with
   /// every rank (collective) and starts the progress thread.
@@ -170,12 +186,28 @@ class InternodeBuffer final : public Buffer {
   /// The progress thread's first error; the leg's state for an error message.
   void set_leg_error(std::string error);
   std::string leg_note() const;
-  /// Launches one exchange of `kind` on the Buffer's stream: `puts[n]` (the
-  /// first `num_puts`) to node n, for every other node. `messages`: count
-  /// messages to complete first (the rows vector).
+  /// Launches one exchange of `kind`: the first `num_puts` of `puts` to
+  /// every other node, on the Buffer's stream, or on the leg's own stream
+  /// when `side` (overlap: begin_side / end_side around it). `messages`:
+  /// count messages to complete first (the rows vector).
   Result<void> leg_exchange(LegKind kind, const char* what, const LegPuts& puts, int num_puts,
                             std::int32_t* messages = nullptr,
-                            const k::MessageFormat* format = nullptr);
+                            const k::MessageFormat* format = nullptr, bool side = false);
+  /// The leg's stream forks from the Buffer's stream here (it waits for
+  /// what the Buffer's stream queued so far), and joins it back.
+  Result<void> begin_side(const char* what);
+  Result<void> end_side(const char* what);
+  /// The rows exchange's count (the pack adds to it: LegExchangeParams::
+  /// number_preset) and the chunks a combine wrote ([nodes][k_leg_chunks]).
+  std::uint64_t* leg_counter(LegKind kind) const {
+    return reinterpret_cast<std::uint64_t*>(region(m_mem_layout.leg_counters)) + 2 * kind;
+  }
+  /// The first signal of a kind's (LegExchangeParams: ready, then puts).
+  std::uint32_t leg_signal_base(LegKind kind) const {
+    return static_cast<std::uint32_t>(kind * m_nodes * (1 + k::LegExchangeParams::k_puts));
+  }
+  /// The segments and chunks of a dispatch's rows on the leg (k::LegChunks).
+  k::LegChunks leg_chunks(const InternodeHandle& handle) const;
   /// Dispatch's count messages over the leg, then the device's checked read
   /// of them into the handle's leg_counts (no host wait).
   Result<void> exchange_messages_on_leg(std::int32_t* sent, const k::MessageFormat& format,
@@ -183,7 +215,7 @@ class InternodeBuffer final : public Buffer {
   /// The buckets to every node (own node: a device copy), rows landing at
   /// the handle's segments: over the leg without a host wait, else NCCL.
   Result<void> exchange_buckets(const char* what, const k::RowFormat& format,
-                                const InternodeHandle& handle);
+                                const InternodeHandle& handle, bool side = false);
   /// A put's offset in the node-local window (the forwarding Buffer's own
   /// memory, where its combine leaves the partial sums).
   std::uint64_t node_local_offset(const void* p) const;
@@ -211,6 +243,16 @@ class InternodeBuffer final : public Buffer {
   std::atomic<bool> m_leg_stop{false};
   mutable std::mutex m_leg_error_mutex;
   std::string m_leg_error;
+  cudaStream_t m_leg_stream = nullptr;
+  cudaEvent_t m_leg_fork = nullptr;
+  cudaEvent_t m_leg_join = nullptr;
+  bool m_leg_overlap = false;            // BufferOptions::overlap_network_leg
+  std::array<cudaEvent_t, 4> m_phase{};  // time_leg_phases: start, leg, leg end, end
+  bool m_time_phases = false;
+  void phase_mark(int i) const {
+    if (m_time_phases)
+      cudaEventRecord(m_phase[static_cast<std::size_t>(i)], m_local->comm_stream());
+  }
 };
 
 }  // namespace epkit::ep

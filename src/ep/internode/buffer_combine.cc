@@ -18,6 +18,12 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
   cudaStream_t stream = m_local->comm_stream();
   EPKIT_TRY(m_local->enter(a.order));
 
+  // On the leg the sums cross on the leg's own stream, each chunk as soon as
+  // the node combine has written it (LegChunks departure).
+  const bool overlap = on_leg() && m_leg_overlap;
+  if (overlap) EPKIT_TRY(begin_side("combine"));
+  phase_mark(0);
+
   // 1. The node's sums for every forwarded row, in the forwarder's row order.
   CombineArgs local;
   local.x = a.x;
@@ -27,50 +33,90 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
   local.order.stream = stream;
   local.order.async = true;
   local.order.want_event = false;
-  auto partial = m_local->combine(local);
-  if (!partial) return partial.error();
   const bool with_weights = given(a.topk_weights);
   const int num_topk = with_weights ? static_cast<int>(a.topk_weights.cols()) : 0;
-
-  // 2. Segment n of the sums goes back to node n; this rank's bucket rows
-  // come back from every node.
-  auto* sums = static_cast<std::uint16_t*>(partial->combined_x.data);
-  auto* sums_w = with_weights ? static_cast<float*>(partial->combined_topk_weights.data) : nullptr;
+  // Where the node combine leaves its sums (the partial puts read them).
+  auto* sums = m_local->combined_x();
+  auto* sums_w = with_weights ? m_local->combined_weights() : nullptr;
+  auto* done = reinterpret_cast<std::int32_t*>(region(m_mem_layout.leg_done));
   auto* partials = reinterpret_cast<std::uint16_t*>(region(m_mem_layout.partial_x));
   auto* partials_w = reinterpret_cast<float*>(region(m_mem_layout.partial_w));
   const std::int64_t x_row = hidden;
   const std::int64_t capacity = m_opts.max_tokens;
+  auto exchange_partials = [&]() -> Result<void> {
+    // Into node n's partials from this node, straight from the node
+    // combine's output (the node-local window), sized on the device from the
+    // dispatch's checked counts: the sums in chunks, each leaving once
+    // written, then the weights (or a bare signal).
+    const k::LegCounts* c = h->leg_counts;
+    auto partial_put = [&](const void* sums_base, std::size_t region, std::size_t row_bytes) {
+      k::LegPut put;
+      put.src_window = window_node_local;
+      put.dst_window = window_internode;
+      put.src_offset = node_local_offset(sums_base);
+      put.dst_offset = region + static_cast<std::uint64_t>(m_node * capacity) * row_bytes;
+      put.rows = c->rows_from;
+      put.src_row = c->segment_begin;
+      put.row_bytes = row_bytes;
+      return put;
+    };
+    LegPuts puts{};
+    for (int i = 0; i < k::k_leg_chunks; ++i) {
+      auto& put = puts[static_cast<std::size_t>(i)];
+      put = partial_put(sums, m_mem_layout.partial_x, static_cast<std::size_t>(x_row) * 2);
+      put.chunk = i;
+      put.chunks = k::k_leg_chunks;
+      put.done = done;
+    }
+    if (with_weights)
+      puts[k::k_leg_chunks] =
+          partial_put(sums_w, m_mem_layout.partial_w, static_cast<std::size_t>(num_topk) * 4);
+    return leg_exchange(leg_partials, "combine (partial sums)", puts, k::k_leg_chunks + 1, nullptr,
+                        nullptr, overlap);
+  };
+  k::LegChunks departure;
+  if (on_leg()) {
+    departure = leg_chunks(*h);
+    departure.done = done;
+  }
+  // The exchange waits for each chunk the node combine counts, so it is
+  // launched after the node combine, never before: a kernel that waits on
+  // one this thread has not launched yet deadlocks whenever the launch
+  // itself waits for the running kernels (CUDA's lazy loading of a kernel's
+  // module on its first launch does, as do cudaMalloc and cudaFree).
+  // Overlapped, it runs on the leg's stream, forked before the node combine.
+  auto partial = m_local->combine_departing(local, on_leg() ? &departure : nullptr);
+  phase_mark(1);
+  if (on_leg() && partial) {
+    auto exchanged = exchange_partials();
+    if (!exchanged) partial = exchanged.error();
+  }
+  phase_mark(2);
+  if (overlap) {
+    // Joined whatever happened: a capture must not end with the leg's
+    // stream apart.
+    auto joined = end_side("combine");
+    if (partial && !joined) return joined.error();
+  }
+  if (!partial) return partial.error();
+  if (partial->combined_x.data != sums ||
+      (with_weights && partial->combined_topk_weights.data != sums_w))
+    return make_error(ErrorCode::internal,
+                      "combine: the node combine left its sums elsewhere than the leg reads them");
+
+  // 2. Segment n of the sums goes back to node n (on the leg: above); this
+  // rank's bucket rows come back from every node.
   std::vector<Transfer> sends, receives;
-  LegPuts puts(static_cast<std::size_t>(m_nodes));
   k::ReduceParams rp;
   for (int n = 0; n < m_nodes; ++n) {
     const auto i = static_cast<std::size_t>(n);
     std::uint16_t* in_x = partials + n * capacity * x_row;
     float* in_w = partials_w + n * capacity * num_topk;
     if (on_leg()) {
-      // Into node n's partials from this node, straight from the node
-      // combine's output (the node-local window), sized on the device from
-      // the dispatch's checked counts.
-      const k::LegCounts* c = h->leg_counts;
-      auto partial_put = [&](const void* sums_base, std::size_t region, std::size_t row_bytes) {
-        k::LegPut put;
-        put.src_window = window_node_local;
-        put.dst_window = window_internode;
-        put.src_offset = node_local_offset(sums_base);
-        put.dst_offset = region + static_cast<std::uint64_t>(m_node * capacity) * row_bytes;
-        put.rows = &c->rows_from[i];
-        put.src_row = &c->segment_begin[i];
-        put.row_bytes = row_bytes;
-        return put;
-      };
-      puts[i][0] = partial_put(sums, m_mem_layout.partial_x, static_cast<std::size_t>(x_row) * 2);
-      if (with_weights)
-        puts[i][1] =
-            partial_put(sums_w, m_mem_layout.partial_w, static_cast<std::size_t>(num_topk) * 4);
       // This node's partials are read where the node combine left them.
       rp.partial_x[n] = n == m_node ? sums : in_x;
       rp.partial_w[n] = n == m_node ? sums_w : in_w;
-      if (n == m_node) rp.first_row[n] = &c->segment_begin[i];
+      if (n == m_node) rp.first_row[n] = &h->leg_counts->segment_begin[i];
       continue;
     }
     const std::int64_t first = h->segment_begin[i];
@@ -88,10 +134,8 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
     rp.partial_w[n] =
         n == m_node ? (sums_w != nullptr ? sums_w + first * num_topk : nullptr) : in_w;
   }
-  if (on_leg()) {
-    // No host wait: the reduce follows the exchange's device waits.
-    EPKIT_TRY(leg_exchange(leg_partials, "combine (partial sums)", puts, with_weights ? 2 : 1));
-  } else {
+  // On the leg no host wait: the reduce follows the exchange's device waits.
+  if (!on_leg()) {
     auto peers = [&] { return h->peers_with_rows(m_node); };
     EPKIT_TRY(post("combine (partial sums)", sends, receives, peers));
     EPKIT_TRY(wait_network("combine (partial sums)", peers));
@@ -120,6 +164,7 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
   rp.num_warps = a.config.num_warps;
   if (cudaError_t rc = k::launch_reduce(rp, stream); rc != cudaSuccess)
     return m_local->failure(rc, "combine (reduce over nodes)");
+  phase_mark(3);
   auto event = m_local->leave(a.order);
   if (!event) return event.error();
   CombineResult out;

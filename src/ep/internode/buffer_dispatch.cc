@@ -24,7 +24,7 @@ TensorView field(std::uint8_t* rows_base, const k::RowFormat& f, int offset, DTy
 /// the buckets (`bucket_stride` bytes apart) at each token's rows.
 k::PackParams pack_params(const DispatchArgs& a, const k::RowFormat& f,
                           const std::int32_t* send_row, int nodes, std::uint8_t* buckets,
-                          std::int64_t bucket_stride) {
+                          std::int64_t bucket_stride, std::uint64_t* leg_number) {
   k::PackParams pk;
   pk.format = f;
   pk.send_row = send_row;
@@ -41,6 +41,7 @@ k::PackParams pack_params(const DispatchArgs& a, const k::RowFormat& f,
   pk.bucket_stride = bucket_stride;
   pk.num_blocks = a.config.num_sms;
   pk.num_warps = a.config.num_warps;
+  pk.leg_number = leg_number;
   return pk;
 }
 
@@ -53,15 +54,13 @@ Result<void> InternodeBuffer::exchange_messages_on_leg(std::int32_t* sent,
   const int mi = m_mem_layout.message_ints;
   const std::size_t message_bytes = static_cast<std::size_t>(mi) * 4;
   auto* received = reinterpret_cast<std::int32_t*>(region(m_mem_layout.recv_messages));
-  LegPuts puts(static_cast<std::size_t>(m_nodes));
-  for (int n = 0; n < m_nodes; ++n) {
-    auto& put = puts[static_cast<std::size_t>(n)][0];
-    put.src_window = put.dst_window = window_internode;
-    put.src_offset = m_mem_layout.send_messages + static_cast<std::uint64_t>(n) * message_bytes;
-    put.dst_offset =
-        m_mem_layout.recv_messages + static_cast<std::uint64_t>(m_node) * message_bytes;
-    put.bytes = message_bytes;
-  }
+  LegPuts puts{};
+  auto& put = puts[0];  // node n's message, to this node's slot at n
+  put.src_window = put.dst_window = window_internode;
+  put.src_offset = m_mem_layout.send_messages;
+  put.src_node_stride = message_bytes;
+  put.dst_offset = m_mem_layout.recv_messages + static_cast<std::uint64_t>(m_node) * message_bytes;
+  put.bytes = message_bytes;
   EPKIT_TRY(leg_exchange(leg_messages, "dispatch (count messages)", puts, 1, sent, &mf));
   // Our own message (with its rows vector, written by the exchange) beside
   // the others, then the device's checked read of them all: the sizes stay
@@ -87,7 +86,7 @@ Result<void> InternodeBuffer::exchange_messages_on_leg(std::int32_t* sent,
 }
 
 Result<void> InternodeBuffer::exchange_buckets(const char* what, const k::RowFormat& f,
-                                               const InternodeHandle& h) {
+                                               const InternodeHandle& h, bool side) {
   cudaStream_t stream = m_local->comm_stream();
   std::uint8_t* buckets = region(m_mem_layout.buckets);
   std::uint8_t* rows = region(m_mem_layout.rows);
@@ -109,18 +108,22 @@ Result<void> InternodeBuffer::exchange_buckets(const char* what, const k::RowFor
     sp.num_blocks = 8;
     if (cudaError_t rc = k::launch_stage(sp, stream); rc != cudaSuccess)
       return m_local->failure(rc, fmt::format("{} (own node's bucket)", what));
-    LegPuts puts(static_cast<std::size_t>(m_nodes));
-    for (int n = 0; n < m_nodes; ++n) {
-      const auto i = static_cast<std::size_t>(n);
-      auto& put = puts[i][0];
+    // In chunks, so that a forwarding overlapping the leg starts on the
+    // first while the last is on the wire.
+    LegPuts puts{};
+    for (int i = 0; i < k::k_leg_chunks; ++i) {
+      auto& put = puts[static_cast<std::size_t>(i)];
       put.src_window = put.dst_window = window_internode;
-      put.src_offset = m_mem_layout.buckets + static_cast<std::uint64_t>(n * bucket_stride);
+      put.src_offset = m_mem_layout.buckets;
+      put.src_node_stride = static_cast<std::uint64_t>(bucket_stride);
       put.dst_offset = m_mem_layout.rows;
-      put.rows = &c->rows_to[i];
-      put.dst_row = &c->offset_at[i];
+      put.rows = c->rows_to;
+      put.dst_row = c->offset_at;
       put.row_bytes = static_cast<std::uint64_t>(f.pitch);
+      put.chunk = i;
+      put.chunks = k::k_leg_chunks;
     }
-    return leg_exchange(leg_rows, what, puts, 1);
+    return leg_exchange(leg_rows, what, puts, k::k_leg_chunks, nullptr, nullptr, side);
   }
   if (h.rows_to[own] > 0) {
     cudaError_t rc = cudaMemcpyAsync(
@@ -196,7 +199,8 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
   // 2. Pack every token into the bucket of each node it visits.
   std::uint8_t* buckets = region(m_mem_layout.buckets);
   const std::int64_t bucket_stride = static_cast<std::int64_t>(m_opts.max_tokens) * f.pitch;
-  k::PackParams pk = pack_params(a, f, node_send_row, m_nodes, buckets, bucket_stride);
+  k::PackParams pk = pack_params(a, f, node_send_row, m_nodes, buckets, bucket_stride,
+                                 on_leg() ? leg_counter(leg_rows) : nullptr);
   pk.experts_per_node = experts_per_node;
   pk.with_routing = true;
   if (with_topk) {
@@ -320,15 +324,23 @@ Result<DispatchResult> InternodeBuffer::dispatch_cached(const DispatchArgs& a,
   const k::RowFormat f = row_format(a.x.dtype, hidden, 0, 0, false, m_per_node);
   cudaStream_t stream = m_local->comm_stream();
   EPKIT_TRY(m_local->enter(a.order));
+  phase_mark(0);
   std::uint8_t* buckets = region(m_mem_layout.buckets);
   const std::int64_t bucket_stride = static_cast<std::int64_t>(m_opts.max_tokens) * f.pitch;
-  k::PackParams pk = pack_params(a, f, h.node_send_row, m_nodes, buckets, bucket_stride);
+  k::PackParams pk = pack_params(a, f, h.node_send_row, m_nodes, buckets, bucket_stride,
+                                 on_leg() ? leg_counter(leg_rows) : nullptr);
   pk.with_routing = false;
   if (cudaError_t rc = k::launch_pack(pk, stream); rc != cudaSuccess)
     return m_local->failure(rc, "cached dispatch (pack)");
 
   std::uint8_t* rows = region(m_mem_layout.rows);
-  EPKIT_TRY(exchange_buckets("cached dispatch (buckets)", f, h));
+  // On the leg the buckets cross on the leg's own stream while the node's
+  // Buffer forwards every chunk that landed (its own node's rows first).
+  const bool overlap = on_leg() && m_leg_overlap;
+  if (overlap) EPKIT_TRY(begin_side("cached dispatch"));
+  phase_mark(1);
+  EPKIT_TRY(exchange_buckets("cached dispatch (buckets)", f, h, overlap));
+  phase_mark(2);
 
   const std::int64_t forwarded = h.forward->num_tokens;
   DispatchArgs fa;
@@ -340,7 +352,22 @@ Result<DispatchResult> InternodeBuffer::dispatch_cached(const DispatchArgs& a,
   fa.order.stream = stream;
   fa.order.async = true;
   fa.order.want_event = false;
-  auto result = m_local->dispatch(fa);
+  Result<DispatchResult> result = Error{};
+  if (overlap) {
+    k::LegChunks arrival = leg_chunks(h);
+    arrival.signals = m_leg->device_leg().signals;
+    arrival.first_signal = leg_signal_base(leg_rows) + static_cast<std::uint32_t>(m_nodes);
+    arrival.signal_stride = k::LegExchangeParams::k_puts;
+    arrival.number = leg_counter(leg_rows);
+    result = m_local->dispatch_arriving(fa, arrival);
+    // Joined whatever happened: a capture must not end with the leg's
+    // stream apart.
+    auto joined = end_side("cached dispatch");
+    if (result && !joined) return joined.error();
+  } else {
+    result = m_local->dispatch(fa);
+  }
+  phase_mark(3);
   if (!result) return result.error();
   auto event = m_local->leave(a.order);
   if (!event) return event.error();

@@ -27,7 +27,9 @@ Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
   nl::EmulatedNicOptions nic;
   nic.pacing.bytes_per_s = m_opts.emulated_nic_gbps * 1e9;
   nic.pacing.latency_ns = static_cast<std::int64_t>(m_opts.emulated_nic_latency_us * 1e3);
-  nic.num_signals = static_cast<std::uint32_t>(leg_kinds * 2 * m_nodes);
+  // Per kind: a ready signal per source node, then k_puts per source node.
+  nic.num_signals =
+      static_cast<std::uint32_t>(leg_kinds * m_nodes * (1 + k::LegExchangeParams::k_puts));
   nic.timeout_s = m_opts.timeout_s;
   nic.producer_moves = true;  // no CUDA call on the progress thread (DeviceLeg::grants)
   auto mapper = nl::CudaIpcMapper::create();
@@ -41,6 +43,16 @@ Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
   if (cudaError_t rc = cudaMemset(region(m_mem_layout.leg_counters), 0, leg_kinds * 16);
       rc != cudaSuccess)
     return cuda_error(rc, "cudaMemset of the network leg's counters");
+  if (cudaError_t rc = cudaMemset(region(m_mem_layout.leg_done), 0,
+                                  static_cast<std::size_t>(m_nodes) * k::k_leg_chunks * 4);
+      rc != cudaSuccess)
+    return cuda_error(rc, "cudaMemset of the network leg's chunk counts");
+  if (cudaError_t rc = cudaStreamCreateWithFlags(&m_leg_stream, cudaStreamNonBlocking);
+      rc != cudaSuccess)
+    return cuda_error(rc, "cudaStreamCreate for the network leg");
+  for (cudaEvent_t* e : {&m_leg_fork, &m_leg_join})
+    if (cudaError_t rc = cudaEventCreateWithFlags(e, cudaEventDisableTiming); rc != cudaSuccess)
+      return cuda_error(rc, "cudaEventCreate for the network leg");
   // Window 0: this Buffer's own regions; window 1: the forwarding Buffer's
   // local memory (its combine's partial sums are put from there).
   auto internode = m_leg->register_window(m_mem.get(), m_mem.size());
@@ -111,7 +123,7 @@ std::uint64_t InternodeBuffer::node_local_offset(const void* p) const {
 
 Result<void> InternodeBuffer::leg_exchange(LegKind kind, const char* what, const LegPuts& puts,
                                            int num_puts, std::int32_t* messages,
-                                           const k::MessageFormat* format) {
+                                           const k::MessageFormat* format, bool side) {
   if (auto fault = m_leg->fault()) {
     m_broken = true;
     return make_error(ErrorCode::unavailable,
@@ -125,13 +137,12 @@ Result<void> InternodeBuffer::leg_exchange(LegKind kind, const char* what, const
   p.ranks_per_node = m_per_node;
   p.local_rank = m_local_rank;
   p.num_puts = num_puts;
-  for (int n = 0; n < m_nodes && n < static_cast<int>(puts.size()); ++n)
-    for (int i = 0; i < num_puts; ++i)
-      p.puts[n][i] = puts[static_cast<std::size_t>(n)][static_cast<std::size_t>(i)];
-  const auto base = static_cast<std::uint32_t>(kind * 2 * m_nodes);
+  for (int i = 0; i < num_puts; ++i) p.puts[i] = puts[static_cast<std::size_t>(i)];
+  const std::uint32_t base = leg_signal_base(kind);
   p.ready_signal = base;
   p.tail_signal = base + static_cast<std::uint32_t>(m_nodes);
-  p.counters = reinterpret_cast<std::uint64_t*>(region(m_mem_layout.leg_counters)) + 2 * kind;
+  p.counters = leg_counter(kind);
+  p.number_preset = kind == leg_rows;  // the pack added it (LegExchangeParams)
   p.timeout_ns = static_cast<std::int64_t>(m_opts.timeout_s * 1e9);
   p.mailbox = m_local->m_mailbox_dev;
   if (messages != nullptr && format != nullptr) {
@@ -139,9 +150,56 @@ Result<void> InternodeBuffer::leg_exchange(LegKind kind, const char* what, const
     p.message_ints = m_mem_layout.message_ints;
     p.message_format = *format;
   }
-  if (cudaError_t rc = k::launch_leg_exchange(p, m_local->comm_stream()); rc != cudaSuccess)
+  if (cudaError_t rc = k::launch_leg_exchange(p, side ? m_leg_stream : m_local->comm_stream());
+      rc != cudaSuccess)
     return m_local->failure(rc, what);
   return {};
+}
+
+Result<void> InternodeBuffer::begin_side(const char* what) {
+  cudaError_t rc = cudaEventRecord(m_leg_fork, m_local->comm_stream());
+  if (rc == cudaSuccess) rc = cudaStreamWaitEvent(m_leg_stream, m_leg_fork, 0);
+  if (rc != cudaSuccess) return m_local->failure(rc, fmt::format("{} (the leg's stream)", what));
+  return {};
+}
+
+Result<void> InternodeBuffer::end_side(const char* what) {
+  cudaError_t rc = cudaEventRecord(m_leg_join, m_leg_stream);
+  if (rc == cudaSuccess) rc = cudaStreamWaitEvent(m_local->comm_stream(), m_leg_join, 0);
+  if (rc != cudaSuccess) return m_local->failure(rc, fmt::format("{} (the leg's stream)", what));
+  return {};
+}
+
+Result<void> InternodeBuffer::time_leg_phases(bool on) {
+  if (on && m_phase[0] == nullptr)
+    for (cudaEvent_t& e : m_phase)
+      if (cudaError_t rc = cudaEventCreate(&e); rc != cudaSuccess)
+        return cuda_error(rc, "cudaEventCreate for the leg's phases");
+  m_time_phases = on;
+  return {};
+}
+
+Result<InternodeBuffer::LegPhases> InternodeBuffer::last_leg_phases() const {
+  if (m_phase[0] == nullptr) return invalid("the leg's phases are not timed (time_leg_phases)");
+  if (cudaError_t rc = cudaEventSynchronize(m_phase[3]); rc != cudaSuccess)
+    return cuda_error(rc, "waiting for the timed call");
+  float t[3] = {};
+  for (std::size_t i = 0; i < 3; ++i)
+    if (cudaError_t rc = cudaEventElapsedTime(&t[i], m_phase[i], m_phase[i + 1]); rc != cudaSuccess)
+      return cuda_error(rc, "the leg's phase times");
+  return LegPhases{t[1], t[0] + t[2]};
+}
+
+k::LegChunks InternodeBuffer::leg_chunks(const InternodeHandle& h) const {
+  k::LegChunks c;
+  c.segment_begin = h.leg_counts->segment_begin;
+  c.num_segments = m_nodes;
+  c.own = m_node;
+  c.chunks = k::k_leg_chunks;
+  c.timeout_ns = static_cast<std::int64_t>(m_opts.timeout_s * 1e9);
+  c.ranks_per_node = m_per_node;
+  c.local_rank = m_local_rank;
+  return c;
 }
 
 }  // namespace epkit::ep

@@ -31,12 +31,6 @@ struct RowFormat {
   int ranks_per_node = 0;
 };
 
-#ifdef __CUDACC__
-#define EPKIT_HOST_DEVICE __host__ __device__
-#else
-#define EPKIT_HOST_DEVICE
-#endif
-
 /// What a count message holds, int32 each, per (source rank, destination
 /// node), in a slot of `ints` ints: a sequence number first and last (so the
 /// host can tell a message of this call from a stale one), the bucket's rows,
@@ -92,6 +86,9 @@ struct PackParams {
   std::int64_t weights_stride = 0;
   const bool* is_token_in_rank = nullptr;
   std::int64_t is_token_in_rank_stride = 0;
+  /// Optional: thread 0 adds one (the rows exchange that follows takes it
+  /// as its number, LegExchangeParams::number_preset).
+  std::uint64_t* leg_number = nullptr;
   std::uint8_t* buckets = nullptr;  // node m's bucket at m * bucket_stride
   std::int64_t bucket_stride = 0;
   int num_blocks = 24;
@@ -100,49 +97,66 @@ struct PackParams {
 /// A warp per token: its row goes into the bucket of every node it visits.
 cudaError_t launch_pack(const PackParams& p, cudaStream_t stream);
 
-/// One put of a leg exchange (windows and offsets in bytes, as the
-/// network leg addresses them).
+/// Chunks of rows per node on the network leg (LegChunks): a dispatch's
+/// bucket and a combine's sums cross in this many puts, so the other side can
+/// start on the first while the last is on the wire.
+constexpr int k_leg_chunks = 8;
+
+/// One put of a leg exchange, as a rule for every other node n (windows and
+/// offsets in bytes, as the network leg addresses them): `bytes` from
+/// src_offset + n x src_node_stride to dst_offset. Or sized on the device
+/// from a dispatch's checked counts (no host wait): rows[n] x row_bytes, the
+/// offsets moving on by src_row[n] and dst_row[n] rows (those given). With
+/// chunks > 0 it carries chunk `chunk` of those rows (chunk_begin), and with
+/// `done` it leaves only once done[n x chunks + chunk] (this rank's kernel
+/// counting the rows it wrote) covers the chunk; the exchange then zeroes it.
 struct LegPut {
   std::uint32_t src_window = 0;
   std::uint32_t dst_window = 0;
   std::uint64_t src_offset = 0;
+  std::uint64_t src_node_stride = 0;
   std::uint64_t dst_offset = 0;
   std::uint64_t bytes = 0;
-  /// Sized on the device (a dispatch's LegCounts, so no host wait): when
-  /// `rows` is set, bytes = *rows x row_bytes, and src_offset and
-  /// dst_offset move on by *src_row and *dst_row rows (those set).
   const std::int32_t* rows = nullptr;
   const std::int32_t* src_row = nullptr;
   const std::int32_t* dst_row = nullptr;
   std::uint64_t row_bytes = 0;
+  int chunk = 0;
+  int chunks = 0;
+  std::int32_t* done = nullptr;
 };
 
 /// One exchange over the device-driven leg with the rail's other nodes
 /// (docs/ep-internode.md, "The device-driven leg in today's Buffer"): for
 /// each other node n, tell n this rank is ready to receive the next exchange
-/// of this kind, wait until n is ready, put puts[n] (each adding 1 to the
-/// tail signal; one of no bytes as a bare signal), wait for n's tail to reach
-/// what this exchange brings it to, and flush, so the sources may be reused
-/// by the next call. Every wait is
-/// bounded; on expiry the mailbox names the rank of node n (k_timeout_network).
+/// of this kind, wait until n is ready, post every put (put i adds 1 to
+/// signal tail_signal + this node x k_puts + i at n; one of no bytes goes as
+/// a bare signal, so every exchange of a kind brings each of its signals up
+/// by one), wait until each of n's put signals reaches this exchange's
+/// number, and flush, so the sources may be reused by the next call. Every
+/// wait is bounded; on expiry the mailbox names the rank of node n
+/// (k_timeout_network).
 struct LegExchangeParams {
   network_leg::DeviceLeg leg;
   int num_nodes = 0;
   int node = 0;
   int ranks_per_node = 0;
   int local_rank = 0;
-  static constexpr int k_puts = 2;
-  LegPut puts[k_max_nodes][k_puts] = {};
-  int num_puts = 0;  ///< per node, 0..k_puts
-  /// Signals of this kind: ready at ready_signal + source node, tails at
-  /// tail_signal + source node.
+  /// Puts per node: a chunk of rows each, and one more (a combine's weights).
+  static constexpr int k_puts = k_leg_chunks + 1;
+  LegPut puts[k_puts] = {};
+  int num_puts = 0;  ///< the same for every exchange of a kind, 0..k_puts
+  /// Signals of this kind: ready at ready_signal + source node; put i's at
+  /// tail_signal + source node x k_puts + i.
   std::uint32_t ready_signal = 0;
   std::uint32_t tail_signal = 0;
-  /// This kind's counters in device memory, [0] the exchanges so far and [1]
-  /// the puts from each node so far; the kernel reads them, adds this
-  /// exchange (1 and num_puts) and stores them back at its end. On the device,
-  /// not in the arguments: a captured exchange replays with the next numbers.
+  /// This kind's count of exchanges in device memory (so a captured
+  /// exchange replays with the next number): the kernel adds this one at its
+  /// end, or, with number_preset, a kernel before it already did (the pack of
+  /// a dispatch, so that the forwarding, which may start before this kernel,
+  /// knows the number too).
   std::uint64_t* counters = nullptr;
+  bool number_preset = false;
   std::int64_t timeout_ns = 0;
   Mailbox* mailbox = nullptr;
   /// Count messages (optional): before the puts, every node's message gets

@@ -31,30 +31,36 @@ __device__ std::uint64_t signal_now(const LegExchangeParams& p, std::uint32_t si
   return nl::shim::load_acquire(p.leg.signals + signal);
 }
 
-// A put with its device-side sizes applied (LegPut::rows): the counts were
-// checked on the device before (leg_counts.cu), so every offset stays in its
-// region.
-__device__ LegPut sized(const LegPut& given) {
-  LegPut put = given;
-  if (put.rows != nullptr) {
-    const auto rows = static_cast<std::uint64_t>(*put.rows);
-    put.bytes = rows * put.row_bytes;
-    if (put.src_row != nullptr)
-      put.src_offset += static_cast<std::uint64_t>(*put.src_row) * put.row_bytes;
-    if (put.dst_row != nullptr)
-      put.dst_offset += static_cast<std::uint64_t>(*put.dst_row) * put.row_bytes;
+// Put i of the exchange for node n, its device-side sizes applied
+// (LegPut): the counts were checked on the device before (leg_counts.cu), so
+// every offset stays in its region. `want`: the rows this rank's kernel must
+// have written before the put may leave (LegPut::done), else 0.
+__device__ LegPut put_for(const LegPut& rule, int n, std::int32_t& want) {
+  LegPut put = rule;
+  put.src_offset += static_cast<std::uint64_t>(n) * rule.src_node_stride;
+  want = 0;
+  if (rule.rows == nullptr) return put;
+  int first = 0;
+  int rows = rule.rows[n];
+  if (rule.chunks > 0) {
+    first = chunk_begin(rule.chunk, rows, rule.chunks);
+    rows = chunk_begin(rule.chunk + 1, rows, rule.chunks) - first;
   }
+  const auto at = [&](const std::int32_t* row) {
+    return static_cast<std::uint64_t>((row != nullptr ? row[n] : 0) + first) * rule.row_bytes;
+  };
+  put.bytes = static_cast<std::uint64_t>(rows) * rule.row_bytes;
+  put.src_offset += at(rule.src_row);
+  put.dst_offset += at(rule.dst_row);
+  if (rule.done != nullptr) want = rows;
   return put;
 }
 
 __global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeParams p) {
-  // This exchange's numbers, from the kind's counters on the device (a
-  // graph replay gets the next ones).
-  __shared__ std::uint64_t number, tails;
-  if (threadIdx.x == 0) {
-    number = p.counters[0] + 1;
-    tails = p.counters[1] + static_cast<std::uint64_t>(p.num_puts);
-  }
+  // This exchange's number, from the kind's count on the device (a graph
+  // replay gets the next one).
+  __shared__ std::uint64_t number;
+  if (threadIdx.x == 0) number = p.number_preset ? p.counters[0] : p.counters[0] + 1;
   __syncthreads();
   // Every node's count message gets the rows of every bucket before any
   // leaves (block-wide, then the warps post).
@@ -99,6 +105,19 @@ __global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeP
     if (lane == 0) met = nl::leg_wait(p.leg, nl::SignalId{signal}, value, p.timeout_ns) ? 1 : 0;
     return __shfl_sync(0xffffffffu, met, 0) != 0;
   };
+  // Lane 0 waits until this rank's own kernel has written a chunk's rows.
+  auto written = [&](const std::int32_t* done, std::int32_t want) {
+    int met = 1;
+    if (lane == 0) {
+      const std::uint64_t start = global_timer_ns();
+      while (load_acquire_gpu(done) < want)
+        if (global_timer_ns() - start > static_cast<std::uint64_t>(p.timeout_ns)) {
+          met = 0;
+          break;
+        }
+    }
+    return __shfl_sync(0xffffffffu, met, 0) != 0;
+  };
   for (int n = threadIdx.x / 32; n < p.num_nodes; n += k_warps) {
     if (n == p.node) continue;
     const int peer = n * p.ranks_per_node + p.local_rank;
@@ -109,20 +128,36 @@ __global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeP
       if (lane == 0) give_up(p, peer, 0, signal_now(p, p.ready_signal + from), number);
       return;
     }
-    // Every put carries its own tail increment (one of no bytes goes as a
-    // bare signal): the leg may complete puts out of order, and a signal
-    // orders only its own put's bytes.
+    // Every put carries its own signal (one of no bytes goes as a bare
+    // signal): the leg may complete puts out of order, and a signal orders
+    // only its own put's bytes; the other side waits on each chunk's.
     nl::FlushMark mark;
     for (int i = 0; i < p.num_puts; ++i) {
-      const LegPut put = sized(p.puts[n][i]);
-      if (post(peer, &put, p.tail_signal + mine, &mark) != nl::PostStatus::posted) {
+      std::int32_t want = 0;
+      const LegPut put = put_for(p.puts[i], n, want);
+      std::int32_t* done = put.done != nullptr ? put.done + n * put.chunks + put.chunk : nullptr;
+      if (done != nullptr && !written(done, want)) {
+        if (lane == 0)
+          fail(p.mailbox, k_timeout_local, p.node * p.ranks_per_node + p.local_rank, 0);
+        return;
+      }
+      const auto signal =
+          p.tail_signal + mine * LegExchangeParams::k_puts + static_cast<std::uint32_t>(i);
+      if (post(peer, &put, signal, &mark) != nl::PostStatus::posted) {
         if (lane == 0) give_up(p, peer, 1);
         return;
       }
+      // Counted and gone: the next call's kernel counts from zero (it runs
+      // after this exchange, in stream order).
+      if (done != nullptr && lane == 0) *done = 0;
     }
-    if (!wait(p.tail_signal + from, tails)) {
-      if (lane == 0) give_up(p, peer, 1, signal_now(p, p.tail_signal + from), tails);
-      return;
+    for (int i = 0; i < p.num_puts; ++i) {
+      const auto signal =
+          p.tail_signal + from * LegExchangeParams::k_puts + static_cast<std::uint32_t>(i);
+      if (!wait(signal, number)) {
+        if (lane == 0) give_up(p, peer, 1, signal_now(p, signal), number);
+        return;
+      }
     }
     // The next call may rewrite the sources: they must have been read (a
     // producer that moved its own bytes has read them already).
@@ -136,10 +171,7 @@ __global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeP
   // Every warp done (a wait that expired trapped instead): the next
   // exchange of this kind counts from here.
   __syncthreads();
-  if (threadIdx.x == 0) {
-    p.counters[0] = number;
-    p.counters[1] = tails;
-  }
+  if (threadIdx.x == 0 && !p.number_preset) p.counters[0] = number;
 }
 
 }  // namespace

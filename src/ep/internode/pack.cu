@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(1024) pack_kernel(PackParams p) {
   const int lane = threadIdx.x & 31;
   const int warps = gridDim.x * (blockDim.x >> 5);
   const int n16 = f.x_bytes >> 4;
+  if (p.leg_number != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *p.leg_number += 1;
   for (int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); t < p.num_tokens; t += warps) {
     const int my_row =
         lane < p.num_nodes ? p.send_row[static_cast<std::int64_t>(t) * p.num_nodes + lane] : -1;
@@ -112,7 +113,8 @@ cudaError_t launch_plan(const PlanParams& p, cudaStream_t stream) {
 }
 
 cudaError_t launch_pack(const PackParams& p, cudaStream_t stream) {
-  if (p.num_tokens == 0) return cudaSuccess;
+  // No tokens still bumps the leg's number: every rank's exchange counts.
+  if (p.num_tokens == 0 && p.leg_number == nullptr) return cudaSuccess;
   pack_kernel<<<p.num_blocks, p.num_warps * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }

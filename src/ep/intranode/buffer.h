@@ -89,6 +89,11 @@ class BufferImpl final : public Buffer {
     const std::int32_t* begin_device = nullptr;
   };
   Result<DispatchResult> dispatch_segments(const DispatchArgs& args, const Segments* segments);
+  /// Internode forwarding overlapping the network leg: a cached dispatch
+  /// whose rows are still landing (`arrival`, kernels.h LegChunks), and a
+  /// combine that counts the rows it writes per chunk (`departure`).
+  Result<DispatchResult> dispatch_arriving(const DispatchArgs& args, const k::LegChunks& arrival);
+  Result<CombineResult> combine_departing(const CombineArgs& args, const k::LegChunks* departure);
   /// Writes `global_rank + 1` into every peer's Meta.blame (see there).
   void blame_peers(int global_rank);
   bool broken() const { return m_broken; }
@@ -102,7 +107,8 @@ class BufferImpl final : public Buffer {
   Result<Event> leave(const StreamOrder& order);
   Error failure(cudaError_t rc, const std::string& what);
   Result<void> wait_counts(std::uint64_t seq);
-  Result<DispatchResult> dispatch_cached(const DispatchArgs& args);
+  Result<DispatchResult> dispatch_cached(const DispatchArgs& args,
+                                         const k::LegChunks* arrival = nullptr);
   /// What a dispatch and a cached dispatch pass alike: x, scales, rows,
   /// every rank's receive regions, the config.
   k::DispatchParams dispatch_params(const DispatchArgs& args, const std::int32_t* send_row,

@@ -9,6 +9,11 @@
 namespace epkit::ep {
 
 Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
+  return combine_departing(a, nullptr);
+}
+
+Result<CombineResult> BufferImpl::combine_departing(const CombineArgs& a,
+                                                    const k::LegChunks* departure) {
   EPKIT_TRY(check_combine(a, m_ranks, m_opts));
   const DispatchHandle& h = *a.handle;
   const int hidden = static_cast<int>(a.x.cols());
@@ -55,6 +60,7 @@ Result<CombineResult> BufferImpl::combine(const CombineArgs& a) {
   }
   cp.send_row = static_cast<const std::int32_t*>(h.send_row.data);
   cp.num_tokens = h.num_tokens;
+  if (departure != nullptr) cp.departure = *departure;
   if (const auto* own_handle = dynamic_cast<const Handle*>(&h))
     cp.num_tokens_bound = own_handle->num_tokens_device;
   cp.hidden = hidden;

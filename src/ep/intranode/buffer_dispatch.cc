@@ -271,7 +271,15 @@ Result<DispatchResult> BufferImpl::dispatch_segments(const DispatchArgs& a, cons
   return out;
 }
 
-Result<DispatchResult> BufferImpl::dispatch_cached(const DispatchArgs& a) {
+Result<DispatchResult> BufferImpl::dispatch_arriving(const DispatchArgs& a,
+                                                     const k::LegChunks& arrival) {
+  if (!a.handle) return invalid("dispatch: rows arriving over the leg need a cached handle");
+  EPKIT_TRY(check_dispatch(a, m_ranks, m_opts, std::nullopt));
+  return dispatch_cached(a, &arrival);
+}
+
+Result<DispatchResult> BufferImpl::dispatch_cached(const DispatchArgs& a,
+                                                   const k::LegChunks* arrival) {
   const DispatchHandle& h = *a.handle;
   const int hidden = static_cast<int>(a.x.cols());
   EPKIT_TRY(enter(a.order));
@@ -284,6 +292,7 @@ Result<DispatchResult> BufferImpl::dispatch_cached(const DispatchArgs& a) {
       return failure(rc, "cached dispatch (notify)");
     dp.entry_barrier = false;
   }
+  if (arrival != nullptr) dp.arrival = *arrival;
   const bool fp8 = a.x.dtype == DType::fp8_e4m3;
   const int rows = h.num_worst_tokens > 0 ? h.num_worst_tokens : h.num_recv_tokens;
   DispatchOutputs into;

@@ -53,6 +53,17 @@ __global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineP
   }
   __syncthreads();
 
+  // Rows whose sums leave over the network leg chunk by chunk (LegChunks
+  // departure): their segments, once per block.
+  const LegChunks& departure = p.departure;
+  const bool counted = departure.segment_begin != nullptr && departure.done != nullptr;
+  __shared__ int seg[k_max_nodes + 1];
+  if (counted) {
+    for (int i = threadIdx.x; i <= departure.num_segments; i += blockDim.x)
+      seg[i] = departure.segment_begin[i];
+    __syncthreads();
+  }
+
   const int n8 = p.hidden >> 3;
   const int total_warps = gridDim.x * warps_per_block;
   const int num_tokens =
@@ -111,6 +122,19 @@ __global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineP
           acc = acc + *w;
         }
       p.out_weights[static_cast<std::int64_t>(t) * p.num_topk + lane] = acc;
+    }
+    if (counted) {
+      // The row is written: count it in its chunk (the leg's exchange
+      // acquires the count, then reads the row).
+      __syncwarp();
+      if (lane == 0) {
+        const int s = leg_segment_of(departure, seg, t);
+        if (s != departure.own && t < seg[departure.num_segments]) {
+          const int chunk = chunk_of(t - seg[s], seg[s + 1] - seg[s], departure.chunks);
+          __threadfence();
+          atomicAdd(departure.done + s * departure.chunks + chunk, 1);
+        }
+      }
     }
   }
   // Nobody may reuse its input (or start the next call) while others read it.

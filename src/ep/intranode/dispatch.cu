@@ -90,14 +90,33 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
     }
   }
 
+  // Rows still landing over the network leg (LegChunks arrival): their
+  // segments and this call's number, once per block.
+  const LegChunks& arrival = p.arrival;
+  const bool gated = arrival.segment_begin != nullptr;
+  __shared__ int seg[k_max_nodes + 1];
+  __shared__ std::uint64_t number;
+  if (gated) {
+    for (int i = threadIdx.x; i <= arrival.num_segments; i += blockDim.x)
+      seg[i] = arrival.segment_begin[i];
+    if (threadIdx.x == 0) number = *arrival.number;
+    __syncthreads();
+  }
+  // Gated, this node's rows (already here) go first, then the others in
+  // the order their chunks land.
+  const int landed = gated ? min(max(seg[arrival.num_segments], 0), p.num_tokens) : 0;
+  const int first = gated && arrival.own >= 0 && landed > 0 ? seg[arrival.own] % landed : 0;
+
   const int n16 = p.row_bytes >> 4;
   const int total_warps = gridDim.x * warps_per_block;
-  for (int t = blockIdx.x * warps_per_block + (threadIdx.x >> 5); t < p.num_tokens;
-       t += total_warps) {
+  for (int i_token = blockIdx.x * warps_per_block + (threadIdx.x >> 5); i_token < p.num_tokens;
+       i_token += total_warps) {
+    const int t = i_token < landed ? (i_token + first) % landed : i_token;
     const int my_row = lane < n ? p.send_row[static_cast<std::int64_t>(t) * n + lane] : -1;
     // A token that goes nowhere is not read (an internode forwarding
     // dispatch on the leg runs over a bound of rows, most of them empty).
     if (__ballot_sync(0xffffffffu, my_row >= 0) == 0) continue;
+    if (gated) leg_wait_arrival(arrival, seg, number, t, p.sync.mailbox);
     int rows[k_max_ranks];
 #pragma unroll
     for (int d = 0; d < k_max_ranks; ++d) rows[d] = __shfl_sync(0xffffffffu, my_row, d);
@@ -108,7 +127,7 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
 #pragma unroll
       for (int u = 0; u < Chunk; ++u) {
         int i = base + u * 32 + lane;
-        if (i < n16) v[u] = load_stream(src + i);
+        if (i < n16) v[u] = gated ? load_l2(src + i) : load_stream(src + i);
       }
 #pragma unroll
       for (int d = 0; d < k_max_ranks; ++d) {
@@ -124,7 +143,8 @@ __global__ void __launch_bounds__(1024) dispatch_kernel(DispatchParams p) {
     }
 
     for (int i = lane; i < p.num_scales; i += 32) {
-      float s = p.scales[t * p.scale_stride_token + i * p.scale_stride_hidden];
+      const float* at = p.scales + t * p.scale_stride_token + i * p.scale_stride_hidden;
+      float s = gated ? __ldcg(at) : *at;
 #pragma unroll
       for (int d = 0; d < k_max_ranks; ++d)
         if (rows[d] >= 0) recv_scales[d][static_cast<std::int64_t>(rows[d]) * p.num_scales + i] = s;

@@ -49,6 +49,10 @@ cudaError_t launch_notify(const NotifyParams& p, cudaStream_t stream);
 
 struct DispatchParams {
   SyncParams sync;
+  /// Optional: the tokens are rows the network leg is still landing, chunk
+  /// by chunk; a warp waits for its row's chunk before it reads it, and the
+  /// node's own segment goes first.
+  LegChunks arrival;
   bool entry_barrier = true;  // false: the notify kernel before it was one
   // Barrier epochs past epoch_base: after a notify kernel (epoch + 1) a
   // dispatch that publishes its offsets has its own entry barrier at + 2.
@@ -100,6 +104,9 @@ cudaError_t launch_dispatch(const DispatchParams& p, cudaStream_t stream);
 
 struct CombineParams {
   SyncParams sync;  // entry barrier epoch + 1, exit epoch + 2
+  /// Optional: counts each forwarded row written per (segment, chunk), so
+  /// the network leg takes a chunk of sums as soon as it is complete.
+  LegChunks departure;
   /// false: a notify_peers launch before this one published the offsets
   /// below and ran the entry barrier (an internode Buffer's node combine).
   bool entry_barrier = true;

@@ -14,6 +14,7 @@ std::string ep_reproduce_command(const EpReproduce& r) {
   if (r.network_leg != "nccl")
     out += fmt::format(" --network-leg {} --nic-gbps {} --nic-latency-us {}", r.network_leg,
                        r.nic_gbps, r.nic_latency_us);
+  if (r.network_leg != "nccl" && r.leg_overlap) out += " --leg-overlap";
   // One node: every rank is local, so the rank count is the flag.
   out += fmt::format(" --nproc-per-node {}", nodes ? r.nproc_per_node : r.ranks);
   if (r.oversubscribe) out += " --oversubscribe";

@@ -23,6 +23,7 @@ struct EpReproduce {
   std::string network_leg = "nccl";  // --network-leg; named only when not the default
   double nic_gbps = 50;              // the emulated NIC's, named with it
   double nic_latency_us = 2;
+  bool leg_overlap = false;  // --leg-overlap
 };
 
 /// "epkit test ep [--mode low-latency] --seed 7 ... --nproc-per-node 4"; across nodes

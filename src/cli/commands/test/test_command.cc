@@ -42,6 +42,7 @@ struct EpTestOptions {
   std::string network_leg = "nccl";  // or "emulated" (across faked nodes)
   double nic_gbps = 50;
   double nic_latency_us = 2;
+  bool leg_overlap = false;
 };
 
 // DeepEP's test_low_latency.py shape: what --mode low-latency runs unless
@@ -157,7 +158,8 @@ void write_ep_summary(const harness::ConformanceReport& report, const EpTestOpti
                         .oversubscribe = launch.share_gpus,
                         .network_leg = e.network_leg,
                         .nic_gbps = e.nic_gbps,
-                        .nic_latency_us = e.nic_latency_us};
+                        .nic_latency_us = e.nic_latency_us,
+                        .leg_overlap = e.leg_overlap};
     out << "  reproduce with: " << ep_reproduce_command(r) << "\n";
   }
 }
@@ -178,6 +180,7 @@ harness::ConformanceOptions conformance_options(const EpTestOptions& e, std::uin
                                                : ep::BufferOptions::NetworkLeg::nccl_host;
   co.nic_gbps = e.nic_gbps;
   co.nic_latency_us = e.nic_latency_us;
+  co.leg_overlap = e.leg_overlap;
   return co;
 }
 
@@ -232,6 +235,9 @@ Command make_test_command() {
             ep->add_option("--nic-latency-us", e->nic_latency_us,
                            "The emulated NIC's latency in us (default 2)")
                 ->check(CLI::Range(0.0, 1e6));
+            ep->add_flag("--leg-overlap", e->leg_overlap,
+                         "On the emulated leg: overlap the network leg with the NVLink legs "
+                         "(forward each chunk as it lands, send each chunk of sums when done)");
             add_gpu_launch_options(*ep, *ep_opts);
             ep->get_option("--timeout")
                 ->description(
@@ -284,6 +290,7 @@ Command make_test_command() {
                                                   "--timeout",
                                                   fmt::format("{}", ep_opts->timeout_s)};
                 if (ep_opts->json) child.push_back("--json");
+                if (e->leg_overlap) child.push_back("--leg-overlap");
                 RankMain ep_main;
 #ifdef EPKIT_WITH_CUDA
                 ep_main = [ep_opts, e, seed](const host::Host& h, const runtime::LaunchInfo& l,
