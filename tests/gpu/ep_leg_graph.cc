@@ -14,12 +14,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ep/testing.h"
+#include "ep_harness/conformance_checks.h"
 #include "ep_harness/store_bootstrap.h"
 #include "forked_ranks.h"
 
@@ -30,25 +30,10 @@ namespace {
 
 constexpr int k_sets = 4;
 
-#define CHECK_CUDA(expr)                                                               \
-  do {                                                                                 \
-    cudaError_t rc_ = (expr);                                                          \
-    if (rc_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "rank %d: %s: %s\n", rank, #expr, cudaGetErrorString(rc_)); \
-      return 2;                                                                        \
-    }                                                                                  \
-  } while (0)
-
 struct Shape {
   int tokens = 512, hidden = 2048, topk = 8, experts = 64, replays = 1000;
   bool routing = false;
 };
-
-std::uint16_t to_bf16(float f) {
-  std::uint32_t w;
-  std::memcpy(&w, &f, 4);
-  return static_cast<std::uint16_t>((w + 0x7fffu + ((w >> 16) & 1u)) >> 16);
-}
 
 int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, const Shape& s) {
   CHECK_CUDA(cudaSetDevice(rank % gpus));
@@ -75,18 +60,8 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, cons
   // k_sets routings (the cached step uses the first): distinct experts per
   // token, some slots -1.
   std::vector<ep::DeviceTensor> routings;
-  std::vector<int> perm(static_cast<std::size_t>(s.experts));
   for (int set = 0; set < k_sets; ++set) {
-    std::vector<std::int64_t> idx(static_cast<std::size_t>(s.tokens) * s.topk);
-    for (int t = 0; t < s.tokens; ++t) {
-      for (int e = 0; e < s.experts; ++e) perm[static_cast<std::size_t>(e)] = e;
-      for (int k = 0; k < s.topk; ++k) {
-        std::uniform_int_distribution<int> pick(k, s.experts - 1);
-        std::swap(perm[static_cast<std::size_t>(k)], perm[static_cast<std::size_t>(pick(rng))]);
-        idx[static_cast<std::size_t>(t * s.topk + k)] =
-            rng() % 13 == 0 ? -1 : perm[static_cast<std::size_t>(k)];
-      }
-    }
+    const auto idx = test::random_topk(rng, s.tokens, s.topk, s.experts, 13);
     auto t = ep::DeviceTensor::from_host(ep::DType::int64, s.tokens, s.topk, idx.data());
     CHECK_OK(t);
     routings.push_back(std::move(*t));
@@ -95,7 +70,7 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, cons
   std::vector<ep::DeviceTensor> xs;
   for (int set = 0; set < k_sets; ++set) {
     std::vector<std::uint16_t> h(static_cast<std::size_t>(s.tokens) * s.hidden);
-    for (auto& v : h) v = to_bf16(normal(rng) * 0.1f);
+    for (auto& v : h) v = harness::conformance::float_to_bf16(normal(rng) * 0.1f);
     auto t = ep::DeviceTensor::from_host(ep::DType::bf16, s.tokens, s.hidden, h.data());
     CHECK_OK(t);
     xs.push_back(std::move(*t));

@@ -103,16 +103,7 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
   ep::Buffer& buf = **buffer;
 
   std::mt19937_64 rng(99 + static_cast<unsigned>(rank));
-  std::vector<std::int64_t> idx(static_cast<std::size_t>(s.tokens) * s.topk);
-  std::vector<int> perm(static_cast<std::size_t>(s.experts));
-  for (int t = 0; t < s.tokens; ++t) {
-    for (int e = 0; e < s.experts; ++e) perm[static_cast<std::size_t>(e)] = e;
-    for (int k = 0; k < s.topk; ++k) {
-      std::uniform_int_distribution<int> pick(k, s.experts - 1);
-      std::swap(perm[static_cast<std::size_t>(k)], perm[static_cast<std::size_t>(pick(rng))]);
-      idx[static_cast<std::size_t>(t * s.topk + k)] = perm[static_cast<std::size_t>(k)];
-    }
-  }
+  const auto idx = test::random_topk(rng, s.tokens, s.topk, s.experts);
   auto x = ep::DeviceTensor::zeros(ep::DType::bf16, s.tokens, s.hidden);
   CHECK_OK(x);
   auto ti = ep::DeviceTensor::from_host(ep::DType::int64, s.tokens, s.topk, idx.data());

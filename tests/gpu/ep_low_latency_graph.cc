@@ -30,15 +30,6 @@ namespace {
 
 constexpr int k_sets = 4;  // input sets the replays cycle through
 
-#define CHECK_CUDA(expr)                                                               \
-  do {                                                                                 \
-    cudaError_t rc_ = (expr);                                                          \
-    if (rc_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "rank %d: %s: %s\n", rank, #expr, cudaGetErrorString(rc_)); \
-      return 2;                                                                        \
-    }                                                                                  \
-  } while (0)
-
 struct Shape {
   int tokens = 128, hidden = 7168, topk = 8, experts = 288, sms = 24, replays = 1000;
 };

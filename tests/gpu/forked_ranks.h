@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "runtime/socket.h"
@@ -26,6 +28,17 @@
       std::fprintf(stderr, "rank %d: %s: %s\n", rank, #expr, r_.error().message.c_str()); \
       return 2;                                                                           \
     }                                                                                     \
+  } while (0)
+
+/// In a rank's main: a failed CUDA call ends the rank with exit 2 after
+/// naming the rank, the call and CUDA's words for it.
+#define CHECK_CUDA(expr)                                                               \
+  do {                                                                                 \
+    cudaError_t rc_ = (expr);                                                          \
+    if (rc_ != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "rank %d: %s: %s\n", rank, #expr, cudaGetErrorString(rc_)); \
+      return 2;                                                                        \
+    }                                                                                  \
   } while (0)
 
 namespace epkit::test {
@@ -78,6 +91,27 @@ inline std::vector<int> wait_ranks(const std::vector<pid_t>& kids) {
     codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
   return codes;
+}
+
+/// Top-k routing for `tokens` tokens: `topk` distinct experts of `experts`
+/// each (a partial Fisher-Yates shuffle), a slot -1 about one time in
+/// `unrouted_one_in` (0: never). Row-major [tokens, topk].
+inline std::vector<std::int64_t> random_topk(std::mt19937_64& rng, int tokens, int topk,
+                                             int experts, int unrouted_one_in = 0) {
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(tokens) * static_cast<std::size_t>(topk));
+  std::vector<int> perm(static_cast<std::size_t>(experts));
+  for (int t = 0; t < tokens; ++t) {
+    for (int e = 0; e < experts; ++e) perm[static_cast<std::size_t>(e)] = e;
+    for (int k = 0; k < topk; ++k) {
+      std::uniform_int_distribution<int> pick(k, experts - 1);
+      std::swap(perm[static_cast<std::size_t>(k)], perm[static_cast<std::size_t>(pick(rng))]);
+      const bool unrouted =
+          unrouted_one_in > 0 && rng() % static_cast<unsigned>(unrouted_one_in) == 0;
+      idx[static_cast<std::size_t>(t) * static_cast<std::size_t>(topk) +
+          static_cast<std::size_t>(k)] = unrouted ? -1 : perm[static_cast<std::size_t>(k)];
+    }
+  }
+  return idx;
 }
 
 }  // namespace epkit::test

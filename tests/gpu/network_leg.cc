@@ -44,15 +44,6 @@ namespace nl = epkit::ep::network_leg;
 
 namespace {
 
-#define CHECK_CUDA(expr)                                                               \
-  do {                                                                                 \
-    cudaError_t rc_ = (expr);                                                          \
-    if (rc_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "rank %d: %s: %s\n", rank, #expr, cudaGetErrorString(rc_)); \
-      return 2;                                                                        \
-    }                                                                                  \
-  } while (0)
-
 struct Options {
   std::string mode = "ring";
   std::string moves = "producer";  // or "host": the host's copy engine moves the bytes
