@@ -111,7 +111,7 @@ InternodeLayout internode_layout(const BufferOptions& o, int num_ranks) {
   l.in_rank = take(tokens * static_cast<std::size_t>(num_ranks));
   l.send_messages = take(nodes * static_cast<std::size_t>(l.message_ints) * 4);
   l.recv_messages = take(nodes * static_cast<std::size_t>(l.message_ints) * 4);
-  l.leg_counters = take(4 * 2 * sizeof(std::uint64_t));  // InternodeBuffer::leg_kinds
+  l.leg_counters = take(4 * 4 * sizeof(std::uint64_t));  // InternodeBuffer::leg_counter
   l.leg_done = take(nodes * k::k_leg_chunks * sizeof(std::int32_t));
   l.barrier = take(nodes * 4);
   l.total = at;

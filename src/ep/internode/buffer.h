@@ -36,7 +36,7 @@ struct InternodeLayout {
   std::size_t per_rank = 0, per_node = 0, per_expert = 0, in_rank = 0, send_messages = 0;
   std::size_t recv_messages = 0;  // where the device-driven leg puts them
   std::size_t leg_counters = 0;   // the leg's exchanges so far, per kind
-  std::size_t leg_done = 0;       // a combine's rows written per (node, chunk)
+  std::size_t leg_done = 0;  // rows written per (node, chunk): a combine's, an overlapped pack's
   std::size_t barrier = 0;
   std::size_t total = 0;
 };
@@ -197,11 +197,18 @@ class InternodeBuffer final : public Buffer {
   /// what the Buffer's stream queued so far), and joins it back.
   Result<void> begin_side(const char* what);
   Result<void> end_side(const char* what);
-  /// The rows exchange's count (the pack adds to it: LegExchangeParams::
-  /// number_preset) and the chunks a combine wrote ([nodes][k_leg_chunks]).
+  /// A kind's exchange counters (LegExchangeParams::counters, words 0 and
+  /// 1), and two counts kept by the kernels that read a kind's signals
+  /// while its exchange may run before or after them: the pack's count of
+  /// rows exchanges, which the forwarding reads (PackParams::leg_number),
+  /// and the reduce's count of partial-sum exchanges (ReduceParams::number).
+  static constexpr int k_leg_counter_words = 4;
   std::uint64_t* leg_counter(LegKind kind) const {
-    return reinterpret_cast<std::uint64_t*>(region(m_mem_layout.leg_counters)) + 2 * kind;
+    return reinterpret_cast<std::uint64_t*>(region(m_mem_layout.leg_counters)) +
+           k_leg_counter_words * kind;
   }
+  std::uint64_t* forward_number() const { return leg_counter(leg_rows) + 2; }
+  std::uint64_t* reduce_number() const { return leg_counter(leg_partials) + 2; }
   /// The first signal of a kind's (LegExchangeParams: ready, then puts).
   std::uint32_t leg_signal_base(LegKind kind) const {
     return static_cast<std::uint32_t>(kind * m_nodes * (1 + k::LegExchangeParams::k_puts));
@@ -214,8 +221,10 @@ class InternodeBuffer final : public Buffer {
                                         const InternodeHandle& handle);
   /// The buckets to every node (own node: a device copy), rows landing at
   /// the handle's segments: over the leg without a host wait, else NCCL.
+  /// `done`: each chunk leaves once the pack counted its rows (LegPut::done).
   Result<void> exchange_buckets(const char* what, const k::RowFormat& format,
-                                const InternodeHandle& handle, bool side = false);
+                                const InternodeHandle& handle, bool side = false,
+                                std::int32_t* done = nullptr);
   /// A put's offset in the node-local window (the forwarding Buffer's own
   /// memory, where its combine leaves the partial sums).
   std::uint64_t node_local_offset(const void* p) const;

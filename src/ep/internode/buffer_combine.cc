@@ -92,17 +92,25 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
     if (!exchanged) partial = exchanged.error();
   }
   phase_mark(2);
-  if (overlap) {
-    // Joined whatever happened: a capture must not end with the leg's
-    // stream apart.
-    auto joined = end_side("combine");
-    if (partial && !joined) return joined.error();
+  // Overlapped, the reduce below runs beside the exchange (each token waits
+  // for its own chunks) and the leg's stream joins after it. Joined
+  // whatever happens: a capture must not end with the leg's stream apart.
+  bool joined = !overlap;
+  auto join = [&]() -> Result<void> {
+    if (joined) return {};
+    joined = true;
+    return end_side("combine");
+  };
+  if (!partial) {
+    (void)join();
+    return partial.error();
   }
-  if (!partial) return partial.error();
   if (partial->combined_x.data != sums ||
-      (with_weights && partial->combined_topk_weights.data != sums_w))
+      (with_weights && partial->combined_topk_weights.data != sums_w)) {
+    (void)join();
     return make_error(ErrorCode::internal,
                       "combine: the node combine left its sums elsewhere than the leg reads them");
+  }
 
   // 2. Segment n of the sums goes back to node n (on the leg: above); this
   // rank's bucket rows come back from every node.
@@ -162,8 +170,28 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
   rp.out_w = with_weights ? out_w : nullptr;
   rp.num_blocks = a.config.num_sms;
   rp.num_warps = a.config.num_warps;
-  if (cudaError_t rc = k::launch_reduce(rp, stream); rc != cudaSuccess)
-    return m_local->failure(rc, "combine (reduce over nodes)");
+  if (on_leg()) {
+    // The reduce counts combines on the leg in every call; overlapped, each
+    // token also waits for its partials' chunks (in turn, the exchange ran
+    // before on this stream and nothing is waited for).
+    rp.number = reduce_number();
+  }
+  if (overlap) {
+    rp.signals = m_leg->device_leg().signals;
+    rp.first_signal = leg_signal_base(leg_partials) + static_cast<std::uint32_t>(m_nodes);
+    rp.signal_stride = k::LegExchangeParams::k_puts;
+    rp.rows_to = h->leg_counts->rows_to;
+    rp.own_node = m_node;
+    rp.chunks = k::k_leg_chunks;
+    rp.timeout_ns = static_cast<std::int64_t>(m_opts.timeout_s * 1e9);
+    rp.ranks_per_node = m_per_node;
+    rp.local_rank = m_local_rank;
+    rp.mailbox = m_local->m_mailbox_dev;
+  }
+  cudaError_t reduced = k::launch_reduce(rp, stream);
+  auto rejoined = join();
+  if (reduced != cudaSuccess) return m_local->failure(reduced, "combine (reduce over nodes)");
+  if (!rejoined) return rejoined.error();
   phase_mark(3);
   auto event = m_local->leave(a.order);
   if (!event) return event.error();

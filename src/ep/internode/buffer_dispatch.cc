@@ -86,7 +86,8 @@ Result<void> InternodeBuffer::exchange_messages_on_leg(std::int32_t* sent,
 }
 
 Result<void> InternodeBuffer::exchange_buckets(const char* what, const k::RowFormat& f,
-                                               const InternodeHandle& h, bool side) {
+                                               const InternodeHandle& h, bool side,
+                                               std::int32_t* done) {
   cudaStream_t stream = m_local->comm_stream();
   std::uint8_t* buckets = region(m_mem_layout.buckets);
   std::uint8_t* rows = region(m_mem_layout.rows);
@@ -122,6 +123,7 @@ Result<void> InternodeBuffer::exchange_buckets(const char* what, const k::RowFor
       put.row_bytes = static_cast<std::uint64_t>(f.pitch);
       put.chunk = i;
       put.chunks = k::k_leg_chunks;
+      put.done = done;
     }
     return leg_exchange(leg_rows, what, puts, k::k_leg_chunks, nullptr, nullptr, side);
   }
@@ -200,7 +202,7 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
   std::uint8_t* buckets = region(m_mem_layout.buckets);
   const std::int64_t bucket_stride = static_cast<std::int64_t>(m_opts.max_tokens) * f.pitch;
   k::PackParams pk = pack_params(a, f, node_send_row, m_nodes, buckets, bucket_stride,
-                                 on_leg() ? leg_counter(leg_rows) : nullptr);
+                                 on_leg() ? forward_number() : nullptr);
   pk.experts_per_node = experts_per_node;
   pk.with_routing = true;
   if (with_topk) {
@@ -328,18 +330,28 @@ Result<DispatchResult> InternodeBuffer::dispatch_cached(const DispatchArgs& a,
   std::uint8_t* buckets = region(m_mem_layout.buckets);
   const std::int64_t bucket_stride = static_cast<std::int64_t>(m_opts.max_tokens) * f.pitch;
   k::PackParams pk = pack_params(a, f, h.node_send_row, m_nodes, buckets, bucket_stride,
-                                 on_leg() ? leg_counter(leg_rows) : nullptr);
+                                 on_leg() ? forward_number() : nullptr);
   pk.with_routing = false;
+  // Overlapped, the buckets cross on the leg's own stream, forked before the
+  // pack: each chunk leaves once the pack has counted its rows, and the
+  // node's Buffer forwards every chunk that landed (its own node's rows
+  // first). The exchange is launched after the pack it waits on (the
+  // launch-order rule at LegChunks in combine).
+  const bool overlap = on_leg() && m_leg_overlap;
+  auto* done = reinterpret_cast<std::int32_t*>(region(m_mem_layout.leg_done));
+  if (overlap) {
+    EPKIT_TRY(begin_side("cached dispatch"));
+    pk.done = done;
+    pk.rows_to = h.leg_counts->rows_to;
+    pk.own_node = m_node;
+    pk.chunks = k::k_leg_chunks;
+  }
   if (cudaError_t rc = k::launch_pack(pk, stream); rc != cudaSuccess)
     return m_local->failure(rc, "cached dispatch (pack)");
 
   std::uint8_t* rows = region(m_mem_layout.rows);
-  // On the leg the buckets cross on the leg's own stream while the node's
-  // Buffer forwards every chunk that landed (its own node's rows first).
-  const bool overlap = on_leg() && m_leg_overlap;
-  if (overlap) EPKIT_TRY(begin_side("cached dispatch"));
   phase_mark(1);
-  EPKIT_TRY(exchange_buckets("cached dispatch (buckets)", f, h, overlap));
+  EPKIT_TRY(exchange_buckets("cached dispatch (buckets)", f, h, overlap, overlap ? done : nullptr));
   phase_mark(2);
 
   const std::int64_t forwarded = h.forward->num_tokens;
@@ -358,7 +370,7 @@ Result<DispatchResult> InternodeBuffer::dispatch_cached(const DispatchArgs& a,
     arrival.signals = m_leg->device_leg().signals;
     arrival.first_signal = leg_signal_base(leg_rows) + static_cast<std::uint32_t>(m_nodes);
     arrival.signal_stride = k::LegExchangeParams::k_puts;
-    arrival.number = leg_counter(leg_rows);
+    arrival.number = forward_number();
     result = m_local->dispatch_arriving(fa, arrival);
     // Joined whatever happened: a capture must not end with the leg's
     // stream apart.

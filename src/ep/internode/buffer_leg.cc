@@ -38,9 +38,10 @@ Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
   if (!backend) return backend.error();
   m_leg = std::move(backend).value();
   // The exchanges' counters start at 0 on every rank.
-  static_assert(leg_kinds * 16 <= 4 * 2 * sizeof(std::uint64_t),
+  static_assert(leg_kinds * k_leg_counter_words <= 4 * 4,
                 "internode_layout's leg_counters region holds every kind");
-  if (cudaError_t rc = cudaMemset(region(m_mem_layout.leg_counters), 0, leg_kinds * 16);
+  if (cudaError_t rc = cudaMemset(region(m_mem_layout.leg_counters), 0,
+                                  leg_kinds * k_leg_counter_words * sizeof(std::uint64_t));
       rc != cudaSuccess)
     return cuda_error(rc, "cudaMemset of the network leg's counters");
   if (cudaError_t rc = cudaMemset(region(m_mem_layout.leg_done), 0,
@@ -142,7 +143,6 @@ Result<void> InternodeBuffer::leg_exchange(LegKind kind, const char* what, const
   p.ready_signal = base;
   p.tail_signal = base + static_cast<std::uint32_t>(m_nodes);
   p.counters = leg_counter(kind);
-  p.number_preset = kind == leg_rows;  // the pack added it (LegExchangeParams)
   p.timeout_ns = static_cast<std::int64_t>(m_opts.timeout_s * 1e9);
   p.mailbox = m_local->m_mailbox_dev;
   if (messages != nullptr && format != nullptr) {

@@ -86,9 +86,18 @@ struct PackParams {
   std::int64_t weights_stride = 0;
   const bool* is_token_in_rank = nullptr;
   std::int64_t is_token_in_rank_stride = 0;
-  /// Optional: thread 0 adds one (the rows exchange that follows takes it
-  /// as its number, LegExchangeParams::number_preset).
+  /// Optional: thread 0 adds one. The count of rows exchanges the
+  /// forwarding reads (LegChunks::number): a kernel launched after the pack,
+  /// so it sees this call's number whenever the exchange itself runs.
   std::uint64_t* leg_number = nullptr;
+  /// Optional (a cached dispatch overlapping the leg): every row packed for
+  /// another node is counted in its chunk, done[m x chunks + chunk] for
+  /// bucket m of rows_to[m] rows (device), as LegPut::done wants it, so each
+  /// chunk leaves while the rest is packed.
+  std::int32_t* done = nullptr;
+  const std::int32_t* rows_to = nullptr;
+  int own_node = -1;
+  int chunks = 0;
   std::uint8_t* buckets = nullptr;  // node m's bucket at m * bucket_stride
   std::int64_t bucket_stride = 0;
   int num_blocks = 24;
@@ -151,12 +160,10 @@ struct LegExchangeParams {
   std::uint32_t ready_signal = 0;
   std::uint32_t tail_signal = 0;
   /// This kind's count of exchanges in device memory (so a captured
-  /// exchange replays with the next number): the kernel adds this one at its
-  /// end, or, with number_preset, a kernel before it already did (the pack of
-  /// a dispatch, so that the forwarding, which may start before this kernel,
-  /// knows the number too).
+  /// exchange replays with the next number): counters[0] the exchanges so
+  /// far, counters[1] the blocks of this one done; the last block moves the
+  /// number on and zeroes the other.
   std::uint64_t* counters = nullptr;
-  bool number_preset = false;
   std::int64_t timeout_ns = 0;
   Mailbox* mailbox = nullptr;
   /// Count messages (optional): before the puts, every node's message gets
@@ -189,6 +196,25 @@ struct ReduceParams {
   float* out_w = nullptr;          // [tokens, num_topk] or null
   int num_blocks = 24;
   int num_warps = 32;
+  /// On the device-driven leg (optional): node m's partials land in chunks
+  /// while this kernel runs, so each token waits for its own. Chunk c of
+  /// bucket m (rows_to[m] rows, device) has landed once
+  /// signals[first_signal + m x signal_stride + c] reaches this combine's
+  /// number, the weights (put `chunks`) likewise. `number`: the reduces so
+  /// far ([0], this kernel's own count, in step with the partial exchanges:
+  /// the exchange may end before or after this kernel starts) and the
+  /// blocks of this one done ([1]).
+  const std::uint64_t* signals = nullptr;
+  std::uint32_t first_signal = 0;
+  std::uint32_t signal_stride = 0;
+  const std::int32_t* rows_to = nullptr;
+  std::uint64_t* number = nullptr;
+  int own_node = -1;
+  int chunks = 0;
+  std::int64_t timeout_ns = 0;
+  int ranks_per_node = 1;  // node m's rank on this rail names a wait that expires
+  int local_rank = 0;
+  Mailbox* mailbox = nullptr;
 };
 /// Sums every token's partials in FP32 in node order and rounds once to BF16.
 cudaError_t launch_reduce(const ReduceParams& p, cudaStream_t stream);

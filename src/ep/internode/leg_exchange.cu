@@ -1,11 +1,10 @@
 // One exchange over the device-driven network leg (kernels.h,
-// LegExchangeParams): a warp per other node of the rail. Each warp's lane 0
-// says this rank is ready for the exchange, waits until the node is, puts,
-// waits for the node's rows and flushes its own puts. Ready first: the
-// receive regions of this kind are free once this kernel runs (the stream
-// ordered their last reader before it), and a sender must not write them
-// before then; NCCL's matched send/recv gave that for free, one-sided puts
-// do not.
+// LegExchangeParams): a block per other node of the rail. Its thread 0 says
+// this rank is ready for the exchange, waits until the node is, posts the
+// puts, waits for the node's and flushes its own. Ready first: the receive
+// regions of this kind are free once this kernel runs (the stream ordered
+// their last reader before it), and a sender must not write them before
+// then; NCCL's matched send/recv gave that for free, one-sided puts do not.
 #include "ep/core/ep_device.cuh"
 #include "ep/internode/kernels.h"
 #include "ep/network_leg/device_calls.h"
@@ -16,7 +15,7 @@ namespace {
 
 namespace nl = network_leg;
 
-constexpr int k_warps = 8;
+constexpr int k_threads = 1024;
 
 // The mailbox's value: what was waited for (low byte), the value the
 // signal had reached and the value wanted (so the error says how far the
@@ -56,78 +55,112 @@ __device__ LegPut put_for(const LegPut& rule, int n, std::int32_t& want) {
   return put;
 }
 
-__global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeParams p) {
+// A bounded wait by one thread until this rank's own kernel has written a
+// chunk's rows (LegPut::done).
+__device__ bool written(const std::int32_t* done, std::int32_t want, std::int64_t timeout_ns) {
+  const std::uint64_t start = global_timer_ns();
+  while (load_acquire_gpu(done) < want)
+    if (global_timer_ns() - start > static_cast<std::uint64_t>(timeout_ns)) return false;
+  return true;
+}
+
+// A producer-moved put posted and not yet copied.
+// Plain fields: it lives in shared memory, which takes no initialisers.
+struct Pending {
+  std::uint64_t ticket;
+  std::uint8_t* dst;
+  const std::uint8_t* src;
+  std::uint64_t bytes;
+  std::uint32_t signal;
+  int live;
+};
+
+// Block n exchanges with node n (the own node's block only counts itself
+// in). Thread 0 posts and waits. On a leg whose producers move the bytes the
+// whole block copies each put, and put i + 1 is posted before put i is
+// copied: the pacing model then sees a queue, as a NIC with requests queued
+// does, and a grant's round trip to the host hides behind the previous copy.
+// (One warp a put, posting the next only after its copy, moved about
+// 4.9 GB/s: docs/ep-internode.md.)
+__global__ void __launch_bounds__(k_threads) leg_exchange_kernel(LegExchangeParams p) {
+  const int n = static_cast<int>(blockIdx.x);
+  const int t = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
   // This exchange's number, from the kind's count on the device (a graph
   // replay gets the next one).
   __shared__ std::uint64_t number;
-  if (threadIdx.x == 0) number = p.number_preset ? p.counters[0] : p.counters[0] + 1;
+  __shared__ int ok;
+  __shared__ int land_first;
+  __shared__ Pending pending;
+  if (t == 0) {
+    number = p.counters[0] + 1;
+    ok = 1;
+    pending.live = 0;
+  }
   __syncthreads();
-  // Every node's count message gets the rows of every bucket before any
-  // leaves (block-wide, then the warps post).
-  if (p.messages != nullptr) {
-    const MessageFormat& f = p.message_format;
-    for (int i = threadIdx.x; i < p.num_nodes * p.num_nodes; i += blockDim.x) {
-      const int dst = i / p.num_nodes;
-      const int of = i % p.num_nodes;
-      p.messages[static_cast<std::int64_t>(dst) * p.message_ints + f.rows_vector_at() + of] =
-          p.messages[static_cast<std::int64_t>(of) * p.message_ints + f.rows_at()];
+  const bool moved = p.leg.grants != nullptr;
+  const int peer = n * p.ranks_per_node + p.local_rank;
+  const auto from = static_cast<std::uint32_t>(n);
+  const auto mine = static_cast<std::uint32_t>(p.node);
+  // The pending put, by the whole block: its grant, its bytes, its signal.
+  // False on every thread when the grant never came.
+  auto land_pending = [&]() {
+    if (t == 0 && !nl::granted(p.leg, pending.ticket, p.timeout_ns)) {
+      give_up(p, peer, 1);
+      ok = 0;
     }
-    // The proxy's copy engine reads them after it sees the request.
+    __syncthreads();
+    if (ok == 0) return false;
+    nl::moves::copy(pending.dst, pending.src, pending.bytes, t, threads);
     __threadfence_system();
     __syncthreads();
-  }
-  const int lane = threadIdx.x % 32;
-  const bool moved = p.leg.grants != nullptr;
-  // A bare signal or a put: by the whole warp where the producer moves the
-  // bytes, else lane 0 posts it for the host to move.
-  auto post = [&](int peer, const LegPut* put, std::uint32_t signal, nl::FlushMark* mark) {
-    const std::uint64_t bytes = put != nullptr ? put->bytes : 0;
-    if (moved) {
-      return bytes == 0
-                 ? nl::leg_signal_moved(p.leg, peer, nl::SignalId{signal}, 1, p.timeout_ns)
-                 : nl::leg_put_moved(p.leg, peer, nl::WindowId{put->dst_window}, put->dst_offset,
-                                     nl::WindowId{put->src_window}, put->src_offset, bytes,
-                                     nl::SignalId{signal}, 1, p.timeout_ns);
+    if (t == 0) {
+      nl::land_signal(p.leg, peer, nl::SignalId{pending.signal}, 1);
+      pending.live = 0;
     }
-    auto status = static_cast<std::uint32_t>(nl::PostStatus::posted);
-    if (lane == 0) {
-      status = static_cast<std::uint32_t>(
-          bytes == 0 ? nl::leg_signal(p.leg, peer, nl::SignalId{signal}, 1, p.timeout_ns)
-                     : nl::leg_put(p.leg, peer, nl::WindowId{put->dst_window}, put->dst_offset,
-                                   nl::WindowId{put->src_window}, put->src_offset, bytes,
-                                   nl::SignalId{signal}, 1, p.timeout_ns, mark));
-    }
-    return static_cast<nl::PostStatus>(__shfl_sync(0xffffffffu, status, 0));
+    __syncthreads();
+    return true;
   };
-  // A bounded wait by lane 0, its outcome for the warp.
-  auto wait = [&](std::uint32_t signal, std::uint64_t value) {
-    int met = 1;
-    if (lane == 0) met = nl::leg_wait(p.leg, nl::SignalId{signal}, value, p.timeout_ns) ? 1 : 0;
-    return __shfl_sync(0xffffffffu, met, 0) != 0;
-  };
-  // Lane 0 waits until this rank's own kernel has written a chunk's rows.
-  auto written = [&](const std::int32_t* done, std::int32_t want) {
-    int met = 1;
-    if (lane == 0) {
-      const std::uint64_t start = global_timer_ns();
-      while (load_acquire_gpu(done) < want)
-        if (global_timer_ns() - start > static_cast<std::uint64_t>(p.timeout_ns)) {
-          met = 0;
-          break;
-        }
+  if (n != p.node) {
+    // Every node's count message gets the rows of every bucket before any
+    // leaves (each block writes the same values, then posts its own).
+    if (p.messages != nullptr) {
+      const MessageFormat& f = p.message_format;
+      for (int i = t; i < p.num_nodes * p.num_nodes; i += threads) {
+        const int dst = i / p.num_nodes;
+        const int of = i % p.num_nodes;
+        p.messages[static_cast<std::int64_t>(dst) * p.message_ints + f.rows_vector_at() + of] =
+            p.messages[static_cast<std::int64_t>(of) * p.message_ints + f.rows_at()];
+      }
+      // Whoever copies reads them after the request (a peer's block, or
+      // the host's proxy).
+      __threadfence_system();
+      __syncthreads();
     }
-    return __shfl_sync(0xffffffffu, met, 0) != 0;
-  };
-  for (int n = threadIdx.x / 32; n < p.num_nodes; n += k_warps) {
-    if (n == p.node) continue;
-    const int peer = n * p.ranks_per_node + p.local_rank;
-    const auto from = static_cast<std::uint32_t>(n);
-    const auto mine = static_cast<std::uint32_t>(p.node);
-    if (post(peer, nullptr, p.ready_signal + mine, nullptr) != nl::PostStatus::posted ||
-        !wait(p.ready_signal + from, number)) {
-      if (lane == 0) give_up(p, peer, 0, signal_now(p, p.ready_signal + from), number);
-      return;
+    // Thread 0 posts a put or bare signal at once (on a moved leg: granted,
+    // and its signal added, without bytes to copy).
+    auto post_now = [&](const nl::PutRequest& r, nl::FlushMark* mark) {
+      if (!moved)
+        return r.bytes == 0
+                   ? nl::leg_signal(p.leg, r.peer, r.signal, r.signal_add, p.timeout_ns)
+                   : nl::leg_put(p.leg, r.peer, r.dst_window, r.dst_offset, r.src_window,
+                                 r.src_offset, r.bytes, r.signal, r.signal_add, p.timeout_ns, mark);
+      const nl::MovedPut m = nl::post_moved(p.leg, r, p.timeout_ns);
+      if (m.status != nl::PostStatus::posted) return m.status;
+      if (!nl::granted(p.leg, m.ticket, p.timeout_ns)) return nl::PostStatus::timed_out;
+      nl::land_signal(p.leg, r.peer, r.signal, r.signal_add);
+      return nl::PostStatus::posted;
+    };
+    if (t == 0) {
+      const nl::PutRequest ready{peer, 0, {}, {}, 0, 0, 0, nl::SignalId{p.ready_signal + mine}, 1};
+      if (post_now(ready, nullptr) != nl::PostStatus::posted ||
+          !nl::leg_wait(p.leg, nl::SignalId{p.ready_signal + from}, number, p.timeout_ns)) {
+        give_up(p, peer, 0, signal_now(p, p.ready_signal + from), number);
+        ok = 0;
+      }
     }
+    __syncthreads();
+    if (ok == 0) return;
     // Every put carries its own signal (one of no bytes goes as a bare
     // signal): the leg may complete puts out of order, and a signal orders
     // only its own put's bytes; the other side waits on each chunk's.
@@ -136,42 +169,85 @@ __global__ void __launch_bounds__(k_warps * 32) leg_exchange_kernel(LegExchangeP
       std::int32_t want = 0;
       const LegPut put = put_for(p.puts[i], n, want);
       std::int32_t* done = put.done != nullptr ? put.done + n * put.chunks + put.chunk : nullptr;
-      if (done != nullptr && !written(done, want)) {
-        if (lane == 0)
-          fail(p.mailbox, k_timeout_local, p.node * p.ranks_per_node + p.local_rank, 0);
-        return;
-      }
+      // A chunk this rank has not written yet: the put before it crosses
+      // while it is written.
+      if (t == 0)
+        land_first = pending.live != 0 && done != nullptr && load_acquire_gpu(done) < want;
+      __syncthreads();
+      if (land_first != 0 && !land_pending()) return;
       const auto signal =
           p.tail_signal + mine * LegExchangeParams::k_puts + static_cast<std::uint32_t>(i);
-      if (post(peer, &put, signal, &mark) != nl::PostStatus::posted) {
-        if (lane == 0) give_up(p, peer, 1);
-        return;
+      const nl::PutRequest r{peer,
+                             0,
+                             nl::WindowId{put.dst_window},
+                             nl::WindowId{put.src_window},
+                             put.dst_offset,
+                             put.src_offset,
+                             put.bytes,
+                             nl::SignalId{signal},
+                             1};
+      __shared__ Pending next;
+      if (t == 0) {
+        next.live = 0;
+        if (done != nullptr && !written(done, want, p.timeout_ns)) {
+          fail(p.mailbox, k_timeout_local, p.node * p.ranks_per_node + p.local_rank, 0);
+          ok = 0;
+        } else if (!moved || put.bytes == 0) {
+          if (post_now(r, &mark) != nl::PostStatus::posted) {
+            give_up(p, peer, 1);
+            ok = 0;
+          }
+        } else {
+          const nl::MovedPut m = nl::post_moved(p.leg, r, p.timeout_ns);
+          next = Pending{m.ticket, m.dst, m.src, put.bytes, signal, 1};
+          if (m.status != nl::PostStatus::posted) {
+            give_up(p, peer, 1);
+            ok = 0;
+          }
+        }
+        // Counted and posted: the next call's kernel counts from zero (it
+        // runs after this exchange, in stream order).
+        if (ok != 0 && done != nullptr) *done = 0;
       }
-      // Counted and gone: the next call's kernel counts from zero (it runs
-      // after this exchange, in stream order).
-      if (done != nullptr && lane == 0) *done = 0;
+      __syncthreads();
+      if (ok == 0) return;
+      if (pending.live != 0 && !land_pending()) return;
+      if (t == 0 && next.live != 0) pending = next;
+      __syncthreads();
     }
-    for (int i = 0; i < p.num_puts; ++i) {
-      const auto signal =
-          p.tail_signal + from * LegExchangeParams::k_puts + static_cast<std::uint32_t>(i);
-      if (!wait(signal, number)) {
-        if (lane == 0) give_up(p, peer, 1, signal_now(p, signal), number);
-        return;
+    if (pending.live != 0 && !land_pending()) return;
+    if (t == 0) {
+      for (int i = 0; i < p.num_puts && ok != 0; ++i) {
+        const auto signal =
+            p.tail_signal + from * LegExchangeParams::k_puts + static_cast<std::uint32_t>(i);
+        if (!nl::leg_wait(p.leg, nl::SignalId{signal}, number, p.timeout_ns)) {
+          give_up(p, peer, 1, signal_now(p, signal), number);
+          ok = 0;
+        }
+      }
+      // The next call may rewrite the sources: they must have been read (a
+      // producer that moved its own bytes has read them already).
+      if (ok != 0 && mark.end > 0 &&
+          nl::leg_flush(p.leg, mark, p.timeout_ns) != nl::PostStatus::posted) {
+        give_up(p, peer, 2);
+        ok = 0;
       }
     }
-    // The next call may rewrite the sources: they must have been read (a
-    // producer that moved its own bytes has read them already).
-    if (lane == 0 && mark.end > 0 &&
-        nl::leg_flush(p.leg, mark, p.timeout_ns) != nl::PostStatus::posted) {
-      give_up(p, peer, 2);
-      return;
-    }
-    __syncwarp();
+    __syncthreads();
+    if (ok == 0) return;
   }
-  // Every warp done (a wait that expired trapped instead): the next
-  // exchange of this kind counts from here.
-  __syncthreads();
-  if (threadIdx.x == 0 && !p.number_preset) p.counters[0] = number;
+  // The last block to finish (a wait that expired trapped instead) moves
+  // the kind's count on: the next exchange numbers from here. Every block
+  // read it above, before it counted itself in.
+  if (t == 0) {
+    __threadfence();
+    auto* arrived = reinterpret_cast<unsigned long long*>(p.counters + 1);
+    if (atomicAdd(arrived, 1ull) == gridDim.x - 1) {
+      *arrived = 0;
+      p.counters[0] = number;
+      __threadfence();
+    }
+  }
 }
 
 }  // namespace
@@ -180,7 +256,7 @@ cudaError_t launch_leg_exchange(const LegExchangeParams& p, cudaStream_t stream)
   if (p.num_nodes < 1 || p.num_nodes > k_max_nodes || p.num_puts < 0 ||
       p.num_puts > LegExchangeParams::k_puts || p.counters == nullptr)
     return cudaErrorInvalidValue;
-  leg_exchange_kernel<<<1, k_warps * 32, 0, stream>>>(p);
+  leg_exchange_kernel<<<p.num_nodes, k_threads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -76,28 +76,39 @@ __global__ void __launch_bounds__(1024) pack_kernel(PackParams p) {
       float* scales = reinterpret_cast<float*>(dst + f.scales_offset);
       for (int i = lane; i < f.num_scales; i += 32)
         scales[i] = p.scales[t * p.scale_stride_token + i * p.scale_stride_hidden];
-      if (!p.with_routing) continue;
-      if (p.topk != nullptr) {
-        const std::int64_t first = static_cast<std::int64_t>(node) * p.experts_per_node;
-        for (int k = lane; k < f.num_topk; k += 32) {
-          std::int64_t e = f.topk_size == 8
-                               ? static_cast<const std::int64_t*>(p.topk)[t * p.topk_stride + k]
-                               : static_cast<const std::int32_t*>(p.topk)[t * p.topk_stride + k];
-          std::int64_t rel = e >= first && e < first + p.experts_per_node ? e - first : -1;
-          if (f.topk_size == 8)
-            reinterpret_cast<std::int64_t*>(dst + f.topk_offset)[k] = rel;
-          else
-            reinterpret_cast<std::int32_t*>(dst + f.topk_offset)[k] =
-                static_cast<std::int32_t>(rel);
-          if (p.weights != nullptr)
-            reinterpret_cast<float*>(dst + f.weights_offset)[k] =
-                p.weights[t * p.weights_stride + k];
+      if (p.with_routing) {
+        if (p.topk != nullptr) {
+          const std::int64_t first = static_cast<std::int64_t>(node) * p.experts_per_node;
+          for (int k = lane; k < f.num_topk; k += 32) {
+            std::int64_t e = f.topk_size == 8
+                                 ? static_cast<const std::int64_t*>(p.topk)[t * p.topk_stride + k]
+                                 : static_cast<const std::int32_t*>(p.topk)[t * p.topk_stride + k];
+            std::int64_t rel = e >= first && e < first + p.experts_per_node ? e - first : -1;
+            if (f.topk_size == 8)
+              reinterpret_cast<std::int64_t*>(dst + f.topk_offset)[k] = rel;
+            else
+              reinterpret_cast<std::int32_t*>(dst + f.topk_offset)[k] =
+                  static_cast<std::int32_t>(rel);
+            if (p.weights != nullptr)
+              reinterpret_cast<float*>(dst + f.weights_offset)[k] =
+                  p.weights[t * p.weights_stride + k];
+          }
+        }
+        if (lane == 0) *reinterpret_cast<std::int32_t*>(dst + f.src_offset) = t;
+        if (lane < f.ranks_per_node)
+          reinterpret_cast<bool*>(dst + f.mask_offset)[lane] =
+              p.is_token_in_rank[t * p.is_token_in_rank_stride + node * f.ranks_per_node + lane];
+      }
+      if (p.done != nullptr && node != p.own_node) {
+        // The row is written: count it in its chunk (the leg's exchange
+        // acquires the count, then reads the row). Warps take tokens in
+        // order, so chunks fill in turn.
+        __syncwarp();
+        if (lane == 0) {
+          __threadfence();
+          atomicAdd(p.done + node * p.chunks + chunk_of(row, p.rows_to[node], p.chunks), 1);
         }
       }
-      if (lane == 0) *reinterpret_cast<std::int32_t*>(dst + f.src_offset) = t;
-      if (lane < f.ranks_per_node)
-        reinterpret_cast<bool*>(dst + f.mask_offset)[lane] =
-            p.is_token_in_rank[t * p.is_token_in_rank_stride + node * f.ranks_per_node + lane];
     }
   }
 }

@@ -68,8 +68,15 @@ __global__ void __launch_bounds__(k_combine_max_threads) combine_kernel(CombineP
   const int total_warps = gridDim.x * warps_per_block;
   const int num_tokens =
       p.num_tokens_bound != nullptr ? min(p.num_tokens, *p.num_tokens_bound) : p.num_tokens;
-  for (int t = blockIdx.x * warps_per_block + (threadIdx.x >> 5); t < num_tokens;
-       t += total_warps) {
+  // Counted, the rows that cross the leg go first, segment after segment
+  // from the one after this node's, so their chunks fill (and leave) in
+  // turn while the rest is summed; this node's own rows go last.
+  const int landed = counted ? min(max(seg[departure.num_segments], 0), num_tokens) : 0;
+  const int first =
+      counted && departure.own >= 0 && landed > 0 ? seg[departure.own + 1] % landed : 0;
+  for (int i = blockIdx.x * warps_per_block + (threadIdx.x >> 5); i < num_tokens;
+       i += total_warps) {
+    const int t = i < landed ? (i + first) % landed : i;
     const int my_row = lane < Ranks ? p.send_row[static_cast<std::int64_t>(t) * Ranks + lane] : -1;
     int rows[Ranks];
     const int4* src[Ranks];

@@ -23,37 +23,111 @@ __device__ inline bool fits(std::uint64_t offset, std::uint64_t bytes, std::uint
   return offset <= size && bytes <= size - offset;
 }
 
-/// Copies `bytes` with the warp's lanes: 16 bytes a lane a step when both
-/// ends and the size allow it, else 4 or 1.
-__device__ inline void warp_copy(std::uint8_t* dst, const std::uint8_t* src, std::uint64_t bytes,
-                                 int lane) {
+/// Copies `bytes` with `threads` threads (this one is `thread`): 16 bytes a
+/// thread a step when both ends and the size allow it, else 4 or 1.
+__device__ inline void copy(std::uint8_t* dst, const std::uint8_t* src, std::uint64_t bytes,
+                            int thread, int threads) {
   const auto align = reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src) |
                      static_cast<std::uintptr_t>(bytes);
+  const auto t = static_cast<std::uint64_t>(thread);
+  const auto w = static_cast<std::uint64_t>(threads);
   if (align % 16 == 0) {
-    // Four loads in flight a lane before their stores: one warp is all the
-    // NIC has, and a load at a time leaves it latency-bound.
+    // Four loads in flight a thread before their stores: a load at a time
+    // leaves a few warps latency-bound.
     auto* d = reinterpret_cast<int4*>(dst);
     const auto* s = reinterpret_cast<const int4*>(src);
     const std::uint64_t n = bytes / 16;
-    std::uint64_t i = static_cast<std::uint64_t>(lane);
-    for (; i + 96 < n; i += 128) {
-      const int4 a = s[i], b = s[i + 32], c = s[i + 64], e = s[i + 96];
+    std::uint64_t i = t;
+    for (; i + 3 * w < n; i += 4 * w) {
+      // Through L2: the source may have been written by another kernel
+      // while this one ran (LegPut::done), after this SM cached the line.
+      const int4 a = __ldcg(s + i), b = __ldcg(s + i + w), c = __ldcg(s + i + 2 * w),
+                 e = __ldcg(s + i + 3 * w);
       d[i] = a;
-      d[i + 32] = b;
-      d[i + 64] = c;
-      d[i + 96] = e;
+      d[i + w] = b;
+      d[i + 2 * w] = c;
+      d[i + 3 * w] = e;
     }
-    for (; i < n; i += 32) d[i] = s[i];
+    for (; i < n; i += w) d[i] = __ldcg(s + i);
   } else if (align % 4 == 0) {
     auto* d = reinterpret_cast<std::uint32_t*>(dst);
     const auto* s = reinterpret_cast<const std::uint32_t*>(src);
-    for (std::uint64_t i = static_cast<std::uint64_t>(lane); i < bytes / 4; i += 32) d[i] = s[i];
+    for (std::uint64_t i = t; i < bytes / 4; i += w) d[i] = s[i];
   } else {
-    for (std::uint64_t i = static_cast<std::uint64_t>(lane); i < bytes; i += 32) dst[i] = src[i];
+    for (std::uint64_t i = t; i < bytes; i += w) dst[i] = src[i];
   }
 }
 
 }  // namespace moves
+
+/// A producer-moved put in steps, for callers that copy with more threads
+/// than one warp (leg_exchange.cu: a block a peer) or that post the next put
+/// before copying this one (the pacing model then sees the NIC busy, as a
+/// real NIC with several requests queued is). post_moved and granted are
+/// one thread's; the copy is every thread's; land_signal is one thread's,
+/// after every copying thread's fence.
+struct MovedPut {
+  PostStatus status = PostStatus::refused;
+  std::uint64_t ticket = 0;
+  std::uint8_t* dst = nullptr;
+  const std::uint8_t* src = nullptr;
+};
+
+/// Checks the request (request_valid, the windows and ranges this rank's
+/// leg maps) and posts it to the ring; `posted` with its ticket and both
+/// ends, else why not (refused before a ticket is taken).
+__device__ inline MovedPut post_moved(const DeviceLeg& leg, const PutRequest& request,
+                                      std::int64_t timeout_ns) {
+  MovedPut out;
+  if (leg.grants == nullptr || leg.peer_windows == nullptr || leg.peer_signals == nullptr ||
+      !request_valid(leg, request))
+    return out;
+  if (request.bytes > 0) {
+    const std::uint32_t per = leg.windows_per_peer;
+    if (request.src_window.value >= per || request.dst_window.value >= per) return out;
+    const PeerWindow& s =
+        leg.peer_windows[static_cast<std::uint32_t>(leg.rank) * per + request.src_window.value];
+    const PeerWindow& d =
+        leg.peer_windows[static_cast<std::uint32_t>(request.peer) * per + request.dst_window.value];
+    if (s.base == nullptr || d.base == nullptr ||
+        !moves::fits(request.src_offset, request.bytes, s.bytes) ||
+        !moves::fits(request.dst_offset, request.bytes, d.bytes))
+      return out;
+    out.src = s.base + request.src_offset;
+    out.dst = d.base + request.dst_offset;
+  }
+  const RequestRing ring = ring_of(leg);
+  const Claim claim = claim_slot(ring, timeout_ns);
+  out.status = claim.status;
+  out.ticket = claim.ticket;
+  if (claim.status == PostStatus::posted) {
+    slot_of(ring, claim.ticket) = request;
+    publish_slot(ring, claim.ticket);
+  }
+  return out;
+}
+
+/// Waits until the host's pacing model grants the ticket: the put has
+/// crossed the modelled NIC. Grants of one slot only grow (a later lap's
+/// grant may come first where the NIC reorders: then this one has crossed
+/// too, or soon will; the model is approximate there, the data is not).
+__device__ inline bool granted(const DeviceLeg& leg, std::uint64_t ticket,
+                               std::int64_t timeout_ns) {
+  const std::uint64_t* grant = leg.grants + ticket % leg.queue_slots;
+  const std::uint64_t want = ticket + 1;
+  return shim::wait_until([&] { return shim::load_acquire(grant) >= want; }, timeout_ns);
+}
+
+/// Adds to the peer's signal once the put's bytes are written: every
+/// copying thread fenced (system scope) and the caller synchronised them
+/// before this, so a waiter that sees the signal (acquire) reads the bytes.
+__device__ inline void land_signal(const DeviceLeg& leg, int peer, SignalId signal,
+                                   std::uint64_t add) {
+  if (add == 0) return;
+  cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> word(
+      leg.peer_signals[peer][signal.value]);
+  word.fetch_add(add, cuda::std::memory_order_release);
+}
 
 /// put(...) by a whole warp (every lane calls it with the same arguments)
 /// on a leg whose producers move the bytes. The same outcomes as leg_put;
@@ -68,64 +142,24 @@ __device__ inline PostStatus leg_put_moved(const DeviceLeg& leg, int peer, Windo
   const int lane = static_cast<int>(threadIdx.x % 32);
   const PutRequest request{peer,       channel, dst_window, src_window, dst_offset,
                            src_offset, bytes,   signal,     add};
-  std::uint8_t* dst = nullptr;
-  const std::uint8_t* src = nullptr;
-  auto status = static_cast<std::uint32_t>(PostStatus::refused);
-  if (lane == 0 && leg.grants != nullptr && leg.peer_windows != nullptr &&
-      leg.peer_signals != nullptr && request_valid(leg, request)) {
-    bool ok = true;
-    if (bytes > 0) {
-      const std::uint32_t per = leg.windows_per_peer;
-      ok = src_window.value < per && dst_window.value < per;
-      if (ok) {
-        const PeerWindow& s =
-            leg.peer_windows[static_cast<std::uint32_t>(leg.rank) * per + src_window.value];
-        const PeerWindow& d =
-            leg.peer_windows[static_cast<std::uint32_t>(peer) * per + dst_window.value];
-        ok = s.base != nullptr && d.base != nullptr && moves::fits(src_offset, bytes, s.bytes) &&
-             moves::fits(dst_offset, bytes, d.bytes);
-        src = s.base + src_offset;
-        dst = d.base + dst_offset;
-      }
-    }
-    if (ok) {
-      const RequestRing ring = ring_of(leg);
-      const Claim claim = claim_slot(ring, timeout_ns);
-      status = static_cast<std::uint32_t>(claim.status);
-      if (claim.status == PostStatus::posted) {
-        slot_of(ring, claim.ticket) = request;
-        publish_slot(ring, claim.ticket);
-        // Grants of one slot only grow (a later lap's grant may come first
-        // where the NIC reorders: then this one has crossed too, or soon
-        // will; the model is approximate there, the data is not).
-        const std::uint64_t* grant = leg.grants + claim.ticket % leg.queue_slots;
-        const std::uint64_t want = claim.ticket + 1;
-        if (!shim::wait_until([&] { return shim::load_acquire(grant) >= want; }, timeout_ns))
-          status = static_cast<std::uint32_t>(PostStatus::timed_out);
-      }
-    }
+  MovedPut put;
+  if (lane == 0) {
+    put = post_moved(leg, request, timeout_ns);
+    if (put.status == PostStatus::posted && !granted(leg, put.ticket, timeout_ns))
+      put.status = PostStatus::timed_out;
   }
-  status = __shfl_sync(0xffffffffu, status, 0);
-  if (status != static_cast<std::uint32_t>(PostStatus::posted)) {
+  const auto status = __shfl_sync(0xffffffffu, static_cast<std::uint32_t>(put.status), 0);
+  if (status != static_cast<std::uint32_t>(PostStatus::posted))
     return static_cast<PostStatus>(status);
-  }
   if (bytes > 0) {
-    const auto d = reinterpret_cast<std::uintptr_t>(dst);
-    const auto s = reinterpret_cast<std::uintptr_t>(src);
-    const auto dd = __shfl_sync(0xffffffffu, static_cast<unsigned long long>(d), 0);
-    const auto ss = __shfl_sync(0xffffffffu, static_cast<unsigned long long>(s), 0);
-    moves::warp_copy(reinterpret_cast<std::uint8_t*>(dd), reinterpret_cast<const std::uint8_t*>(ss),
-                     bytes, lane);
+    const auto dd = __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(put.dst), 0);
+    const auto ss = __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(put.src), 0);
+    moves::copy(reinterpret_cast<std::uint8_t*>(dd), reinterpret_cast<const std::uint8_t*>(ss),
+                bytes, lane, 32);
   }
-  // Every lane's bytes before the signal: a waiter that sees it (acquire)
-  // reads them.
   __threadfence_system();
   __syncwarp();
-  if (lane == 0 && add > 0) {
-    cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> word(
-        leg.peer_signals[peer][signal.value]);
-    word.fetch_add(add, cuda::std::memory_order_release);
-  }
+  if (lane == 0) land_signal(leg, peer, signal, add);
   __syncwarp();
   return PostStatus::posted;
 }
