@@ -9,7 +9,9 @@
 // call run serially (the Buffer's events around its network leg and around
 // the rest: pack, forwarding, reduce) and overlapped (the whole call), medians
 // of CALLS; the overlapped call over the slower part alone is the figure.
-// Usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS [overlap]]
+// Usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS [overlap [SMS]]]
+// (SMS: the NVLink legs' Config::num_sms, default 24; fewer slow them down,
+// so the leg's ratio to them can be set below the emulator's copy ceiling).
 // Prints one line per rank: "leg_host_time rank=... host_us dispatch=...",
 // and with overlap "leg_overlap rank=... dispatch network_ms=...".
 #include <epkit/ep.h>
@@ -17,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -35,8 +38,24 @@ namespace {
 
 struct Shape {
   int tokens = 1024, hidden = 7168, topk = 8, experts = 64, calls = 50;
+  int sms = 24;  // Config::num_sms of every call (the NVLink legs' kernels)
   bool overlap = false;
 };
+
+/// One whole line with one write(2): ranks share stdout, and stdio's
+/// buffers would interleave their lines mid-way.
+__attribute__((format(printf, 1, 2))) void print_line(const char* format, ...) {
+  char line[1024];
+  va_list args;
+  va_start(args, format);
+  const int n = std::vsnprintf(line, sizeof line, format, args);
+  va_end(args);
+  if (n > 0) {
+    std::fflush(stdout);
+    [[maybe_unused]] auto wrote =
+        ::write(1, line, std::min(static_cast<std::size_t>(n), sizeof line - 1));
+  }
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -117,18 +136,21 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
   da.num_tokens_per_rank = layout->num_tokens_per_rank;
   da.is_token_in_rank = layout->is_token_in_rank;
   da.num_tokens_per_expert = layout->num_tokens_per_expert;
+  da.config.num_sms = s.sms;
   auto d = buf.dispatch(da);
   CHECK_OK(d);
-  auto expert_out = ep::DeviceTensor::zeros(ep::DType::bf16, d->recv_x.rows(), s.hidden);
-  CHECK_OK(expert_out);
   if (cudaError_t rc = cudaDeviceSynchronize(); rc != cudaSuccess) return 3;
 
   ep::DispatchArgs cached;
   cached.x = x->view;
   cached.handle = d->handle;
+  cached.config.num_sms = s.sms;
+  // The combine sums the dispatch's output in place, as DeepEP's
+  // test_internode.py does (input in the Buffer: no staging copy).
   ep::CombineArgs ca;
-  ca.x = expert_out->view;
+  ca.x = d->recv_x;
   ca.handle = d->handle;
+  ca.config.num_sms = s.sms;
   // Host: the median time for a call to return; device: a batch of calls
   // between two events, per call.
   auto measure = [&](auto&& call, double& host_us, double& device_us) -> int {
@@ -158,7 +180,7 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
     std::fprintf(stderr, "rank %d: a timed call failed\n", rank);
     return 1;
   }
-  std::printf(
+  print_line(
       "leg_host_time rank=%d ranks=%d nodes=%d cap_gbps=%g tokens=%d rows=%lld host_us "
       "dispatch=%.1f combine=%.1f device_us dispatch=%.1f combine=%.1f\n",
       rank, ranks, nodes, gbps, s.tokens, static_cast<long long>(d->recv_x.rows()), hd, hc, dd, dc);
@@ -176,7 +198,7 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
       std::fprintf(stderr, "rank %d: a timed call failed\n", rank);
       return 1;
     }
-    std::printf(
+    print_line(
         "leg_overlap rank=%d ranks=%d nodes=%d cap_gbps=%g tokens=%d dispatch network_ms=%.3f "
         "rest_ms=%.3f network/rest=%.2f overlapped_ms=%.3f over_slower=%.3f combine "
         "network_ms=%.3f rest_ms=%.3f network/rest=%.2f overlapped_ms=%.3f over_slower=%.3f\n",
@@ -201,11 +223,14 @@ int main(int argc, char** argv) {
   for (int i = 4; i < argc && i - 4 < 3; ++i) *fields[i - 4] = std::atoi(argv[i]);
   const std::string mode = argc > 7 ? argv[7] : "";
   s.overlap = mode == "overlap";
+  if (argc > 8) s.sms = std::atoi(argv[8]);
   if (ranks < 2 || nodes < 2 || ranks % nodes != 0 || !(gbps > 0) || s.tokens < 1 ||
       s.tokens > 65536 || s.hidden < 128 || s.hidden > 65536 || s.hidden % 128 != 0 ||
-      s.calls < 1 || s.calls > 100000 || (!mode.empty() && !s.overlap)) {
-    std::fprintf(
-        stderr, "usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS [overlap]]\n");
+      s.calls < 1 || s.calls > 100000 || (!mode.empty() && !s.overlap) || s.sms < 1 ||
+      s.sms > 132) {
+    std::fprintf(stderr,
+                 "usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS [overlap "
+                 "[SMS]]]\n");
     return 64;
   }
   const int gpus = test::gpus_or_exit(1);
