@@ -346,12 +346,21 @@ Result<DispatchResult> InternodeBuffer::dispatch_cached(const DispatchArgs& a,
     pk.own_node = m_node;
     pk.chunks = k::k_leg_chunks;
   }
+  // A failure after the fork joins the leg's stream back before returning:
+  // a capture must not end with it apart.
+  auto rejoin = [&](Error error) -> Error {
+    if (overlap) (void)end_side("cached dispatch");
+    return error;
+  };
   if (cudaError_t rc = k::launch_pack(pk, stream); rc != cudaSuccess)
-    return m_local->failure(rc, "cached dispatch (pack)");
+    return rejoin(m_local->failure(rc, "cached dispatch (pack)"));
 
   std::uint8_t* rows = region(m_mem_layout.rows);
   phase_mark(1);
-  EPKIT_TRY(exchange_buckets("cached dispatch (buckets)", f, h, overlap, overlap ? done : nullptr));
+  if (auto sent =
+          exchange_buckets("cached dispatch (buckets)", f, h, overlap, overlap ? done : nullptr);
+      !sent)
+    return rejoin(sent.error());
   phase_mark(2);
 
   const std::int64_t forwarded = h.forward->num_tokens;
