@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ep/testing.h"
+#include "ep_harness/bounded_wait.h"
 #include "ep_harness/conformance/case.h"
 #include "ep_harness/conformance/low_latency_run.h"
 #include "ep_harness/conformance_checks.h"
@@ -141,9 +142,9 @@ Result<void> finish(Suite& s, const ep::Event& event, bool async) {
     if (event.get() == nullptr) {
       return make_error(ErrorCode::internal, "an async operation returned no event to wait on");
     }
-    EPKIT_TRY(event.synchronize());
+    EPKIT_TRY(wait_event(event.get(), s.opts.timeout_s, "waiting for the operation's event"));
   }
-  return cuda_ok(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+  return wait_stream(s.stream, s.opts.timeout_s, "waiting for the operation's stream");
 }
 
 template <typename T>
