@@ -203,32 +203,42 @@ __device__ __forceinline__ int leg_segment_of(const LegChunks& c, const int* seg
   return s;
 }
 
+/// Stops the kernel because a wait on the network leg expired
+/// (k_timeout_network): `rank` owed the signal. The value packs what was
+/// waited for (low byte: 0 its ready signal, 1 its rows, 2 this rank's
+/// flush), how far the signal got and the value wanted (28 bits each), which
+/// the host words.
+__device__ __forceinline__ void fail_network_wait(Mailbox* mailbox, int rank, std::int64_t what,
+                                                  std::uint64_t seen, std::uint64_t wanted) {
+  const auto clip = [](std::uint64_t v) { return static_cast<std::int64_t>(v & 0xfffffff); };
+  fail(mailbox, k_timeout_network, rank, what | clip(seen) << 8 | clip(wanted) << 36);
+}
+
+/// One thread spins until a signal of the network leg (written by a peer,
+/// system scope) reaches `number`, bounded: on expiry the kernel stops
+/// naming `rank`, the sender of the rows it waited for.
+__device__ __forceinline__ void wait_leg_signal(const std::uint64_t* signal, std::uint64_t number,
+                                                std::int64_t timeout_ns, int rank,
+                                                Mailbox* mailbox) {
+  if (load_acquire_sys(signal) >= number) return;
+  const std::uint64_t start = global_timer_ns();
+  std::uint64_t seen = 0;
+  while ((seen = load_acquire_sys(signal)) < number)
+    if (global_timer_ns() - start > static_cast<std::uint64_t>(timeout_ns))
+      fail_network_wait(mailbox, rank, 1, seen, number);
+}
+
 /// Lane 0 of the calling warp waits until row t's chunk has landed
-/// (LegChunks arrival; rows of this node's segment are always there),
-/// bounded: on expiry the mailbox names the rank that sends the chunk, as
-/// the leg's exchange does (k_timeout_network, "its part": 1).
+/// (LegChunks arrival; rows of this node's segment are always there).
 __device__ __forceinline__ void leg_wait_arrival(const LegChunks& c, const int* seg,
                                                  std::uint64_t number, int t, Mailbox* mailbox) {
   if ((threadIdx.x & 31) == 0) {
     const int s = leg_segment_of(c, seg, t);
     if (s != c.own) {
-      const int rows = seg[s + 1] - seg[s];
-      const int chunk = chunk_of(t - seg[s], rows, c.chunks);
-      const std::uint64_t* signal =
-          c.signals + c.first_signal + static_cast<std::uint64_t>(s) * c.signal_stride + chunk;
-      if (load_acquire_sys(signal) < number) {
-        const std::uint64_t start = global_timer_ns();
-        std::uint64_t seen = 0;
-        while ((seen = load_acquire_sys(signal)) < number) {
-          if (global_timer_ns() - start > static_cast<std::uint64_t>(c.timeout_ns)) {
-            const auto clip = [](std::uint64_t v) {
-              return static_cast<std::int64_t>(v & 0xfffffff);
-            };
-            fail(mailbox, k_timeout_network, s * c.ranks_per_node + c.local_rank,
-                 1 | clip(seen) << 8 | clip(number) << 36);
-          }
-        }
-      }
+      const int chunk = chunk_of(t - seg[s], seg[s + 1] - seg[s], c.chunks);
+      wait_leg_signal(
+          c.signals + c.first_signal + static_cast<std::uint64_t>(s) * c.signal_stride + chunk,
+          number, c.timeout_ns, s * c.ranks_per_node + c.local_rank, mailbox);
     }
   }
   __syncwarp();

@@ -22,8 +22,7 @@ constexpr int k_threads = 1024;
 // peer got: a put that never landed, a signal never sent).
 __device__ void give_up(const LegExchangeParams& p, int peer, std::int64_t what,
                         std::uint64_t seen = 0, std::uint64_t wanted = 0) {
-  const auto clip = [](std::uint64_t v) { return static_cast<std::int64_t>(v & 0xfffffff); };
-  fail(p.mailbox, k_timeout_network, peer, what | clip(seen) << 8 | clip(wanted) << 36);
+  fail_network_wait(p.mailbox, peer, what, seen, wanted);
 }
 
 __device__ std::uint64_t signal_now(const LegExchangeParams& p, std::uint32_t signal) {

@@ -8,22 +8,11 @@
 namespace epkit::ep::kernels {
 namespace {
 
-// Lane 0 (of those given) waits until signal reaches number, bounded; on
-// expiry the mailbox names node m's rank on this rail, as the leg's
-// exchange does (k_timeout_network, "its part": 1).
+// This thread waits until node m's signal `index` reaches `number`.
 __device__ void wait_landed(const ReduceParams& p, int m, std::uint32_t index,
                             std::uint64_t number) {
-  const std::uint64_t* signal = p.signals + index;
-  if (load_acquire_sys(signal) >= number) return;
-  const std::uint64_t start = global_timer_ns();
-  std::uint64_t seen = 0;
-  while ((seen = load_acquire_sys(signal)) < number) {
-    if (global_timer_ns() - start > static_cast<std::uint64_t>(p.timeout_ns)) {
-      const auto clip = [](std::uint64_t v) { return static_cast<std::int64_t>(v & 0xfffffff); };
-      fail(p.mailbox, k_timeout_network, m * p.ranks_per_node + p.local_rank,
-           1 | clip(seen) << 8 | clip(number) << 36);
-    }
-  }
+  wait_leg_signal(p.signals + index, number, p.timeout_ns, m * p.ranks_per_node + p.local_rank,
+                  p.mailbox);
 }
 
 __global__ void __launch_bounds__(1024) reduce_kernel(ReduceParams p) {
