@@ -9,6 +9,9 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -509,7 +512,7 @@ TEST(EmulatedBackend, BadDescriptorsFromAPeerAreRefusedNamingIt) {
       {"not hex", {}, [](std::string& hex) { hex.replace(0, 2, "zz"); }, "not hex"},
       {"huge", {}, [](std::string& hex) { hex.append(1 << 16, '0'); }, "hex characters"},
       {"magic", field(0, 4, 0x12345678), {}, "magic"},
-      {"version", field(4, 2, 2), {}, "version 2"},
+      {"version", field(4, 2, 3), {}, "version 3"},
       {"handle size", field(6, 2, 9), {}, "9-byte handles"},
       {"rank", field(8, 4, 5), {}, "it says rank 5"},
       {"world", field(12, 4, 3), {}, "of 3"},
@@ -518,9 +521,9 @@ TEST(EmulatedBackend, BadDescriptorsFromAPeerAreRefusedNamingIt) {
       {"too many signals", field(20, 4, 0xffffffff), {}, "4294967295 signals"},
       {"too many windows", field(24, 4, 65), {}, "65 windows"},
       {"more windows than sent", field(24, 4, 2), {}, "2 windows of 8-byte handles"},
-      {"reserved", field(28, 4, 1), {}, "reserved word"},
-      {"empty window", field(32 + 8, 8, 0), {}, "window 0 of 0 bytes"},
-      {"null signals", field(32, 8, 0), {}, "null address"},
+      {"pid", field(28, 4, 0x7fffffff), {}, "pid 2147483647"},
+      {"empty window", field(40 + 8, 8, 0), {}, "window 0 of 0 bytes"},
+      {"null signals", field(40, 8, 0), {}, "null address"},
   };
   for (const auto& c : cases) {
     World w(2, small_options(), true);
@@ -549,16 +552,64 @@ TEST(EmulatedBackend, BadDescriptorsFromAPeerAreRefusedNamingIt) {
   }
 }
 
+// A peer's process that exits is the leg's fault, named as dead (not as a
+// rank that never answered), and the kernels' word (DeviceLeg::exited) holds
+// its rank: every wait on the leg then names it, whoever it waited for.
+TEST(EmulatedBackend, APeerWhoseProcessExitsIsNamedDead) {
+  if (ProcessWatch::self().pid_namespace == 0) GTEST_SKIP() << "no /proc/self/ns/pid here";
+  const pid_t peer = ::fork();  // stands for rank 1's process
+  if (peer == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  ASSERT_GT(peer, 0);
+  World w(2, small_options(), false);
+  GatherRoom room(2);
+  room.tamper = [&](int viewer, std::vector<std::string>& seen) {
+    if (viewer != 0 || seen[0] == "mapped") return;
+    std::string raw(seen[1].size() / 2, '\0');
+    ASSERT_TRUE(from_hex(seen[1], raw.data(), raw.size()));
+    for (int i = 0; i < 4; ++i)
+      raw[28 + static_cast<std::size_t>(i)] =
+          static_cast<char>((static_cast<std::uint32_t>(peer) >> (8 * i)) & 0xff);
+    seen[1] = to_hex(raw.data(), raw.size());
+  };
+  for (const auto& r : w.exchange(room)) ASSERT_TRUE(r.ok()) << r.error().message;
+  auto& nic = *w.backends[0];
+  const DeviceLeg leg = nic.device_leg();
+  ASSERT_NE(leg.exited, nullptr);
+  ASSERT_TRUE(nic.progress().ok());
+  EXPECT_FALSE(nic.fault());
+  EXPECT_EQ(*leg.exited, 0u);
+  ::kill(peer, SIGKILL);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!nic.fault() && std::chrono::steady_clock::now() < end) {
+    (void)nic.progress();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ::waitpid(peer, nullptr, 0);
+  const auto fault = nic.fault();
+  ASSERT_TRUE(fault);
+  EXPECT_EQ(fault->rank, 1);
+  EXPECT_TRUE(fault->exited);
+  EXPECT_EQ(*leg.exited, 2u);
+  EXPECT_EQ(leg_exited(leg), 1);
+  EXPECT_FALSE(leg_wait(leg, SignalId{0}, 1, 1000000000));  // at once, not after 1 s
+}
+
 TEST(EmulatedBackend, DescriptorRoundTrips) {
   RankDescriptor d;
   d.rank = 3;
   d.world = 4;
   d.num_signals = 100;
+  d.process = {4242, 0x1234567890ull};
   d.signals_handle = std::string(8, 'a');
   d.windows = {{4096, std::string(8, 'b')}, {1, std::string(8, 'c')}};
   auto back = RankDescriptor::decode(d.encode(), 3, 4, 8);
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back.value().num_signals, 100u);
+  EXPECT_EQ(back.value().process.pid, 4242u);
+  EXPECT_EQ(back.value().process.pid_namespace, 0x1234567890ull);
   EXPECT_EQ(back.value().signals_handle, d.signals_handle);
   ASSERT_EQ(back.value().windows.size(), 2u);
   EXPECT_EQ(back.value().windows[0].bytes, 4096u);

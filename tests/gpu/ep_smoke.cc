@@ -8,6 +8,9 @@
 // Usage: epkit_ep_smoke RANKS [TOKENS HIDDEN TOPK EXPERTS SMS CHUNK]
 // EP_SMOKE_KILL=r: rank r dies after making the Buffer; the run passes when
 // every other rank's dispatch fails within the timeout naming rank r.
+// EP_SMOKE_KILL_AT=transfer (with EP_SMOKE_KILL): rank r dies inside a
+// transfer instead: after a first dispatch, with its combine's kernels
+// running; the survivors' later calls must fail naming it.
 // EP_SMOKE_OVERSUBSCRIBE=1: more ranks than GPUs (rank % GPUs), for checks.
 // EP_SMOKE_LEG=emulated (with EP_SMOKE_NODES): the device-driven network leg.
 // EP_SMOKE_NODES=n (with EP_SMOKE_KILL): an internode Buffer of n nodes faked
@@ -24,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -64,10 +68,41 @@ float bf16_to_float(std::uint16_t v) {
 bool names_dead_rank(const std::string& got, const char* dead) {
   const std::string r = std::string("rank ") + dead;
   return got.find(r + " did not reach the engine's barrier") != std::string::npos ||
+         got.find(r + " died: its process exited") != std::string::npos ||
          got.find(r + " never answered on the network") != std::string::npos ||
          (got.find(r + " never ") != std::string::npos &&
           got.find("on the network leg") != std::string::npos) ||
          got.find("because " + r + " (on another node)") != std::string::npos;
+}
+
+/// EP_SMOKE_KILL_AT=transfer: the doomed rank queues a combine and exits
+/// while its kernels move it (a cached dispatch and a combine return before
+/// their transfers end); every other rank goes on with combines and cached
+/// dispatches until one fails, which must name the dead rank.
+int die_in_transfer(ep::Buffer& buf, const ep::DispatchArgs& da, const ep::CombineArgs& ca,
+                    const std::shared_ptr<const ep::DispatchHandle>& handle, int rank,
+                    const char* kill) {
+  if (rank == std::atoi(kill)) {
+    (void)buf.combine(ca);
+    ::_exit(k_killed);
+  }
+  ep::DispatchArgs cached = da;
+  cached.topk_idx = {};
+  cached.topk_weights = {};
+  cached.handle = handle;
+  std::string got = "every call succeeded after the rank died";
+  const auto failed = [&](const auto& result) {
+    if (result) return false;
+    got = result.error().message;
+    return true;
+  };
+  for (int i = 0; i < 4; ++i)
+    if (failed(buf.combine(ca)) || failed(buf.synchronize()) || failed(buf.dispatch(cached)) ||
+        failed(buf.synchronize()))
+      break;
+  std::fprintf(stderr, "rank %d: %s\n", rank, got.c_str());
+  if (names_dead_rank(got, kill)) return k_named_the_dead_rank;
+  return got.find("another rank's failure") != std::string::npos ? k_ended_by_a_peers_fault : 2;
 }
 
 int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int hidden, int topk,
@@ -89,7 +124,8 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   bo.timeout_s = std::getenv("EP_SMOKE_KILL") != nullptr ? 3 : 10;
   if (nodes > 1) bo.ranks_per_node = ranks / nodes;
   // EP_SMOKE_LEG=emulated: the device-driven network leg over an emulated NIC.
-  if (const char* leg = std::getenv("EP_SMOKE_LEG"); leg != nullptr && std::string(leg) == "emulated")
+  if (const char* leg = std::getenv("EP_SMOKE_LEG");
+      leg != nullptr && std::string(leg) == "emulated")
     bo.network_leg = ep::BufferOptions::NetworkLeg::emulated_nic;
   // One node: an output arena, for the dispatch whose outputs the senders
   // write directly (below).
@@ -102,8 +138,11 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   std::fprintf(stderr, "rank %d: buffer made\n", rank);
   // EP_SMOKE_KILL=r: rank r dies here; the others must fail naming it
   // within the Buffer's timeout instead of hanging.
-  if (const char* kill = std::getenv("EP_SMOKE_KILL"); kill != nullptr && std::atoi(kill) == rank)
-    ::_exit(k_killed);
+  const char* kill = std::getenv("EP_SMOKE_KILL");
+  const char* kill_at = std::getenv("EP_SMOKE_KILL_AT");
+  const bool in_transfer =
+      kill != nullptr && kill_at != nullptr && std::string(kill_at) == "transfer";
+  if (kill != nullptr && !in_transfer && std::atoi(kill) == rank) ::_exit(k_killed);
   ep::Buffer& buf = **buffer;
 
   // Inputs: x = rank everywhere; top-k from random scores.
@@ -145,7 +184,7 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   da.config.nvl_chunk = chunk;
   std::fprintf(stderr, "rank %d: layout queued\n", rank);
   auto d = buf.dispatch(da);
-  if (const char* kill = std::getenv("EP_SMOKE_KILL"); kill != nullptr) {
+  if (kill != nullptr && !in_transfer) {
     // The killed rank never reaches the count exchange: this rank must fail
     // within the Buffer's timeout, naming it.
     std::string got = d ? std::string("dispatch succeeded") : d.error().message;
@@ -186,6 +225,7 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   ca.topk_weights = d->recv_topk_weights;
   ca.handle = d->handle;
   ca.config = da.config;
+  if (in_transfer) return die_in_transfer(buf, da, ca, d->handle, rank, kill);
   auto c = buf.combine(ca);
   CHECK_OK(c);
   if (cudaError_t rc = cudaDeviceSynchronize(); rc != cudaSuccess) {

@@ -77,10 +77,14 @@ enum ErrorKind : std::int32_t {
   k_peer_blamed = 5,          // a peer of this node gave up on error_rank (a global rank)
   k_timeout_low_latency = 6,  // a low-latency wait for error_rank; value: what (LowLatencyWait)
   k_timeout_network = 7,      // the device-driven network leg waited for error_rank (a global
-                              // rank); value: 0 its ready signal, 1 its rows, 2 this rank's flush
+                              // rank); value: 0 its ready signal, 1 its rows, 2 this rank's flush,
+                              // plus k_leg_wait_exited when error_rank's process exited
   k_bad_leg_message = 8,      // a count message on the device-driven leg failed its check:
                               // error_rank sent it; value: the fault (internode/leg_counts.h)
 };
+/// Added to a k_timeout_network value's wait: the wait ended because the
+/// rank named had exited (network_leg::DeviceLeg::exited), not on a timeout.
+constexpr std::int64_t k_leg_wait_exited = 8;
 
 /// Chunks a segment of `rows` rows is cut into on the network leg: chunk c
 /// is rows [chunk_begin(c), chunk_begin(c + 1)), every chunk within one row
@@ -110,6 +114,9 @@ struct LegChunks {
   std::uint32_t signal_stride = 0;
   const std::uint64_t* number = nullptr;
   std::int64_t timeout_ns = 0;
+  /// network_leg::DeviceLeg::exited (may be null): a rank whose process
+  /// exited, named by the wait instead of the node it waited for.
+  const std::uint64_t* exited = nullptr;
   /// Node s's rank on this rail (a wait that expires names it).
   int ranks_per_node = 1;
   int local_rank = 0;

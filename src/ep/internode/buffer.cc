@@ -164,6 +164,7 @@ InternodeBuffer::~InternodeBuffer() {
   for (cudaEvent_t e : m_phase)
     if (e != nullptr) cudaEventDestroy(e);
   if (m_net_done != nullptr) cudaEventDestroy(m_net_done);
+  if (m_pre_net != nullptr) cudaEventDestroy(m_pre_net);
 }
 
 Result<void> InternodeBuffer::init(Bootstrap& bootstrap, const BufferOptions& o) {
@@ -202,6 +203,9 @@ Result<void> InternodeBuffer::init(Bootstrap& bootstrap, const BufferOptions& o)
   if (!sent) return sent.error();
   m_sent_messages = std::move(*sent);
   if (cudaError_t rc = cudaEventCreateWithFlags(&m_net_done, cudaEventDisableTiming);
+      rc != cudaSuccess)
+    return cuda_error(rc, "cudaEventCreate");
+  if (cudaError_t rc = cudaEventCreateWithFlags(&m_pre_net, cudaEventDisableTiming);
       rc != cudaSuccess)
     return cuda_error(rc, "cudaEventCreate");
   return {};
@@ -244,21 +248,50 @@ Result<void> InternodeBuffer::wait_network(const std::string& what,
     return m_local->failure(rc, what);
   // On the device-driven leg the kernel's own waits are bounded by the
   // timeout and name the rank; the host waits longer so they answer first.
-  const double bound = on_leg() ? 2 * m_opts.timeout_s + 1 : m_opts.timeout_s;
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(static_cast<long long>(bound * 1000));
+  // Over NCCL a peer that is connected but silent after the timeout may be
+  // alive and stuck behind a dead rank (its NVLink leg waiting on a node
+  // peer, bounded at 2 x timeout + 1 s); that wait, or the transport seeing
+  // a process go, names the dead rank first. So this wait then blames the
+  // peer to this node's ranks (as before), and gives up only past that bound.
+  const auto start = std::chrono::steady_clock::now();
+  const auto at = [&](double s) {
+    return start + std::chrono::milliseconds(static_cast<long long>(s * 1000));
+  };
+  const double t = m_opts.timeout_s;
+  auto deadline = at(on_leg() ? 2 * t + 1 : t);
+  bool extended = on_leg();
   for (;;) {
     cudaError_t rc = cudaEventQuery(m_net_done);
     if (rc == cudaSuccess) return {};
     if (rc != cudaErrorNotReady) return m_local->failure(rc, what);
     if (auto healthy = health(); !healthy) {
+      // A rank whose process the leg saw exit is the one to name, whoever
+      // this wait was on (it may be alive and stuck behind it).
+      if (on_leg()) {
+        if (auto fault = m_leg->fault(); fault && fault->exited) {
+          m_broken = true;
+          return make_error(ErrorCode::unavailable,
+                            fmt::format("{}: rank {} died: its process exited while this rank "
+                                        "waited on the network leg",
+                                        what, fault->rank));
+        }
+      }
       // The transport saw a peer go (a closed connection): name the ones we
       // still wait for, as on a timeout.
       m_broken = true;
       Error e = network_failure(what, culprits());
       return make_error(e.code, fmt::format("{} ({})", e.message, healthy.error().message));
     }
-    if (std::chrono::steady_clock::now() > deadline) return network_failure(what, culprits());
+    if (std::chrono::steady_clock::now() > deadline) {
+      if (extended) return network_failure(what, culprits());
+      extended = true;
+      deadline = at(3 * t + 2);
+      // This rank's own NVLink leg still runs: its kernels' bound names whom
+      // they wait for; nobody on the network is to blame yet.
+      if (cudaEventQuery(m_pre_net) == cudaErrorNotReady) continue;
+      if (auto nodes = culprits(); nodes.size() == 1)
+        m_local->blame_peers(nodes.front() * m_per_node + m_local_rank);
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
@@ -278,6 +311,10 @@ Result<void> InternodeBuffer::health() const {
 Result<void> InternodeBuffer::post(const std::string& what, std::span<const Transfer> sends,
                                    std::span<const Transfer> receives,
                                    const std::function<std::vector<int>()>& culprits) {
+  // Where this rank's own work before the leg (its NVLink leg) ends: a wait
+  // that expires before it does is stuck here, not on the network.
+  if (cudaError_t rc = cudaEventRecord(m_pre_net, m_local->comm_stream()); rc != cudaSuccess)
+    return m_local->failure(rc, what);
   auto posted = m_net->exchange(sends, receives, m_local->comm_stream());
   if (posted) return {};
   Error e = network_failure(what, culprits());

@@ -244,6 +244,7 @@ class InternodeBuffer final : public Buffer {
   MappedMemory m_recv_messages;  // [nodes][message ints], received (the own node's copied)
   MappedMemory m_sent_messages;  // [nodes][message ints], a host copy of what was sent
   cudaEvent_t m_net_done = nullptr;
+  cudaEvent_t m_pre_net = nullptr;  // recorded before an NCCL leg is posted
   std::int32_t m_sequence = 0;
   bool m_broken = false;
   // Declared after the memory its windows map, so it goes first.

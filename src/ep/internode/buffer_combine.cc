@@ -184,6 +184,7 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
     rp.own_node = m_node;
     rp.chunks = k::k_leg_chunks;
     rp.timeout_ns = static_cast<std::int64_t>(m_opts.timeout_s * 1e9);
+    rp.exited = m_leg->device_leg().exited;
     rp.ranks_per_node = m_per_node;
     rp.local_rank = m_local_rank;
     rp.mailbox = m_local->m_mailbox_dev;

@@ -197,6 +197,7 @@ k::LegChunks InternodeBuffer::leg_chunks(const InternodeHandle& h) const {
   c.own = m_node;
   c.chunks = k::k_leg_chunks;
   c.timeout_ns = static_cast<std::int64_t>(m_opts.timeout_s * 1e9);
+  c.exited = m_leg->device_leg().exited;
   c.ranks_per_node = m_per_node;
   c.local_rank = m_local_rank;
   return c;

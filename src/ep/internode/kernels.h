@@ -212,7 +212,8 @@ struct ReduceParams {
   int own_node = -1;
   int chunks = 0;
   std::int64_t timeout_ns = 0;
-  int ranks_per_node = 1;  // node m's rank on this rail names a wait that expires
+  const std::uint64_t* exited = nullptr;  // network_leg::DeviceLeg::exited (may be null)
+  int ranks_per_node = 1;                 // node m's rank on this rail names a wait that expires
   int local_rank = 0;
   Mailbox* mailbox = nullptr;
 };

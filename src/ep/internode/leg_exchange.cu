@@ -22,6 +22,12 @@ constexpr int k_threads = 1024;
 // peer got: a put that never landed, a signal never sent).
 __device__ void give_up(const LegExchangeParams& p, int peer, std::int64_t what,
                         std::uint64_t seen = 0, std::uint64_t wanted = 0) {
+  // A rank whose process exited is the one to name: the peer this wait was
+  // on may be alive and stuck behind it (DeviceLeg::exited).
+  if (const int gone = nl::leg_exited(p.leg); gone >= 0) {
+    peer = gone;
+    what |= k_leg_wait_exited;
+  }
   fail_network_wait(p.mailbox, peer, what, seen, wanted);
 }
 

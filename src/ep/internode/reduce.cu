@@ -12,7 +12,7 @@ namespace {
 __device__ void wait_landed(const ReduceParams& p, int m, std::uint32_t index,
                             std::uint64_t number) {
   wait_leg_signal(p.signals + index, number, p.timeout_ns, m * p.ranks_per_node + p.local_rank,
-                  p.mailbox);
+                  p.mailbox, p.exited);
 }
 
 __global__ void __launch_bounds__(1024) reduce_kernel(ReduceParams p) {

@@ -236,10 +236,21 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
   if (kind == k::k_timeout_network) {
     m_broken = true;
     const auto value = static_cast<std::uint64_t>(m_mailbox->error_value);
-    const auto wait = value & 0xff;
+    const auto wait = value & 0xff & ~static_cast<std::uint64_t>(k::k_leg_wait_exited);
+    const bool exited = (value & k::k_leg_wait_exited) != 0;
     const char* missing = wait == 0   ? "said it was ready for the exchange"
                           : wait == 1 ? "delivered its part of the exchange"
                                       : "let this rank's puts leave (its flush)";
+    if (exited) {
+      // The wait may have been on another rank, alive and stuck behind
+      // this one: the dead rank is the one to name.
+      return make_error(
+          ErrorCode::unavailable,
+          fmt::format("{}: rank {} died: its process exited while this rank waited on the "
+                      "network leg{}",
+                      what, m_mailbox->error_rank,
+                      m_network_note ? "; " + m_network_note() : std::string()));
+    }
     std::string seen;
     if (wait < 2)
       seen = fmt::format("; its signal reached {} of {}", (value >> 8) & 0xfffffff,

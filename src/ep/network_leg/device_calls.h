@@ -275,11 +275,32 @@ EPKIT_LEG_CALL PostStatus leg_post_many(const DeviceLeg& leg, const PutRequest* 
 /// `value` (acquire: the bytes of every put whose add brought it there are
 /// visible afterwards). False on expiry, and at once for a signal outside the
 /// array or a leg without signals; the caller names the peer that owed it.
+/// Also false, early, once a rank's process exited (DeviceLeg::exited: the
+/// peer owing the signal may be alive and stuck behind it; leg_exited says
+/// whom to name).
 EPKIT_LEG_CALL bool leg_wait(const DeviceLeg& leg, SignalId signal, std::uint64_t value,
                              std::int64_t timeout_ns) {
   if (leg.signals == nullptr || signal.value >= leg.num_signals) return false;
   const std::uint64_t* word = leg.signals + signal.value;
-  return shim::wait_until([&] { return shim::load_acquire(word) >= value; }, timeout_ns);
+  std::uint32_t spins = 0;
+  bool gone = false;
+  const bool reached = shim::wait_until(
+      [&] {
+        if (shim::load_acquire(word) >= value) return true;
+        // The exited word is host memory: read it now and then, not every spin.
+        if (leg.exited != nullptr && (++spins & 63) == 0 && shim::load_acquire(leg.exited) != 0)
+          gone = true;
+        return gone;
+      },
+      timeout_ns);
+  return reached && !gone;
+}
+
+/// The rank whose process exited first, as the leg's watch saw it, or -1.
+EPKIT_LEG_CALL int leg_exited(const DeviceLeg& leg) {
+  if (leg.exited == nullptr) return -1;
+  const std::uint64_t v = shim::load_acquire(leg.exited);
+  return v == 0 ? -1 : static_cast<int>(v - 1);
 }
 
 /// flush(): the source bytes of every put recorded in `mark` have been read

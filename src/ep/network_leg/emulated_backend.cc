@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -195,7 +196,8 @@ std::string RankDescriptor::encode() const {
   w.u32(static_cast<std::uint32_t>(BackendKind::emulated_nic));
   w.u32(num_signals);
   w.u32(static_cast<std::uint32_t>(windows.size()));
-  w.u32(0);
+  w.u32(process.pid);
+  w.u64(process.pid_namespace);
   w.bytes(signals_handle);
   for (const auto& window : windows) {
     w.u64(window.bytes);
@@ -250,8 +252,11 @@ Result<RankDescriptor> RankDescriptor::decode(std::string_view text, int rank, i
   if (num_windows > kMaxWindows) {
     return refuse(fmt::format("{} windows (at most {})", num_windows, kMaxWindows));
   }
-  const auto reserved = r.u32();
-  if (reserved != 0) return refuse(fmt::format("reserved word {} (0 in version 1)", reserved));
+  d.process.pid = r.u32();
+  if (d.process.pid > kMaxPid) {
+    return refuse(fmt::format("pid {} (0, unknown, to {})", d.process.pid, kMaxPid));
+  }
+  d.process.pid_namespace = r.u64();
   const std::size_t want = kHeaderBytes + handle_bytes + num_windows * (8 + handle_bytes);
   if (raw.size() != want) {
     return refuse(fmt::format("{} bytes; {} windows of {}-byte handles take {}", raw.size(),
@@ -309,6 +314,10 @@ Result<void> EmulatedBackend::init() {
       m_mapper->allocate(ring_bytes(m_options.ring_slots), MemoryMapper::Placement::host_mapped);
   if (!ring) return ring.error();
   m_ring = place_ring(ring.value(), m_options.ring_slots);
+  auto exited = m_mapper->allocate(sizeof(std::uint64_t), MemoryMapper::Placement::host_mapped);
+  if (!exited) return exited.error();
+  m_exited = static_cast<std::uint64_t*>(exited.value());
+  *m_exited = 0;
   if (m_options.producer_moves) {
     auto grants = m_mapper->allocate(m_options.ring_slots * sizeof(std::uint64_t),
                                      MemoryMapper::Placement::host_mapped);
@@ -389,11 +398,14 @@ Result<void> EmulatedBackend::exchange(Bootstrap& bootstrap) {
   mine.rank = m_rank;
   mine.world = m_world;
   mine.num_signals = m_options.num_signals;
+  mine.process = ProcessWatch::self();
   mine.signals_handle = m_signals_handle;
   for (const auto& window : m_windows) mine.windows.push_back({window.bytes, window.handle});
   auto all = bootstrap.all_gather(mine.encode());
   if (!all) return all.error();
   EPKIT_TRY(import_peers(all.value()));
+  m_processes[static_cast<std::size_t>(m_rank)] = mine.process;
+  m_watch = ProcessWatch(m_processes, m_rank);
   if (m_options.producer_moves) EPKIT_TRY(publish_peer_tables());
 
   // The model spans the world so that drops name any rank, but only this
@@ -418,6 +430,7 @@ Result<void> EmulatedBackend::import_peers(const std::vector<std::string>& descr
                     descriptors.size(), m_world));
   }
   m_peers.assign(static_cast<std::size_t>(m_world), Peer{});
+  m_processes.assign(static_cast<std::size_t>(m_world), ProcessId{});
   for (int r = 0; r < m_world; ++r) {
     auto& peer = m_peers[static_cast<std::size_t>(r)];
     if (r == m_rank) {
@@ -440,6 +453,7 @@ Result<void> EmulatedBackend::import_peers(const std::vector<std::string>& descr
     }
     peer.signals = static_cast<std::uint64_t*>(signals.value());
     peer.num_signals = d.value().num_signals;
+    m_processes[static_cast<std::size_t>(r)] = d.value().process;
     for (std::size_t i = 0; i < d.value().windows.size(); ++i) {
       const auto& window = d.value().windows[i];
       auto base = m_mapper->import_memory(r, window.handle, window.bytes);
@@ -577,7 +591,22 @@ Result<void> EmulatedBackend::progress() {
   if (!step) return step.error();
   m_moved.store(step->posted + step->landed > 0, std::memory_order_relaxed);
   watch_producers(step.value());
+  watch_processes();
   return {};
+}
+
+void EmulatedBackend::watch_processes() {
+  // A poll() a millisecond at most: a death is seen well within any wait's
+  // bound, and the progress loop stays cheap.
+  const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count();
+  if (now - m_watched_processes_ns < 1000000) return;
+  m_watched_processes_ns = now;
+  const auto gone = m_watch.exited();
+  if (!gone || __atomic_load_n(m_exited, __ATOMIC_ACQUIRE) != 0) return;
+  if (!m_fault) m_fault = Fault{*gone, "its process exited", true};
+  __atomic_store_n(m_exited, static_cast<std::uint64_t>(*gone) + 1, __ATOMIC_RELEASE);
 }
 
 std::optional<Fault> EmulatedBackend::fault() const {
@@ -607,6 +636,7 @@ DeviceLeg EmulatedBackend::device_leg() const {
   leg.queue_head = m_ring.head;
   leg.queue_abandoned = m_ring.abandoned;
   leg.queue_done = m_ring.done;
+  leg.exited = m_exited;
   if (m_options.producer_moves) {
     leg.grants = m_grants;
     leg.peer_windows = m_peer_windows;

@@ -32,6 +32,7 @@
 
 #include "ep/network_leg/emulated_pacing.h"
 #include "ep/network_leg/leg.h"
+#include "ep/network_leg/process_watch.h"
 #include "ep/network_leg/proxy_loop.h"
 #include "ep/network_leg/request_queue.h"
 
@@ -119,17 +120,20 @@ struct EmulatedNicOptions {
 
 /// The fixed, versioned descriptor a rank all-gathers in exchange(): what a
 /// peer needs to reach its windows and signals. Carried as hex text (a
-/// Bootstrap carries strings). Little-endian binary, version 1:
+/// Bootstrap carries strings). Little-endian binary, version 2:
 ///   u32 magic "EPNL", u16 version, u16 handle_bytes, i32 rank, i32 world,
-///   u32 backend kind, u32 num_signals, u32 num_windows, u32 reserved (0),
-///   the signal array's handle, then for each window: u64 bytes, handle.
+///   u32 backend kind, u32 num_signals, u32 num_windows, u32 pid (0:
+///   unknown), u64 pid namespace (ProcessId: how peers watch this rank's
+///   process), the signal array's handle, then for each window: u64 bytes,
+///   handle.
 struct RankDescriptor {
   static constexpr std::uint32_t kMagic = 0x4c4e5045;  // "EPNL"
-  static constexpr std::uint16_t kVersion = 1;
+  static constexpr std::uint16_t kVersion = 2;
   static constexpr std::uint32_t kMaxWindows = 64;
   static constexpr std::uint32_t kMaxSignals = 1u << 24;
   static constexpr std::uint64_t kMaxWindowBytes = std::uint64_t{1} << 40;
-  static constexpr std::size_t kHeaderBytes = 32;
+  static constexpr std::size_t kHeaderBytes = 40;
+  static constexpr std::uint32_t kMaxPid = 1u << 22;  // Linux's PID_MAX_LIMIT
 
   struct Window {
     std::uint64_t bytes = 0;
@@ -138,6 +142,7 @@ struct RankDescriptor {
   int rank = 0;
   int world = 0;
   std::uint32_t num_signals = 0;
+  ProcessId process;
   std::string signals_handle;
   std::vector<Window> windows;
 
@@ -202,6 +207,10 @@ class EmulatedBackend final : public HostBackend {
   Result<void> check_request(const PutRequest& request) const;
   ProxyHooks hooks();
   void watch_producers(const ProxyStep& step);
+  /// A rank whose process exited: the leg's fault, and the word the
+  /// kernels' waits read (DeviceLeg::exited), so that every wait on the leg
+  /// names the dead rank rather than a live one stuck behind it.
+  void watch_processes();
   std::atomic<bool> m_moved{true};  // the last step drained or landed something
   void set_fault(int rank, std::string reason);
 
@@ -218,7 +227,11 @@ class EmulatedBackend final : public HostBackend {
   int m_rank = -1;
   int m_world = 0;
   bool m_exchanged = false;
-  std::vector<Peer> m_peers;  // by global rank, this one included
+  std::vector<Peer> m_peers;           // by global rank, this one included
+  std::vector<ProcessId> m_processes;  // by global rank, from the descriptors
+  ProcessWatch m_watch;
+  std::uint64_t* m_exited = nullptr;  // host-mapped: DeviceLeg::exited
+  std::int64_t m_watched_processes_ns = 0;
   // Producer-moved puts: the grants, and every rank's windows and signals
   // as the kernels address them (host-mapped, written at exchange()).
   std::uint64_t* m_grants = nullptr;

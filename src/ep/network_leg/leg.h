@@ -127,6 +127,11 @@ struct DeviceLeg {
   const PeerWindow* peer_windows = nullptr;
   std::uint32_t windows_per_peer = 0;
   std::uint64_t* const* peer_signals = nullptr;
+  /// Host-mapped, written by the backend's host thread: 1 + the rank whose
+  /// process exited first (0: none yet). A wait on the leg that sees it set
+  /// gives up at once and names that rank, since whoever it waited for may
+  /// be alive and stuck behind it. Null: nobody watches processes.
+  const std::uint64_t* exited = nullptr;
 };
 
 /// A peer the leg gave up on, by global rank, and why. Every survivor
@@ -134,6 +139,7 @@ struct DeviceLeg {
 struct Fault {
   int rank = -1;
   std::string reason;
+  bool exited = false;  ///< the rank's process exited (dead, not stuck)
 };
 
 /// The host half of a backend. Collective calls (exchange) must be made by
