@@ -4,7 +4,8 @@
 // of one and two slots wrap around hundreds of times, a sender is never more
 // than `slots` messages ahead of what its receiver consumed (back-pressure,
 // with a receiver that stalls), credits in batches still let both ends
-// finish, and a peer the network lost ends every wait on it within the bound.
+// finish, rows cross in chunks call after call (RowStream), and a peer the
+// network lost ends every wait on it within the bound.
 #ifdef EPKIT_WITH_CUDA
 #include "ep/network_leg/credit_ring.h"
 
@@ -232,6 +233,90 @@ INSTANTIATE_TEST_SUITE_P(Slots, CreditRingShapes,
                            return "slots" + std::to_string(shape.param.slots) + "_credit" +
                                   std::to_string(shape.param.credit_every);
                          });
+
+// Rows through a ring (RowStream), call after call: each call's rows go as
+// chunks of 4 rows of 16 bytes, the last one short, and the ring's numbers go
+// on from call to call, empty calls included.
+TEST_P(CreditRingShapes, RowsCrossInChunksCallAfterCall) {
+  const Shape shape = GetParam();
+  RingWorld w(2, shape, 20'000);
+  const std::vector<std::uint64_t> calls = {0, 1, 5, 13, 4, 0, 9, 64, 3};
+  constexpr std::uint32_t kRows = 4;
+  constexpr std::uint64_t kPitch = kSlotBytes / kRows;
+  std::vector<std::uint64_t> bad(2, 0), read(2, 0);
+  std::vector<bool> ok(4, true);
+  std::vector<std::thread> threads;
+  for (int src = 0; src < 2; ++src) {
+    const int dst = 1 - src;
+    threads.emplace_back([&, src, dst] {  // sender
+      const DeviceLeg leg = w.leg(src);
+      std::uint64_t base = 0;
+      for (std::size_t c = 0; c < calls.size(); ++c) {
+        const RowStream st{w.ring(src, dst), kRows, kPitch, base, calls[c]};
+        ASSERT_TRUE(stream_valid(st));
+        for (std::uint64_t j = 0; j < st.total; ++j) {
+          if (!stream_wait_room(leg, st, j, kLongNs)) {
+            ok[static_cast<std::size_t>(src)] = false;
+            return;
+          }
+          auto* row = reinterpret_cast<std::uint32_t*>(w.window(src) + stream_send_offset(st, j));
+          for (std::uint32_t k = 0; k < kPitch / 4; ++k)
+            row[k] = pattern(src, dst, c * 1000 + j, k);
+          if (stream_row_written(leg, st, dst, j, kLongNs) != PostStatus::posted) {
+            ok[static_cast<std::size_t>(src)] = false;
+            return;
+          }
+        }
+        base += stream_chunks(st);
+      }
+    });
+    threads.emplace_back([&, src, dst] {  // receiver
+      const DeviceLeg leg = w.leg(dst);
+      std::uint64_t base = 0, credited = 0;
+      for (std::size_t c = 0; c < calls.size(); ++c) {
+        const RowStream st{w.ring(src, dst), kRows, kPitch, base, calls[c]};
+        for (std::uint64_t j = 0; j < st.total; ++j) {
+          if (!stream_wait_row(leg, st, j, kLongNs)) {
+            ok[static_cast<std::size_t>(2 + dst)] = false;
+            return;
+          }
+          const auto* row =
+              reinterpret_cast<const std::uint32_t*>(w.window(dst) + stream_recv_offset(st, j));
+          for (std::uint32_t k = 0; k < kPitch / 4; ++k)
+            bad[static_cast<std::size_t>(src)] +=
+                std::atomic_ref<const std::uint32_t>(row[k]).load(std::memory_order_acquire) !=
+                pattern(src, dst, c * 1000 + j, k);
+          ++read[static_cast<std::size_t>(src)];
+          if (stream_row_read(leg, st, src, j, credited, kLongNs) != PostStatus::posted) {
+            ok[static_cast<std::size_t>(2 + dst)] = false;
+            return;
+          }
+        }
+        base += stream_chunks(st);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::uint64_t rows = 0;
+  for (auto n : calls) rows += n;
+  for (int src = 0; src < 2; ++src) {
+    EXPECT_TRUE(ok[static_cast<std::size_t>(src)]) << "sender " << src;
+    EXPECT_TRUE(ok[static_cast<std::size_t>(2 + src)]) << "receiver " << src;
+    EXPECT_EQ(read[static_cast<std::size_t>(src)], rows) << "from " << src;
+    EXPECT_EQ(bad[static_cast<std::size_t>(src)], 0u) << "from " << src;
+  }
+}
+
+TEST(CreditRing, RowsWiderThanASlotAreNotAStream) {
+  CreditRing r;
+  r.slots = 2;
+  r.slot_bytes = 64;
+  EXPECT_TRUE(stream_valid(RowStream{r, 4, 16, 0, 10}));
+  EXPECT_FALSE(stream_valid(RowStream{r, 4, 17, 0, 10}));
+  EXPECT_FALSE(stream_valid(RowStream{r, 0, 16, 0, 10}));
+  EXPECT_EQ(stream_chunks(RowStream{r, 4, 16, 0, 9}), 3u);
+  EXPECT_EQ(stream_chunks(RowStream{r, 4, 16, 0, 0}), 0u);
+}
 
 TEST(CreditRing, ShapesThatCannotProgressAreInvalid) {
   CreditRing r;

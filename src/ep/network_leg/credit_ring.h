@@ -103,3 +103,76 @@ EPKIT_LEG_CALL PostStatus ring_consumed(const DeviceLeg& leg, const CreditRing& 
 }
 
 }  // namespace epkit::ep::network_leg
+
+namespace epkit::ep::network_leg {
+
+/// Rows through a credit ring: a call's `total` rows to one peer go as
+/// chunks of `chunk_rows` rows (a ring message each, the last one short),
+/// row j of the call in chunk j / chunk_rows at row j % chunk_rows of that
+/// chunk's slot. `base` is the ring's message number at the call's start
+/// (the chunks of earlier calls), so numbers go on from call to call. Both
+/// ends know `total` (the count messages carry it), so no end marker
+/// travels. A row of the call is a fixed `pitch` bytes.
+struct RowStream {
+  CreditRing ring;
+  std::uint32_t chunk_rows = 1;
+  std::uint64_t pitch = 0;
+  std::uint64_t base = 0;
+  std::uint64_t total = 0;
+};
+
+/// Whether the rows fit the ring's slots and the ring can progress.
+EPKIT_LEG_CALL bool stream_valid(const RowStream& s) {
+  return ring_valid(s.ring) && s.chunk_rows >= 1 && s.pitch >= 1 &&
+         s.chunk_rows * s.pitch <= s.ring.slot_bytes;
+}
+/// The chunks the call's rows take, and so the ring's number after it.
+EPKIT_LEG_CALL std::uint64_t stream_chunks(const RowStream& s) {
+  return (s.total + s.chunk_rows - 1) / s.chunk_rows;
+}
+EPKIT_LEG_CALL std::uint64_t stream_message(const RowStream& s, std::uint64_t j) {
+  return s.base + j / s.chunk_rows;
+}
+/// Row j's offset in the sender's send area and in the receiver's area.
+EPKIT_LEG_CALL std::uint64_t stream_send_offset(const RowStream& s, std::uint64_t j) {
+  return ring_send_offset(s.ring, stream_message(s, j)) + (j % s.chunk_rows) * s.pitch;
+}
+EPKIT_LEG_CALL std::uint64_t stream_recv_offset(const RowStream& s, std::uint64_t j) {
+  return ring_recv_offset(s.ring, stream_message(s, j)) + (j % s.chunk_rows) * s.pitch;
+}
+
+/// Sender, before writing row j: the first row of a chunk waits for its
+/// slot's room.
+EPKIT_LEG_CALL bool stream_wait_room(const DeviceLeg& leg, const RowStream& s, std::uint64_t j,
+                                     std::int64_t timeout_ns) {
+  if (j % s.chunk_rows != 0) return true;
+  return ring_wait_room(leg, s.ring, stream_message(s, j), timeout_ns);
+}
+/// Sender, after writing row j: the last row of a chunk (or of the call)
+/// puts the chunk.
+EPKIT_LEG_CALL PostStatus stream_row_written(const DeviceLeg& leg, const RowStream& s, int peer,
+                                             std::uint64_t j, std::int64_t timeout_ns,
+                                             FlushMark* mark = nullptr) {
+  const bool chunk_end = (j + 1) % s.chunk_rows == 0 || j + 1 == s.total;
+  if (!chunk_end) return PostStatus::posted;
+  const std::uint64_t rows = j % s.chunk_rows + 1;
+  return ring_send(leg, s.ring, peer, stream_message(s, j), rows * s.pitch, timeout_ns, mark);
+}
+/// Receiver, before reading row j: the first row of a chunk waits for it.
+EPKIT_LEG_CALL bool stream_wait_row(const DeviceLeg& leg, const RowStream& s, std::uint64_t j,
+                                    std::int64_t timeout_ns) {
+  if (j % s.chunk_rows != 0) return true;
+  return ring_wait_landed(leg, s.ring, stream_message(s, j), timeout_ns);
+}
+/// Receiver, after reading row j: the last row of a chunk frees its slot
+/// (credits in batches, all owed at the call's last row). `credited`: the
+/// receiver's running count of this ring's credited messages.
+EPKIT_LEG_CALL PostStatus stream_row_read(const DeviceLeg& leg, const RowStream& s, int peer,
+                                          std::uint64_t j, std::uint64_t& credited,
+                                          std::int64_t timeout_ns) {
+  const bool last = j + 1 == s.total;
+  if ((j + 1) % s.chunk_rows != 0 && !last) return PostStatus::posted;
+  return ring_consumed(leg, s.ring, peer, stream_message(s, j), last, credited, timeout_ns);
+}
+
+}  // namespace epkit::ep::network_leg

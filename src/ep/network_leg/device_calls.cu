@@ -24,7 +24,7 @@ __global__ void device_calls_round(DeviceLeg leg, int peer, const PutRequest* ba
 }
 
 /// The credit ring's calls (ep/network_leg/credit_ring.h), likewise: message
-/// `i`'s room, send, landing and credit.
+/// `i`'s room, send, landing and credit, and a row stream's.
 __global__ void credit_ring_round(DeviceLeg leg, CreditRing ring, int peer, std::uint64_t i,
                                   std::int64_t timeout_ns, std::uint32_t* status) {
   std::uint64_t credited = 0;
@@ -34,6 +34,13 @@ __global__ void credit_ring_round(DeviceLeg leg, CreditRing ring, int peer, std:
   status[3] =
       static_cast<std::uint32_t>(ring_consumed(leg, ring, peer, i, true, credited, timeout_ns));
   status[4] = leg_exited(leg) >= 0 ? 1u : 0u;
+  const RowStream rows{ring, 4, 16, i, 9};
+  status[5] = stream_valid(rows) && stream_wait_room(leg, rows, 0, timeout_ns) &&
+                      stream_wait_row(leg, rows, 0, timeout_ns)
+                  ? 1u
+                  : 0u;
+  status[6] = static_cast<std::uint32_t>(stream_row_written(leg, rows, peer, 8, timeout_ns));
+  status[7] = static_cast<std::uint32_t>(stream_row_read(leg, rows, peer, 8, credited, timeout_ns));
 }
 
 }  // namespace epkit::ep::network_leg
