@@ -206,9 +206,9 @@ __device__ __forceinline__ int leg_segment_of(const LegChunks& c, const int* seg
 /// Stops the kernel because a wait on the network leg expired
 /// (k_timeout_network): `rank` owed the signal. The value packs what was
 /// waited for (low byte: 0 its ready signal, 1 its rows, 2 this rank's
-/// flush; k_leg_wait_exited added when the wait ended because `rank`'s
-/// process exited), how far the signal got and the value wanted (28 bits
-/// each), which the host words.
+/// flush; k_leg_wait_exited added when `rank` is a rank whose process
+/// exited, which the wait may not have been on), how far the signal got and the value wanted (28
+/// bits each), which the host words.
 __device__ __forceinline__ void fail_network_wait(Mailbox* mailbox, int rank, std::int64_t what,
                                                   std::uint64_t seen, std::uint64_t wanted) {
   const auto clip = [](std::uint64_t v) { return static_cast<std::int64_t>(v & 0xfffffff); };
@@ -218,8 +218,11 @@ __device__ __forceinline__ void fail_network_wait(Mailbox* mailbox, int rank, st
 /// One thread spins until a signal of the network leg (written by a peer,
 /// system scope) reaches `number`, bounded: on expiry the kernel stops
 /// naming `rank`, the sender of the rows it waited for.
-/// `exited` (DeviceLeg::exited, may be null): once a rank's process has
-/// exited the wait gives up at once naming that rank instead.
+/// `exited` (DeviceLeg::exited, may be null): the wait gives up at once
+/// when `rank`'s process exited, and one that expires names a rank that
+/// exited, if any, rather than `rank` (alive, it may be stuck behind it).
+/// A wait on a live rank runs its course while another rank exits: that
+/// rank may be slow, or done and gone at the job's end.
 __device__ __forceinline__ void wait_leg_signal(const std::uint64_t* signal, std::uint64_t number,
                                                 std::int64_t timeout_ns, int rank, Mailbox* mailbox,
                                                 const std::uint64_t* exited = nullptr) {
@@ -228,13 +231,14 @@ __device__ __forceinline__ void wait_leg_signal(const std::uint64_t* signal, std
   std::uint64_t seen = 0;
   std::uint32_t spins = 0;
   while ((seen = load_acquire_sys(signal)) < number) {
+    const bool expired = global_timer_ns() - start > static_cast<std::uint64_t>(timeout_ns);
     // Host memory: read now and then, not every spin.
-    if (exited != nullptr && (++spins & 63) == 0) {
-      if (const std::uint64_t gone = load_acquire_sys(exited); gone != 0)
+    if (exited != nullptr && (expired || (++spins & 63) == 0)) {
+      const std::uint64_t gone = load_acquire_sys(exited);
+      if (gone != 0 && (expired || gone == static_cast<std::uint64_t>(rank) + 1))
         fail_network_wait(mailbox, static_cast<int>(gone - 1), 1 | k_leg_wait_exited, seen, number);
     }
-    if (global_timer_ns() - start > static_cast<std::uint64_t>(timeout_ns))
-      fail_network_wait(mailbox, rank, 1, seen, number);
+    if (expired) fail_network_wait(mailbox, rank, 1, seen, number);
   }
 }
 

@@ -265,17 +265,6 @@ Result<void> InternodeBuffer::wait_network(const std::string& what,
     if (rc == cudaSuccess) return {};
     if (rc != cudaErrorNotReady) return m_local->failure(rc, what);
     if (auto healthy = health(); !healthy) {
-      // A rank whose process the leg saw exit is the one to name, whoever
-      // this wait was on (it may be alive and stuck behind it).
-      if (on_leg()) {
-        if (auto fault = m_leg->fault(); fault && fault->exited) {
-          m_broken = true;
-          return make_error(ErrorCode::unavailable,
-                            fmt::format("{}: rank {} died: its process exited while this rank "
-                                        "waited on the network leg",
-                                        what, fault->rank));
-        }
-      }
       // The transport saw a peer go (a closed connection): name the ones we
       // still wait for, as on a timeout.
       m_broken = true;
@@ -283,6 +272,18 @@ Result<void> InternodeBuffer::wait_network(const std::string& what,
       return make_error(e.code, fmt::format("{} ({})", e.message, healthy.error().message));
     }
     if (std::chrono::steady_clock::now() > deadline) {
+      // A rank whose process the leg saw exit is the one to name, whoever
+      // this wait was on (alive, it may be stuck behind it).
+      if (on_leg()) {
+        if (auto gone = m_leg->exited_rank()) {
+          m_broken = true;
+          m_leg->abort();
+          return make_error(ErrorCode::unavailable,
+                            fmt::format("{}: rank {} died: its process exited while this rank "
+                                        "waited on the network leg",
+                                        what, *gone));
+        }
+      }
       if (extended) return network_failure(what, culprits());
       extended = true;
       deadline = at(3 * t + 2);

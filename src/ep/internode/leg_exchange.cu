@@ -23,7 +23,7 @@ constexpr int k_threads = 1024;
 __device__ void give_up(const LegExchangeParams& p, int peer, std::int64_t what,
                         std::uint64_t seen = 0, std::uint64_t wanted = 0) {
   // A rank whose process exited is the one to name: the peer this wait was
-  // on may be alive and stuck behind it (DeviceLeg::exited).
+  // on, if alive, may be stuck behind it (DeviceLeg::exited).
   if (const int gone = nl::leg_exited(p.leg); gone >= 0) {
     peer = gone;
     what |= k_leg_wait_exited;
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(k_threads) leg_exchange_kernel(LegExchangePara
     if (t == 0) {
       const nl::PutRequest ready{peer, 0, {}, {}, 0, 0, 0, nl::SignalId{p.ready_signal + mine}, 1};
       if (post_now(ready, nullptr) != nl::PostStatus::posted ||
-          !nl::leg_wait(p.leg, nl::SignalId{p.ready_signal + from}, number, p.timeout_ns)) {
+          !nl::leg_wait(p.leg, nl::SignalId{p.ready_signal + from}, number, p.timeout_ns, peer)) {
         give_up(p, peer, 0, signal_now(p, p.ready_signal + from), number);
         ok = 0;
       }
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(k_threads) leg_exchange_kernel(LegExchangePara
       for (int i = 0; i < p.num_puts && ok != 0; ++i) {
         const auto signal =
             p.tail_signal + from * LegExchangeParams::k_puts + static_cast<std::uint32_t>(i);
-        if (!nl::leg_wait(p.leg, nl::SignalId{signal}, number, p.timeout_ns)) {
+        if (!nl::leg_wait(p.leg, nl::SignalId{signal}, number, p.timeout_ns, peer)) {
           give_up(p, peer, 1, signal_now(p, signal), number);
           ok = 0;
         }

@@ -275,20 +275,25 @@ EPKIT_LEG_CALL PostStatus leg_post_many(const DeviceLeg& leg, const PutRequest* 
 /// `value` (acquire: the bytes of every put whose add brought it there are
 /// visible afterwards). False on expiry, and at once for a signal outside the
 /// array or a leg without signals; the caller names the peer that owed it.
-/// Also false, early, once a rank's process exited (DeviceLeg::exited: the
-/// peer owing the signal may be alive and stuck behind it; leg_exited says
-/// whom to name).
+/// `peer` (optional): the rank that owes the signal; the wait is also false,
+/// early, once that rank's process exited (DeviceLeg::exited). A wait on a
+/// live peer runs its course even when another rank exited (that peer may
+/// be slow, or finished and gone at the job's end), and a caller whose wait
+/// expired names the exited rank, if any (leg_exited), rather than a peer
+/// that may be alive and stuck behind it.
 EPKIT_LEG_CALL bool leg_wait(const DeviceLeg& leg, SignalId signal, std::uint64_t value,
-                             std::int64_t timeout_ns) {
+                             std::int64_t timeout_ns, int peer = -1) {
   if (leg.signals == nullptr || signal.value >= leg.num_signals) return false;
   const std::uint64_t* word = leg.signals + signal.value;
+  const bool watched = leg.exited != nullptr && peer >= 0;
   std::uint32_t spins = 0;
   bool gone = false;
   const bool reached = shim::wait_until(
       [&] {
         if (shim::load_acquire(word) >= value) return true;
         // The exited word is host memory: read it now and then, not every spin.
-        if (leg.exited != nullptr && (++spins & 63) == 0 && shim::load_acquire(leg.exited) != 0)
+        if (watched && (++spins & 63) == 0 &&
+            shim::load_acquire(leg.exited) == static_cast<std::uint64_t>(peer) + 1)
           gone = true;
         return gone;
       },

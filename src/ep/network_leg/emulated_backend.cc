@@ -605,8 +605,14 @@ void EmulatedBackend::watch_processes() {
   m_watched_processes_ns = now;
   const auto gone = m_watch.exited();
   if (!gone || __atomic_load_n(m_exited, __ATOMIC_ACQUIRE) != 0) return;
-  if (!m_fault) m_fault = Fault{*gone, "its process exited", true};
   __atomic_store_n(m_exited, static_cast<std::uint64_t>(*gone) + 1, __ATOMIC_RELEASE);
+}
+
+std::optional<int> EmulatedBackend::exited_rank() const {
+  if (m_exited == nullptr) return std::nullopt;
+  const std::uint64_t v = __atomic_load_n(m_exited, __ATOMIC_ACQUIRE);
+  if (v == 0) return std::nullopt;
+  return static_cast<int>(v - 1);
 }
 
 std::optional<Fault> EmulatedBackend::fault() const {

@@ -172,6 +172,7 @@ class EmulatedBackend final : public HostBackend {
   Result<void> progress() override;
   bool moved_last_step() const override { return m_moved.load(std::memory_order_relaxed); }
   std::optional<Fault> fault() const override;
+  std::optional<int> exited_rank() const override;
   void abort() override;
   std::string describe() const override;
 
@@ -207,9 +208,10 @@ class EmulatedBackend final : public HostBackend {
   Result<void> check_request(const PutRequest& request) const;
   ProxyHooks hooks();
   void watch_producers(const ProxyStep& step);
-  /// A rank whose process exited: the leg's fault, and the word the
-  /// kernels' waits read (DeviceLeg::exited), so that every wait on the leg
-  /// names the dead rank rather than a live one stuck behind it.
+  /// A rank whose process exited: the word the kernels' waits read
+  /// (DeviceLeg::exited) and exited_rank(), so that a wait on it ends at
+  /// once and every wait that expires names it rather than a live rank
+  /// stuck behind it.
   void watch_processes();
   std::atomic<bool> m_moved{true};  // the last step drained or landed something
   void set_fault(int rank, std::string reason);

@@ -139,7 +139,6 @@ struct DeviceLeg {
 struct Fault {
   int rank = -1;
   std::string reason;
-  bool exited = false;  ///< the rank's process exited (dead, not stuck)
 };
 
 /// The host half of a backend. Collective calls (exchange) must be made by
@@ -165,6 +164,11 @@ class HostBackend {
   /// The first fault seen (a dropped peer, a transport error, a count message
   /// that failed its checks), or none while healthy.
   virtual std::optional<Fault> fault() const = 0;
+  /// A rank whose process exited, where the backend watches processes
+  /// (DeviceLeg::exited). Not a fault by itself: at a job's end ranks leave
+  /// at their own pace; a wait that expires names it rather than a live rank
+  /// that may be stuck behind it.
+  virtual std::optional<int> exited_rank() const { return std::nullopt; }
   /// Ends every pending transfer so kernels waiting on them can time out and
   /// return; the backend cannot be used afterwards.
   virtual void abort() = 0;
