@@ -1,3 +1,4 @@
+#include "ep/network_leg/credit_ring.h"
 #include "ep/network_leg/device_calls.h"
 #include "ep/network_leg/device_moves.cuh"
 #include "network_leg_ring.h"
@@ -20,13 +21,22 @@ __device__ std::uint32_t pattern(int src, int dst, std::uint32_t i, std::uint32_
   return x;
 }
 
-__device__ SignalId tail_signal(const RingArgs& a, int src, std::uint32_t slot) {
-  return SignalId{static_cast<std::uint32_t>(src) * a.slots + slot};
-}
-
-__device__ SignalId credit_signal(const RingArgs& a, int dst) {
-  return SignalId{static_cast<std::uint32_t>(a.leg.world_size) * a.slots +
-                  static_cast<std::uint32_t>(dst)};
+// The ring from `src` to `dst` in the layout of RingArgs (both ends
+// describe it alike): windows 0 (send) and 1 (receive) indexed by the other
+// rank, a tail per (source, slot), a credit per destination.
+__device__ CreditRing ring_of(const RingArgs& a, int src, int dst) {
+  CreditRing r;
+  r.slots = a.slots;
+  r.credit_every = 1;
+  r.slot_bytes = a.bytes;
+  r.send_window = WindowId{0};
+  r.send_offset = static_cast<std::uint64_t>(dst) * a.slots * a.bytes;
+  r.recv_window = WindowId{1};
+  r.recv_offset = static_cast<std::uint64_t>(src) * a.slots * a.bytes;
+  r.tail = SignalId{static_cast<std::uint32_t>(src) * a.slots};
+  r.credit = SignalId{static_cast<std::uint32_t>(a.leg.world_size) * a.slots +
+                      static_cast<std::uint32_t>(dst)};
+  return r;
 }
 
 __device__ void report(RingReport& r, std::uint32_t status, int blamed) {
@@ -40,35 +50,31 @@ __device__ void sender(const RingArgs& a, int peer, RingReport& r) {
   __shared__ int stop;
   const int me = a.leg.rank;
   const std::uint32_t words = a.bytes / 4;
+  const CreditRing ring = ring_of(a, me, peer);
   FlushMark mark;
   if (threadIdx.x == 0) stop = 0;
   __syncthreads();
   for (std::uint32_t i = 0; i < a.messages && i < a.stop_after; ++i) {
-    const std::uint32_t slot = i % a.slots;
-    if (threadIdx.x == 0 && i >= a.slots) {
-      // Slot reuse: the peer has consumed message i - slots (its credit
-      // also means our copy of it finished: the signal followed the bytes).
-      if (!leg_wait(a.leg, credit_signal(a, peer), i - a.slots + 1, a.timeout_ns)) {
-        report(r, ring_wait_expired, peer);
-        stop = 1;
-      }
+    // Slot reuse: the peer has consumed message i - slots (its credit also
+    // means our copy of it finished: the signal followed the bytes).
+    if (threadIdx.x == 0 && !ring_wait_room(a.leg, ring, i, a.timeout_ns, peer)) {
+      report(r, ring_wait_expired, peer);
+      stop = 1;
     }
     __syncthreads();
     if (stop) break;
-    auto* out = reinterpret_cast<std::uint32_t*>(
-        a.send + (static_cast<std::uint64_t>(peer) * a.slots + slot) * a.bytes);
+    auto* out = reinterpret_cast<std::uint32_t*>(a.send + ring_send_offset(ring, i));
     for (std::uint32_t j = threadIdx.x; j < words; j += blockDim.x)
       out[j] = pattern(me, peer, i, j);
     // The copy engine reads the slot after the proxy sees the request.
     __threadfence_system();
     __syncthreads();
-    const std::uint64_t dst = (static_cast<std::uint64_t>(me) * a.slots + slot) * a.bytes;
-    const std::uint64_t src = (static_cast<std::uint64_t>(peer) * a.slots + slot) * a.bytes;
     if (a.leg.grants != nullptr) {
       // The producer moves the bytes: warp 0 together.
       if (threadIdx.x < 32) {
-        const PostStatus posted = leg_put_moved(a.leg, peer, WindowId{1}, dst, WindowId{0}, src,
-                                                a.bytes, tail_signal(a, me, slot), 1, a.timeout_ns);
+        const PostStatus posted = leg_put_moved(
+            a.leg, peer, ring.recv_window, ring_recv_offset(ring, i), ring.send_window,
+            ring_send_offset(ring, i), a.bytes, ring_tail(ring, i), 1, a.timeout_ns);
         if (threadIdx.x == 0) {
           if (posted != PostStatus::posted) {
             // A put never granted never crossed the NIC: its peer's doing.
@@ -81,8 +87,7 @@ __device__ void sender(const RingArgs& a, int peer, RingReport& r) {
         }
       }
     } else if (threadIdx.x == 0) {
-      if (leg_put(a.leg, peer, WindowId{1}, dst, WindowId{0}, src, a.bytes,
-                  tail_signal(a, me, slot), 1, a.timeout_ns, &mark) != PostStatus::posted) {
+      if (ring_send(a.leg, ring, peer, i, a.bytes, a.timeout_ns, &mark) != PostStatus::posted) {
         report(r, ring_post_failed, -1);
         stop = 1;
       } else {
@@ -103,22 +108,21 @@ __device__ void receiver(const RingArgs& a, int peer, RingReport& r) {
   __shared__ unsigned long long errors;
   const int me = a.leg.rank;
   const std::uint32_t words = a.bytes / 4;
+  const CreditRing ring = ring_of(a, peer, me);
+  std::uint64_t credited = 0;  // thread 0's
   if (threadIdx.x == 0) {
     stop = 0;
     errors = 0;
   }
   __syncthreads();
   for (std::uint32_t i = 0; i < a.messages && i < a.stop_after; ++i) {
-    // Message i is the (i / slots + 1)-th to land in its slot.
-    if (threadIdx.x == 0 &&
-        !leg_wait(a.leg, tail_signal(a, peer, i % a.slots), i / a.slots + 1, a.timeout_ns)) {
+    if (threadIdx.x == 0 && !ring_wait_landed(a.leg, ring, i, a.timeout_ns, peer)) {
       report(r, ring_wait_expired, peer);
       stop = 1;
     }
     __syncthreads();
     if (stop) break;
-    const auto* in = reinterpret_cast<const std::uint32_t*>(
-        a.recv + (static_cast<std::uint64_t>(peer) * a.slots + i % a.slots) * a.bytes);
+    const auto* in = reinterpret_cast<const std::uint32_t*>(a.recv + ring_recv_offset(ring, i));
     unsigned long long bad = 0;
     // Past L1: the copy engine rewrote the slot since the last lap.
     for (std::uint32_t j = threadIdx.x; j < words; j += blockDim.x) {
@@ -126,10 +130,14 @@ __device__ void receiver(const RingArgs& a, int peer, RingReport& r) {
     }
     if (bad > 0) atomicAdd(&errors, bad);
     __syncthreads();
+    const bool last = i + 1 == a.messages;
     if (a.leg.grants != nullptr) {
       if (threadIdx.x < 32) {
+        const std::uint64_t due = ring_credit_due(ring, i, last, credited);
         const PostStatus posted =
-            leg_signal_moved(a.leg, peer, credit_signal(a, me), 1, a.timeout_ns);
+            due == 0 ? PostStatus::posted
+                     : leg_signal_moved(a.leg, peer, ring.credit, due, a.timeout_ns);
+        credited += due;
         if (threadIdx.x == 0) {
           r.messages = i + 1;
           if (posted != PostStatus::posted) {
@@ -141,7 +149,7 @@ __device__ void receiver(const RingArgs& a, int peer, RingReport& r) {
       }
     } else if (threadIdx.x == 0) {
       r.messages = i + 1;
-      if (leg_signal(a.leg, peer, credit_signal(a, me), 1, a.timeout_ns) != PostStatus::posted) {
+      if (ring_consumed(a.leg, ring, peer, i, last, credited, a.timeout_ns) != PostStatus::posted) {
         report(r, ring_post_failed, -1);
         stop = 1;
       }

@@ -1,8 +1,8 @@
 // The kernel behind tests/gpu/network_leg.cc: every rank streams messages
-// to every peer through the network leg (ep/network_leg/device_calls.h)
-// into a ring of slots in the peer's receive window, with credits back, as
-// the rebuilt internode kernels' rings will (docs/ep-internode.md,
-// "Normal mode's protocol"). Shared by the host program and the .cu file, so
+// to every peer through the network leg's credit rings
+// (ep/network_leg/credit_ring.h, the rebuilt internode kernels' rings:
+// docs/ep-internode.md, "Normal mode's protocol") into a ring of slots in
+// the peer's receive window, with credits back. Shared by the host program and the .cu file, so
 // plain data only.
 #pragma once
 

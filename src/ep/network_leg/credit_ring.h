@@ -61,14 +61,19 @@ EPKIT_LEG_CALL std::uint64_t ring_send_offset(const CreditRing& r, std::uint64_t
 EPKIT_LEG_CALL std::uint64_t ring_recv_offset(const CreditRing& r, std::uint64_t i) {
   return r.recv_offset + ring_slot(r, i) * r.slot_bytes;
 }
+/// The tail signal message i adds 1 to at the receiver.
+EPKIT_LEG_CALL SignalId ring_tail(const CreditRing& r, std::uint64_t i) {
+  return SignalId{r.tail.value + ring_slot(r, i)};
+}
 
 /// Sender: waits until message i may be written into its slot (the receiver
 /// consumed message i - slots, so that slot's last put has landed and its
-/// source was read). False on expiry or when a rank died (leg_wait).
+/// source was read). False on expiry, or at once when `peer` (the receiver,
+/// if given) exited (leg_wait).
 EPKIT_LEG_CALL bool ring_wait_room(const DeviceLeg& leg, const CreditRing& r, std::uint64_t i,
-                                   std::int64_t timeout_ns) {
+                                   std::int64_t timeout_ns, int peer = -1) {
   if (i < r.slots) return true;
-  return leg_wait(leg, r.credit, i + 1 - r.slots, timeout_ns);
+  return leg_wait(leg, r.credit, i + 1 - r.slots, timeout_ns, peer);
 }
 
 /// Sender: puts message i (`bytes` of its slot, at most slot_bytes) to
@@ -78,14 +83,25 @@ EPKIT_LEG_CALL PostStatus ring_send(const DeviceLeg& leg, const CreditRing& r, i
                                     FlushMark* mark = nullptr) {
   if (bytes > r.slot_bytes) return PostStatus::refused;
   return leg_put(leg, peer, r.recv_window, ring_recv_offset(r, i), r.send_window,
-                 ring_send_offset(r, i), bytes, SignalId{r.tail.value + ring_slot(r, i)}, 1,
-                 timeout_ns, mark);
+                 ring_send_offset(r, i), bytes, ring_tail(r, i), 1, timeout_ns, mark);
 }
 
-/// Receiver: waits until message i has landed in its slot.
+/// Receiver: waits until message i has landed in its slot (`peer`: the
+/// sender, if given, as for ring_wait_room).
 EPKIT_LEG_CALL bool ring_wait_landed(const DeviceLeg& leg, const CreditRing& r, std::uint64_t i,
-                                     std::int64_t timeout_ns) {
-  return leg_wait(leg, SignalId{r.tail.value + ring_slot(r, i)}, i / r.slots + 1, timeout_ns);
+                                     std::int64_t timeout_ns, int peer = -1) {
+  return leg_wait(leg, ring_tail(r, i), i / r.slots + 1, timeout_ns, peer);
+}
+
+/// Receiver: the credits owed once message i is consumed (0: none yet):
+/// a batch of credit_every, or all owed when `last`. `credited` is the
+/// receiver's running count of credited messages.
+EPKIT_LEG_CALL std::uint64_t ring_credit_due(const CreditRing& r, std::uint64_t i, bool last,
+                                             std::uint64_t credited) {
+  const std::uint64_t consumed = i + 1;
+  if (consumed <= credited) return 0;
+  if (consumed - credited < r.credit_every && !last) return 0;
+  return consumed - credited;
 }
 
 /// Receiver: message i was consumed (its slot may be rewritten). Returns a
@@ -94,11 +110,10 @@ EPKIT_LEG_CALL bool ring_wait_landed(const DeviceLeg& leg, const CreditRing& r, 
 EPKIT_LEG_CALL PostStatus ring_consumed(const DeviceLeg& leg, const CreditRing& r, int peer,
                                         std::uint64_t i, bool last, std::uint64_t& credited,
                                         std::int64_t timeout_ns) {
-  const std::uint64_t consumed = i + 1;
-  if (consumed <= credited) return PostStatus::posted;
-  if (consumed - credited < r.credit_every && !last) return PostStatus::posted;
-  const PostStatus s = leg_signal(leg, peer, r.credit, consumed - credited, timeout_ns);
-  if (s == PostStatus::posted) credited = consumed;
+  const std::uint64_t due = ring_credit_due(r, i, last, credited);
+  if (due == 0) return PostStatus::posted;
+  const PostStatus s = leg_signal(leg, peer, r.credit, due, timeout_ns);
+  if (s == PostStatus::posted) credited += due;
   return s;
 }
 
@@ -144,9 +159,9 @@ EPKIT_LEG_CALL std::uint64_t stream_recv_offset(const RowStream& s, std::uint64_
 /// Sender, before writing row j: the first row of a chunk waits for its
 /// slot's room.
 EPKIT_LEG_CALL bool stream_wait_room(const DeviceLeg& leg, const RowStream& s, std::uint64_t j,
-                                     std::int64_t timeout_ns) {
+                                     std::int64_t timeout_ns, int peer = -1) {
   if (j % s.chunk_rows != 0) return true;
-  return ring_wait_room(leg, s.ring, stream_message(s, j), timeout_ns);
+  return ring_wait_room(leg, s.ring, stream_message(s, j), timeout_ns, peer);
 }
 /// Sender, after writing row j: the last row of a chunk (or of the call)
 /// puts the chunk.
@@ -160,9 +175,9 @@ EPKIT_LEG_CALL PostStatus stream_row_written(const DeviceLeg& leg, const RowStre
 }
 /// Receiver, before reading row j: the first row of a chunk waits for it.
 EPKIT_LEG_CALL bool stream_wait_row(const DeviceLeg& leg, const RowStream& s, std::uint64_t j,
-                                    std::int64_t timeout_ns) {
+                                    std::int64_t timeout_ns, int peer = -1) {
   if (j % s.chunk_rows != 0) return true;
-  return ring_wait_landed(leg, s.ring, stream_message(s, j), timeout_ns);
+  return ring_wait_landed(leg, s.ring, stream_message(s, j), timeout_ns, peer);
 }
 /// Receiver, after reading row j: the last row of a chunk frees its slot
 /// (credits in batches, all owed at the call's last row). `credited`: the
