@@ -287,11 +287,12 @@ Result<void> InternodeBuffer::wait_network(const std::string& what,
       if (extended) return network_failure(what, culprits());
       extended = true;
       deadline = at(3 * t + 2);
-      // This rank's own NVLink leg still runs: its kernels' bound names whom
-      // they wait for; nobody on the network is to blame yet.
-      if (cudaEventQuery(m_pre_net) == cudaErrorNotReady) continue;
-      if (auto nodes = culprits(); nodes.size() == 1)
-        m_local->blame_peers(nodes.front() * m_per_node + m_local_rank);
+      // While this rank's own NVLink leg still runs, its kernels' bound
+      // names whom they wait for: nobody on the network is to blame yet.
+      if (cudaEventQuery(m_pre_net) != cudaErrorNotReady) {
+        if (auto nodes = culprits(); nodes.size() == 1)
+          m_local->blame_peers(nodes.front() * m_per_node + m_local_rank);
+      }
     }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
