@@ -92,6 +92,8 @@ TEST(ChannelPlan, HostileCountsAreRefused) {
   EXPECT_FALSE(receive_bases(too_many.data(), 2, 2, 100, base.data()));
   const std::vector<int> huge = {0x7fffffff, 0x7fffffff, 1, 1};
   EXPECT_FALSE(receive_bases(huge.data(), 2, 2, 1000, base.data()));
+  // A bound past an int does not let the bases overflow.
+  EXPECT_FALSE(receive_bases(huge.data(), 2, 2, 1LL << 40, base.data()));
   const std::vector<int> fine = {60, 0, 20, 20};
   ASSERT_TRUE(receive_bases(fine.data(), 2, 2, 100, base.data()));
   EXPECT_EQ(base, (std::vector<int>{0, 60, 60, 80, 100}));

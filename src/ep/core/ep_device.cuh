@@ -207,8 +207,8 @@ __device__ __forceinline__ int leg_segment_of(const LegChunks& c, const int* seg
 /// (k_timeout_network): `rank` owed the signal. The value packs what was
 /// waited for (low byte: 0 its ready signal, 1 its rows, 2 this rank's
 /// flush; k_leg_wait_exited added when `rank` is a rank whose process
-/// exited, which the wait may not have been on), how far the signal got and the value wanted (28
-/// bits each), which the host words.
+/// exited, which the wait may not have been on), how far the signal got and
+/// the value wanted (28 bits each), which the host words.
 __device__ __forceinline__ void fail_network_wait(Mailbox* mailbox, int rank, std::int64_t what,
                                                   std::uint64_t seen, std::uint64_t wanted) {
   const auto clip = [](std::uint64_t v) { return static_cast<std::int64_t>(v & 0xfffffff); };

@@ -59,7 +59,7 @@ EPKIT_HOST_DEVICE void count_channel(const ChannelSplit& s, int c, int nodes, in
 /// channels + c] gets the first output row of (src, c), in global source
 /// rank order then channel order, and base[sources x channels] the total.
 /// False, leaving base partly written, when a count is negative or the
-/// total passes max_rows.
+/// total passes max_rows or an int.
 EPKIT_HOST_DEVICE inline bool receive_bases(const int* rows, int sources, int channels,
                                             long long max_rows, int* base) {
   long long at = 0;
@@ -67,7 +67,7 @@ EPKIT_HOST_DEVICE inline bool receive_bases(const int* rows, int sources, int ch
     if (rows[i] < 0) return false;
     base[i] = static_cast<int>(at);
     at += rows[i];
-    if (at > max_rows) return false;
+    if (at > max_rows || at > 0x7fffffffLL) return false;
   }
   base[sources * channels] = static_cast<int>(at);
   return true;

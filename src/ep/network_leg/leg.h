@@ -128,9 +128,10 @@ struct DeviceLeg {
   std::uint32_t windows_per_peer = 0;
   std::uint64_t* const* peer_signals = nullptr;
   /// Host-mapped, written by the backend's host thread: 1 + the rank whose
-  /// process exited first (0: none yet). A wait on the leg that sees it set
-  /// gives up at once and names that rank, since whoever it waited for may
-  /// be alive and stuck behind it. Null: nobody watches processes.
+  /// process exited first (0: none yet). A wait on that rank gives up at
+  /// once; a wait on another rank that expires names it, since the rank it
+  /// waited for may be alive and stuck behind it. Null: nobody watches
+  /// processes.
   const std::uint64_t* exited = nullptr;
 };
 
