@@ -203,14 +203,25 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   CHECK_OK(prefix);
   auto recv = ep::to_host(d->recv_x);
   CHECK_OK(recv);
-  const int* pm = reinterpret_cast<const int*>(prefix->data());
+  // Where rows from source rank r end: column `rank` of rank_prefix_matrix
+  // on one node; across nodes that matrix is the node's forwarding (local
+  // ranks only) and recv_gbl_rank_prefix_sum holds the global prefix.
+  std::vector<int> ends(static_cast<std::size_t>(ranks));
+  if (nodes > 1) {
+    auto gbl = ep::to_host(d->handle->recv_gbl_rank_prefix_sum);
+    CHECK_OK(gbl);
+    std::memcpy(ends.data(), gbl->data(), ends.size() * sizeof(int));
+  } else {
+    const int* pm = reinterpret_cast<const int*>(prefix->data());
+    for (int r = 0; r < ranks; ++r) ends[static_cast<std::size_t>(r)] = pm[r * ranks + rank];
+  }
   int bad = 0;
   int rows = static_cast<int>(d->recv_x.rows());
   for (int row = 0, src = 0; row < rows; ++row) {
-    while (src < ranks && row >= pm[src * ranks + rank]) ++src;
+    while (src < ranks && row >= ends[static_cast<std::size_t>(src)]) ++src;
     if (src == ranks) {
-      std::fprintf(stderr, "rank %d: row %d beyond the prefix matrix (last %d)\n", rank, row,
-                   pm[(ranks - 1) * ranks + rank]);
+      std::fprintf(stderr, "rank %d: row %d beyond the prefix over sources (last %d)\n", rank, row,
+                   ends.back());
       return 4;
     }
     const auto* r16 = reinterpret_cast<const std::uint16_t*>(recv->data()) +

@@ -157,6 +157,11 @@ MappedMemory::~MappedMemory() {
 }
 
 InternodeBuffer::~InternodeBuffer() {
+  // A failed Buffer's communicator is aborted, not destroyed: ncclCommDestroy
+  // waits for the peers and for this context's work, neither of which may
+  // ever come after a peer died or a kernel faulted (a survivor of a rank
+  // killed in a transfer hung here on the H200 until its 100 s bound).
+  if (m_net != nullptr && (m_broken || (m_local != nullptr && m_local->broken()))) m_net->abort();
   stop_leg();
   if (m_leg_fork != nullptr) cudaEventDestroy(m_leg_fork);
   if (m_leg_join != nullptr) cudaEventDestroy(m_leg_join);
