@@ -173,6 +173,17 @@ struct BufferOptions {
   /// one after the other. Off by default while an intermittent stall at 4096
   /// tokens on faked nodes is open (docs/ep-internode.md).
   bool overlap_network_leg = false;
+  /// On the device-driven leg: dispatch and combine stream through fixed
+  /// rings (ring mode), so the Buffer's memory is set by the ring sizes below
+  /// and barely moves with the node count, and the outputs are allocated per
+  /// call (they live as long as the dispatch's handle). Off: buckets and
+  /// forwarding regions sized for every token reaching every node, which
+  /// grow with nodes x max_tokens. See docs/ep-internode.md, "Ring mode".
+  bool internode_rings = false;
+  int ring_channels = 4;        ///< channels; an operation runs 3 blocks of 1024 threads each
+  int ring_chunk_rows = 8;      ///< rows a network put carries (1..32)
+  int ring_network_rows = 512;  ///< rows a channel's rings hold, shared by the nodes
+  int ring_nvl_rows = 256;      ///< rows a local rank's NVLink rings hold, shared by the nodes
   /// Bytes of the output arena, on top of num_bytes: a region of this
   /// rank's heap (Buffer::output_arena) where a caller may place a
   /// dispatch's outputs (DispatchArgs::into) so that the senders write its

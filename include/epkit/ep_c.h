@@ -84,6 +84,10 @@ typedef struct epkit_ep_options {
   int32_t network_leg;
   double emulated_nic_gbps;
   double emulated_nic_latency_us;
+  /* Internode, on the device-driven leg: 1 ring mode (dispatch and combine
+   * through fixed rings, memory independent of the node count; ep.h
+   * BufferOptions::internode_rings), 0 not. */
+  int32_t internode_rings;
 } epkit_ep_options;
 
 typedef struct epkit_ep_config {

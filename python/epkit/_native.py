@@ -27,7 +27,7 @@ class Options(ctypes.Structure):
                 ("timeout_s", ctypes.c_double), ("ranks_per_node", ctypes.c_int32),
                 ("low_latency_bytes", ctypes.c_uint64), ("output_arena_bytes", ctypes.c_uint64),
                 ("network_leg", ctypes.c_int32), ("emulated_nic_gbps", ctypes.c_double),
-                ("emulated_nic_latency_us", ctypes.c_double)]
+                ("emulated_nic_latency_us", ctypes.c_double), ("internode_rings", ctypes.c_int32)]
 
 
 class Config(ctypes.Structure):

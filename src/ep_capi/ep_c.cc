@@ -269,6 +269,7 @@ epkit_ep_status epkit_ep_default_options(epkit_ep_options* out) {
   out->network_leg = static_cast<std::int32_t>(o.network_leg);
   out->emulated_nic_gbps = o.emulated_nic_gbps;
   out->emulated_nic_latency_us = o.emulated_nic_latency_us;
+  out->internode_rings = o.internode_rings ? 1 : 0;
   return EPKIT_EP_OK;
 }
 

@@ -67,6 +67,7 @@ ep::BufferOptions to_options(const epkit_ep_options& o) {
   out.network_leg = static_cast<ep::BufferOptions::NetworkLeg>(o.network_leg);
   out.emulated_nic_gbps = o.emulated_nic_gbps;
   out.emulated_nic_latency_us = o.emulated_nic_latency_us;
+  out.internode_rings = o.internode_rings != 0;
   return out;
 }
 

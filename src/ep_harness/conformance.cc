@@ -64,6 +64,10 @@ struct Suite {
   // The last outputs of each kind, poisoned before the next call of that kind.
   std::vector<ep::TensorView> last_layout;
   std::vector<ep::TensorView> last_dispatch;
+  /// The handle of the dispatch whose outputs last_dispatch names: an
+  /// engine that allocates outputs per call frees them with it (ring mode),
+  /// so it lives until they are poisoned.
+  std::shared_ptr<const ep::DispatchHandle> last_dispatch_owner;
   std::vector<ep::TensorView> last_combine;
   // ConformanceOptions::flip_bit_rank is this rank, and no bit flipped yet.
   bool fault_pending = false;
@@ -104,6 +108,7 @@ Result<void> poison(Suite& s, std::vector<ep::TensorView>& views) {
   }
   views.clear();
   EPKIT_TRY(cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize after poisoning"));
+  if (&views == &s.last_dispatch) s.last_dispatch_owner.reset();
   return s.buffer->barrier();
 }
 
@@ -415,6 +420,7 @@ Result<void> CaseRun::dispatch_twice() {
     if (!d) return d.error();
     EPKIT_TRY(finish(s, d->event, c.async));
     s.last_dispatch = views_of(*d);
+    s.last_dispatch_owner = d->handle;
     if (run == 1 && s.fault_pending && d->recv_x.data != nullptr && d->recv_x.rows() > 0) {
       EPKIT_TRY(flip_one_bit(d->recv_x));
       s.fault_pending = false;
@@ -656,6 +662,7 @@ Result<void> CaseRun::check_cached_dispatch() {
     if (!dc) return dc.error();
     EPKIT_TRY(finish(s, dc->event, c.async));
     s.last_dispatch = views_of(*dc);
+    s.last_dispatch_owner = dc->handle;
     auto x = copy_out(dc->recv_x);
     if (!x) return x.error();
     ck("cached dispatch recv_x", cf::compare_bytes(h.x, *x, h.x_row));
@@ -683,6 +690,7 @@ Result<void> CaseRun::check_worst_tokens() {
     if (!dw) return dw.error();
     EPKIT_TRY(finish(s, dw->event, c.async));
     s.last_dispatch = views_of(*dw);
+    s.last_dispatch_owner = dw->handle;
     auto w = snapshot(*dw, s.rank);
     if (!w) return w.error();
     ck.require(
@@ -831,6 +839,14 @@ Result<ConformanceReport> run_conformance(runtime::GpuRank& gpu, const Conforman
     bo.emulated_nic_gbps = options.nic_gbps;
     bo.emulated_nic_latency_us = options.nic_latency_us;
     bo.overlap_network_leg = options.leg_overlap;
+    bo.internode_rings = options.rings;
+    if (options.ring_rows > 0) {
+      // Shrunk rings: a chunk of at most half the rows, so every ring holds
+      // two and wraps within a call.
+      bo.ring_network_rows = options.ring_rows;
+      bo.ring_nvl_rows = options.ring_rows;
+      bo.ring_chunk_rows = std::max(1, std::min(bo.ring_chunk_rows, options.ring_rows / 2));
+    }
     s.internode = true;
     s.nccl.ranks_per_node = per_node;
   }

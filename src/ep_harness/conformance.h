@@ -43,6 +43,8 @@ struct ConformanceOptions {
   double nic_gbps = 50;
   double nic_latency_us = 2;
   bool leg_overlap = false;  // BufferOptions::overlap_network_leg
+  bool rings = false;        // BufferOptions::internode_rings
+  int ring_rows = 0;         // > 0: ring_network_rows and ring_nvl_rows (shrunk rings)
 };
 
 struct ConformanceFailure {

@@ -67,6 +67,14 @@ TEST(EpReproduce, EmulatedLegIsNamedWithItsNic) {
             "--sms 24 --nnodes 2 --network-leg emulated --nic-gbps 12.5 --nic-latency-us 2 "
             "--leg-overlap --nproc-per-node 1 (on every node, with its --node-rank and the same "
             "--master)");
+  r.leg_overlap = false;
+  r.rings = true;
+  r.ring_rows = 4;
+  EXPECT_EQ(ep_reproduce_command(r),
+            "epkit test ep --seed 717991210 --tokens 1024 --hidden 7168 --topk 8 --experts 256 "
+            "--sms 24 --nnodes 2 --network-leg emulated --nic-gbps 12.5 --nic-latency-us 2 "
+            "--rings --ring-rows 4 --nproc-per-node 1 (on every node, with its --node-rank and the "
+            "same --master)");
 }
 
 TEST(EpReproduce, LowLatencyModeIsNamed) {

@@ -52,6 +52,9 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, cons
   bo.network_leg = ep::BufferOptions::NetworkLeg::emulated_nic;
   // The leg's own stream forks and joins inside the capture too.
   bo.overlap_network_leg = true;
+  // EP_LEG_RINGS=1: ring mode (BufferOptions::internode_rings).
+  if (const char* rings = std::getenv("EP_LEG_RINGS"); rings != nullptr && rings[0] == '1')
+    bo.internode_rings = true;
   auto buffer = ep::Buffer::create(boot, bo);
   CHECK_OK(buffer);
   ep::Buffer& buf = **buffer;

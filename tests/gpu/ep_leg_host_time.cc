@@ -117,8 +117,40 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
   bo.ranks_per_node = ranks / nodes;
   bo.network_leg = ep::BufferOptions::NetworkLeg::emulated_nic;
   bo.emulated_nic_gbps = gbps;
+  // EP_LEG_RINGS=1: ring mode (BufferOptions::internode_rings).
+  if (const char* rings = std::getenv("EP_LEG_RINGS"); rings != nullptr && rings[0] == '1')
+    bo.internode_rings = true;
+  // EP_LEG_RING=channels,chunk_rows,network_rows,nvl_rows: the rings' shape.
+  if (const char* shape = std::getenv("EP_LEG_RING"); shape != nullptr)
+    std::sscanf(shape, "%d,%d,%d,%d", &bo.ring_channels, &bo.ring_chunk_rows, &bo.ring_network_rows,
+                &bo.ring_nvl_rows);
+  // The Buffer's device memory, measured: the GPU's free memory before and
+  // after every rank made its Buffer (all ranks share the GPU, so the drop
+  // is theirs together), against Buffer::bytes_needed per rank. A first
+  // Buffer, made and dropped before, loads the engine's kernels (module
+  // code, a one-time cost of the process, not the Buffer's).
+  cudaFree(nullptr);
+  {
+    auto first = ep::Buffer::create(boot, bo);
+    CHECK_OK(first);
+    CHECK_OK((*first)->barrier());
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  CHECK_OK(boot.all_gather("before"));
+  cudaMemGetInfo(&free_before, &total);
+  CHECK_OK(boot.all_gather("measured"));
   auto buffer = ep::Buffer::create(boot, bo);
   CHECK_OK(buffer);
+  CHECK_OK((*buffer)->barrier());
+  CHECK_OK(boot.all_gather("after"));
+  cudaMemGetInfo(&free_after, &total);
+  CHECK_OK(boot.all_gather("measured"));
+  if (rank == 0)
+    print_line("leg_memory ranks=%d nodes=%d rings=%d measured_per_rank_mb=%.2f computed_mb=%.2f\n",
+               ranks, nodes, bo.internode_rings ? 1 : 0,
+               static_cast<double>(free_before - free_after) / ranks / 1e6,
+               static_cast<double>(ep::Buffer::bytes_needed(bo, ranks)) / 1e6);
   ep::Buffer& buf = **buffer;
 
   std::mt19937_64 rng(99 + static_cast<unsigned>(rank));
@@ -184,6 +216,39 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
       "leg_host_time rank=%d ranks=%d nodes=%d cap_gbps=%g tokens=%d rows=%lld host_us "
       "dispatch=%.1f combine=%.1f device_us dispatch=%.1f combine=%.1f\n",
       rank, ranks, nodes, gbps, s.tokens, static_cast<long long>(d->recv_x.rows()), hd, hc, dd, dc);
+  // EP_LEG_PROFILE=1 (ring mode): when each block of one cached dispatch
+  // and one combine starts and ends, in us from the earliest start.
+  if (const char* prof = std::getenv("EP_LEG_PROFILE"); prof != nullptr && prof[0] == '1') {
+    auto* inter = dynamic_cast<ep::InternodeBuffer*>(&buf);
+    if (inter == nullptr) return 1;
+    std::uint64_t* words = nullptr;
+    const int blocks = 3 * bo.ring_channels;
+    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&words), static_cast<std::size_t>(blocks) * 48));
+    inter->set_ring_profile(words);
+    for (const char* op : {"dispatch", "combine"}) {
+      CHECK_CUDA(cudaMemset(words, 0, static_cast<std::size_t>(blocks) * 48));
+      CHECK_CUDA(cudaDeviceSynchronize());
+      const bool ok = op[0] == 'd' ? buf.dispatch(cached).ok() : buf.combine(ca).ok();
+      CHECK_CUDA(cudaDeviceSynchronize());
+      std::vector<std::uint64_t> host(static_cast<std::size_t>(blocks) * 6);
+      CHECK_CUDA(cudaMemcpy(host.data(), words, host.size() * 8, cudaMemcpyDeviceToHost));
+      std::uint64_t first = ~0ull;
+      for (int b = 0; b < blocks; ++b)
+        first = std::min(first, host[static_cast<std::size_t>(b) * 6]);
+      std::string line;
+      for (int b = 0; b < blocks; ++b) {
+        const std::uint64_t* w = host.data() + static_cast<std::size_t>(b) * 6;
+        line += " " + std::to_string(b % 3) + ":" + std::to_string((w[0] - first) / 1000) + "-" +
+                std::to_string((w[1] - first) / 1000) + "/" + std::to_string(w[2] / 1000) + "," +
+                std::to_string(w[3] / 1000) + "," + std::to_string(w[4] / 1000) + "," +
+                std::to_string(w[5] / 1000);
+      }
+      print_line("leg_profile rank=%d %s ok=%d blocks(role:start-end/nvl,credit,put,chunk us)%s\n",
+                 rank, op, ok ? 1 : 0, line.c_str());
+    }
+    inter->set_ring_profile(nullptr);
+    cudaFree(words);
+  }
   if (s.overlap) {
     auto* inter = dynamic_cast<ep::InternodeBuffer*>(&buf);
     if (inter == nullptr) {

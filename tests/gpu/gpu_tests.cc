@@ -278,12 +278,28 @@ TEST(EpConformance, InternodeTwoNodesTwoRanksEach) {
 // per rank, CUDA IPC between the faked nodes), 2 x 2 and 4 x 1.
 TEST(EpConformance, InternodeEmulatedLegTwoNodesTwoRanksEach) {
   need_gpus(1);
-  auto r = shell(two_fake_nodes("--nproc-per-node 2 --tokens 1024 --network-leg emulated "
-                                "--timeout 120" +
-                                    std::string(gpu_count() < 4 ? " --oversubscribe" : ""),
-                                29637));
+  auto r =
+      shell(two_fake_nodes("--nproc-per-node 2 --tokens 1024 --network-leg emulated "
+                           "--timeout 120" +
+                               std::string(gpu_count() < 4 ? " --oversubscribe" : ""),
+                           29637));
   expect_ep_passed(r, 4);
   EXPECT_NE(r.out.find("[network] emulated NIC"), std::string::npos) << r.out;
+}
+
+// Ring mode (fixed rings, outputs per call) over the same leg, and with
+// rings shrunk to two chunks of two rows (wrap-around and back-pressure in
+// every call).
+TEST(EpConformance, InternodeRingModeTwoNodesTwoRanksEach) {
+  need_gpus(1);
+  for (const char* shrink : {"", " --ring-rows 4"}) {
+    auto r = shell(two_fake_nodes(
+        "--nproc-per-node 2 --tokens 1024 --network-leg emulated "
+        "--rings --timeout 120" +
+            std::string(shrink) + std::string(gpu_count() < 4 ? " --oversubscribe" : ""),
+        29639));
+    expect_ep_passed(r, 4);
+  }
 }
 
 // bench ep across the same faked nodes: the checks pass bitwise, then

@@ -154,8 +154,18 @@ class NetworkLegFromEnvironment(unittest.TestCase):
         lib = _native.load()
         options = _native.Options()
         lib.check(lib.default_options(_native.ctypes.byref(options)))
-        self.assertEqual((options.network_leg, options.emulated_nic_gbps, options.emulated_nic_latency_us),
-                         (0, 50.0, 2.0))
+        self.assertEqual((options.network_leg, options.emulated_nic_gbps, options.emulated_nic_latency_us,
+                          options.internode_rings), (0, 50.0, 2.0, 0))
+
+    def test_ring_mode(self):
+        from epkit.deep_ep.buffer import ring_mode_option as rings
+        self.assertEqual(rings({}), 0)
+        self.assertEqual(rings({"EPKIT_INTERNODE_RINGS": ""}), 0)
+        self.assertEqual(rings({"EPKIT_INTERNODE_RINGS": "1"}), 1)
+        for bad in ["yes", "2", "1 ", "x" * 5000]:
+            with self.subTest(value=bad[:20]):
+                with self.assertRaisesRegex(ValueError, "EPKIT_INTERNODE_RINGS must be 0 or 1"):
+                    rings({"EPKIT_INTERNODE_RINGS": bad})
 
 
 class ConfigAndStatics(unittest.TestCase):

@@ -175,6 +175,17 @@ class _View:
 _NETWORK_LEGS = {"nccl": 0, "emulated": 1}
 
 
+def ring_mode_option(environ) -> int:
+    """$EPKIT_INTERNODE_RINGS: 1 for ring mode (dispatch and combine through
+    fixed rings, the Buffer's memory independent of the node count; needs
+    EPKIT_NETWORK_LEG=emulated), 0 or unset for the bucket mode. Anything
+    else is refused by name."""
+    text = environ.get("EPKIT_INTERNODE_RINGS", "") or "0"
+    if text not in ("0", "1"):
+        raise ValueError(f"EPKIT_INTERNODE_RINGS must be 0 or 1, not {text[:40]!r}")
+    return int(text)
+
+
 def network_leg_options(environ, gbps: float = 50.0, latency_us: float = 2.0) -> Tuple[int, float, float]:
     """The network leg an internode Buffer uses, from $EPKIT_NETWORK_LEG
     (nccl, the default, or emulated: the device-driven leg over an emulated
@@ -297,6 +308,7 @@ class Buffer:
             (options.network_leg, options.emulated_nic_gbps,
              options.emulated_nic_latency_us) = network_leg_options(
                  os.environ, options.emulated_nic_gbps, options.emulated_nic_latency_us)
+            options.internode_rings = ring_mode_option(os.environ)
         if low_latency_mode:
             options.low_latency_bytes = int(num_rdma_bytes)
         options.max_tokens = max_tokens if max_tokens is not None else self._tokens_fitting(options)

@@ -125,6 +125,13 @@ BufferOptions forwarding_options(const BufferOptions& o, int num_ranks) {
   f.ranks_per_node = 0;
   f.num_bytes = 0;
   f.output_arena_bytes = 0;  // an internode dispatch leaves its results in the Buffer
+  if (o.internode_rings) {
+    // Ring mode forwards through NVLink rings in the node's shared heap (the
+    // arena's place) and never through the node Buffer's receive regions.
+    f.max_tokens = 1;
+    auto rings = ring_memory(o, num_ranks);
+    f.output_arena_bytes = rings ? rings->nvl_bytes : 0;
+  }
   // A rank stuck on the network gives up after timeout_s and tells its node
   // whom to blame; its node's peers must still be waiting then.
   f.timeout_s = 2 * o.timeout_s + 1;
@@ -182,6 +189,26 @@ Result<void> InternodeBuffer::init(Bootstrap& bootstrap, const BufferOptions& o)
   m_node = m_rank / m_per_node;
   m_local_rank = m_rank % m_per_node;
   m_mem_layout = internode_layout(o, m_ranks);
+  m_rings = o.internode_rings;
+  if (m_rings) {
+    // check_internode_options made sure the options give a map.
+    m_ring = ring_memory(o, m_ranks).value();
+    // The regions layout(), barrier() and the leg exchanges use, in ring
+    // mode's memory; the others stay unused.
+    InternodeLayout l;
+    l.pitch = m_mem_layout.pitch;
+    l.message_ints = m_mem_layout.message_ints;
+    l.per_rank = m_ring.per_rank;
+    l.per_node = m_ring.per_node;
+    l.per_expert = m_ring.per_expert;
+    l.in_rank = m_ring.in_rank;
+    l.barrier = m_ring.barrier;
+    l.leg_counters = m_ring.leg_counters;
+    l.leg_done = m_ring.leg_done;
+    l.total = m_ring.total;
+    m_mem_layout = l;
+    m_exchange_signals = m_ring.shape.num_signals();
+  }
   m_leg_overlap = o.overlap_network_leg;
   const BufferOptions forward = forwarding_options(o, m_ranks);
 
@@ -198,6 +225,7 @@ Result<void> InternodeBuffer::init(Bootstrap& bootstrap, const BufferOptions& o)
   auto mem = DeviceMemory::allocate(m_mem_layout.total);
   if (!mem) return mem.error();
   m_mem = std::move(*mem);
+  if (m_rings) EPKIT_TRY(init_rings());
   if (o.network_leg != BufferOptions::NetworkLeg::nccl_host) EPKIT_TRY(init_leg(bootstrap));
   const std::size_t message_bytes =
       static_cast<std::size_t>(m_nodes) * static_cast<std::size_t>(m_mem_layout.message_ints) * 4;
@@ -409,9 +437,14 @@ Result<std::unique_ptr<Buffer>> make_internode_buffer(Bootstrap& bootstrap,
 }
 
 std::size_t internode_bytes(const BufferOptions& options, int num_ranks) {
-  return heap_layout(forwarding_options(options, num_ranks), std::max(options.ranks_per_node, 1))
-             .total +
-         internode_layout(options, num_ranks).total;
+  const std::size_t node =
+      heap_layout(forwarding_options(options, num_ranks), std::max(options.ranks_per_node, 1))
+          .total;
+  if (options.internode_rings) {
+    auto rings = ring_memory(options, num_ranks);
+    return node + (rings ? rings->total : 0);
+  }
+  return node + internode_layout(options, num_ranks).total;
 }
 
 }  // namespace epkit::ep

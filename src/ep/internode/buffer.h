@@ -23,6 +23,7 @@
 #include "ep/internode/kernels.h"
 #include "ep/internode/leg_counts.h"
 #include "ep/internode/network.h"
+#include "ep/internode/ring_memory.h"
 #include "ep/intranode/buffer.h"
 #include "ep/network_leg/leg.h"
 
@@ -77,6 +78,7 @@ class InternodeHandle final : public DispatchHandle {
       : m_memory(memory), m_stream(std::move(stream)) {}
   ~InternodeHandle() override {
     if (m_memory != nullptr) m_stream->free_later(m_memory);
+    if (m_outputs != nullptr) m_stream->free_later(m_outputs);
   }
   InternodeHandle(const InternodeHandle&) = delete;
   InternodeHandle& operator=(const InternodeHandle&) = delete;
@@ -91,6 +93,17 @@ class InternodeHandle final : public DispatchHandle {
   /// only (the host never waits for them), in the handle's memory.
   k::LegCounts* leg_counts = nullptr;
 
+  /// Ring mode (buffer_rings.cc): the routes on the device (in this
+  /// handle's memory, or a parent's for a cached dispatch's handle), the
+  /// rows of this call's outputs, which the handle owns (`outputs`), and the
+  /// experts per rank the routes were counted for.
+  bool rings = false;
+  k::RingRoutes routes;
+  int rows = 0;
+  int experts_per_rank = 0;
+  std::shared_ptr<const InternodeHandle> parent;
+  void set_outputs(void* outputs) { m_outputs = outputs; }
+
   /// The other nodes this rank trades rows with (for naming who never
   /// answered when a transfer of this dispatch's rows hangs).
   std::vector<int> peers_with_rows(int self) const {
@@ -103,6 +116,7 @@ class InternodeHandle final : public DispatchHandle {
 
  private:
   void* m_memory;
+  void* m_outputs = nullptr;
   std::shared_ptr<Stream> m_stream;
 };
 
@@ -121,12 +135,10 @@ class InternodeBuffer final : public Buffer {
                         const LayoutOutputs& into = {}) override;
   Result<DispatchResult> dispatch(const DispatchArgs& args) override;
   Result<CombineResult> combine(const CombineArgs& args) override;
-  Result<TensorView> combine_input(std::int64_t rows, std::int64_t hidden) override {
-    return m_local->combine_input(rows, hidden);
-  }
-  Result<TensorView> combine_weights_input(std::int64_t rows, std::int64_t topk) override {
-    return m_local->combine_weights_input(rows, topk);
-  }
+  /// Ring mode keeps no region sized for the received rows: a staging
+  /// area grown to the largest asked for (buffer_rings.cc).
+  Result<TensorView> combine_input(std::int64_t rows, std::int64_t hidden) override;
+  Result<TensorView> combine_weights_input(std::int64_t rows, std::int64_t topk) override;
   Result<void> barrier() override;
   Result<void> synchronize() override { return m_local->synchronize(); }
 
@@ -144,6 +156,10 @@ class InternodeBuffer final : public Buffer {
     float rest_ms = 0;
   };
   Result<void> time_leg_phases(bool on);
+  /// Ring mode, for tests: each later operation's kernel writes every
+  /// block's start and end (ns) into `profile` (device, 2 words a block:
+  /// 3 blocks a channel, sender, forwarder, receiver); null stops it.
+  void set_ring_profile(std::uint64_t* profile) { m_ring_profile = profile; }
   Result<LegPhases> last_leg_phases() const;
 
  private:
@@ -170,6 +186,29 @@ class InternodeBuffer final : public Buffer {
   /// The other nodes, in order.
   std::vector<int> others() const;
   Result<DispatchResult> dispatch_cached(const DispatchArgs& args, const InternodeHandle& handle);
+
+  // Ring mode (BufferOptions::internode_rings; buffer_rings.cc): fixed
+  // rings instead of buckets sized for the worst case.
+  Result<void> init_rings();
+  Result<DispatchResult> dispatch_rings(const DispatchArgs& args);
+  Result<CombineResult> combine_rings(const CombineArgs& args, const InternodeHandle& handle);
+  /// The shared shape with this rank's place in it.
+  k::RingShape ring_shape(int experts_per_rank) const;
+  /// A bounded host wait for the work queued so far on the Buffer's stream
+  /// (its kernels' own waits are bounded and name the rank; this bound is
+  /// past theirs).
+  Result<void> wait_stream(const char* what);
+  /// combine_input's and combine_weights_input's staging in ring mode,
+  /// grown (after the Buffer's stream drains) when a larger one is asked.
+  Result<void*> ring_stage(DeviceMemory& stage, std::size_t bytes);
+  bool m_rings = false;
+  RingMemory m_ring;
+  DeviceMemory m_stage_x;
+  std::uint64_t* m_ring_profile = nullptr;
+  DeviceMemory m_stage_w;
+  MappedMemory m_ring_totals;  // ring_notify's host_totals
+  /// The first signal of the leg exchanges (ring mode's own signals first).
+  std::uint32_t m_exchange_signals = 0;
 
   // The device-driven leg (BufferOptions::network_leg other than nccl_host;
   // buffer_leg.cc). Each kind of exchange has its own ready and tail signals
@@ -211,7 +250,8 @@ class InternodeBuffer final : public Buffer {
   std::uint64_t* reduce_number() const { return leg_counter(leg_partials) + 2; }
   /// The first signal of a kind's (LegExchangeParams: ready, then puts).
   std::uint32_t leg_signal_base(LegKind kind) const {
-    return static_cast<std::uint32_t>(kind * m_nodes * (1 + k::LegExchangeParams::k_puts));
+    return m_exchange_signals +
+           static_cast<std::uint32_t>(kind * m_nodes * (1 + k::LegExchangeParams::k_puts));
   }
   /// The segments and chunks of a dispatch's rows on the leg (k::LegChunks).
   k::LegChunks leg_chunks(const InternodeHandle& handle) const;

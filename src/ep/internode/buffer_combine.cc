@@ -14,6 +14,7 @@ Result<CombineResult> InternodeBuffer::combine(const CombineArgs& a) {
   EPKIT_TRY(usable());
   EPKIT_TRY(check_internode_combine(a, m_ranks));
   const auto* h = dynamic_cast<const InternodeHandle*>(a.handle.get());
+  if (m_rings) return combine_rings(a, *h);
   const int hidden = static_cast<int>(a.x.cols());
   cudaStream_t stream = m_local->comm_stream();
   EPKIT_TRY(m_local->enter(a.order));

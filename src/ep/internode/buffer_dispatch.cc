@@ -149,6 +149,7 @@ Result<DispatchResult> InternodeBuffer::dispatch(const DispatchArgs& a) {
   EPKIT_TRY(a.config.validate());
   EPKIT_TRY(usable());
   EPKIT_TRY(check_internode_dispatch(a, m_ranks, m_opts));
+  if (m_rings) return dispatch_rings(a);
   if (a.handle) return dispatch_cached(a, dynamic_cast<const InternodeHandle&>(*a.handle));
   const int tokens = static_cast<int>(a.x.rows());
   const int hidden = static_cast<int>(a.x.cols());

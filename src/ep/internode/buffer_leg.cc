@@ -28,7 +28,9 @@ Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
   nic.pacing.bytes_per_s = m_opts.emulated_nic_gbps * 1e9;
   nic.pacing.latency_ns = static_cast<std::int64_t>(m_opts.emulated_nic_latency_us * 1e3);
   // Per kind: a ready signal per source node, then k_puts per source node.
+  // Ring mode's signals (ring_kernels.h, RingShape) first.
   nic.num_signals =
+      m_exchange_signals +
       static_cast<std::uint32_t>(leg_kinds * m_nodes * (1 + k::LegExchangeParams::k_puts));
   nic.timeout_s = m_opts.timeout_s;
   nic.producer_moves = true;  // no CUDA call on the progress thread (DeviceLeg::grants)

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "ep/internode/buffer.h"
+#include "ep/internode/ring_memory.h"
 #include "ep/intranode/checks.h"
 
 namespace epkit::ep {
@@ -29,8 +31,15 @@ Result<void> check_internode_options(const BufferOptions& o, int ranks) {
       o.network_leg != BufferOptions::NetworkLeg::emulated_nic)
     return invalid(fmt::format("BufferOptions.network_leg = {}: not a known leg",
                                static_cast<int>(o.network_leg)));
-  const std::size_t need =
-      heap_layout(forwarding_options(o, ranks), per_node).total + internode_layout(o, ranks).total;
+  if (o.internode_rings) {
+    if (o.network_leg == BufferOptions::NetworkLeg::nccl_host)
+      return invalid(
+          "BufferOptions.internode_rings needs the device-driven network leg "
+          "(network_leg = emulated_nic): its kernels put and wait on the leg themselves");
+    auto rings = ring_memory(o, ranks);
+    if (!rings) return rings.error();
+  }
+  const std::size_t need = internode_bytes(o, ranks);
   if (o.num_bytes != 0 && o.num_bytes < need)
     return invalid(fmt::format(
         "the Buffer needs {} bytes per GPU for {} nodes x {} ranks x {} tokens x hidden {} "
@@ -144,6 +153,16 @@ std::string leg_message_error(const k::LegMessageFault& f, long long sender) {
     case Fault::expert_tokens:
       what = fmt::format("rank {} announced {} tokens for expert {}, outside 0..its rows x top-k",
                          sender, f.value, f.index);
+      break;
+    case Fault::total_rows:
+      what = fmt::format(
+          "rank {}'s rows bring this rank's total to {}, more than its outputs hold (channel {})",
+          sender, f.value, f.index);
+      break;
+    case Fault::stream_rows:
+      what = fmt::format(
+          "rank {} announced {} rows to this node in channel {}, fewer than its rows to this rank",
+          sender, f.value, f.index);
       break;
     default:
       what = fmt::format("rank {} sent a count message that failed an unknown check ({})", sender,

@@ -31,7 +31,16 @@ struct LegCounts {
 
 /// The first count that fails its check (kind none: every count is sound).
 struct LegMessageFault {
-  enum Kind : int { none = 0, sequence, rows, rows_disagree, rank_tokens, expert_tokens };
+  enum Kind : int {
+    none = 0,
+    sequence,
+    rows,
+    rows_disagree,
+    rank_tokens,
+    expert_tokens,
+    total_rows,   // ring mode: the rows received so far pass what the outputs hold
+    stream_rows,  // ring mode: a stream to this node with fewer rows than its rows to this rank
+  };
   int kind = none;
   int node = 0;   // the sender's node
   int index = 0;  // rows: the node; rank_tokens: the local rank; expert_tokens: the expert

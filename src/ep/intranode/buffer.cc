@@ -238,9 +238,16 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
     const auto value = static_cast<std::uint64_t>(m_mailbox->error_value);
     const auto wait = value & 0xff & ~static_cast<std::uint64_t>(k::k_leg_wait_exited);
     const bool exited = (value & k::k_leg_wait_exited) != 0;
+    // 0..2: the leg exchange's waits; 3 and up: ring mode's (RingWait).
     const char* missing = wait == 0   ? "said it was ready for the exchange"
                           : wait == 1 ? "delivered its part of the exchange"
-                                      : "let this rank's puts leave (its flush)";
+                          : wait == 2 ? "let this rank's puts leave (its flush)"
+                          : wait == 3 ? "sent its count message"
+                          : wait == 4 ? "delivered a chunk of rows on its ring"
+                          : wait == 5 ? "freed room in its ring (its credits)"
+                          : wait == 6 ? "forwarded rows over NVLink"
+                          : wait == 7 ? "freed room in an NVLink ring"
+                                      : "let the leg take this rank's put";
     if (exited) {
       // The wait may have been on another rank, alive and stuck behind
       // this one: the dead rank is the one to name.
@@ -252,7 +259,7 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
                       m_network_note ? "; " + m_network_note() : std::string()));
     }
     std::string seen;
-    if (wait < 2)
+    if (wait < 2 || (wait >= 3 && wait <= 7))
       seen = fmt::format("; its signal reached {} of {}", (value >> 8) & 0xfffffff,
                          (value >> 36) & 0xfffffff);
     return make_error(

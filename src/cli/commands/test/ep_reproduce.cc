@@ -15,6 +15,9 @@ std::string ep_reproduce_command(const EpReproduce& r) {
     out += fmt::format(" --network-leg {} --nic-gbps {} --nic-latency-us {}", r.network_leg,
                        r.nic_gbps, r.nic_latency_us);
   if (r.network_leg != "nccl" && r.leg_overlap) out += " --leg-overlap";
+  if (r.network_leg != "nccl" && r.rings) out += " --rings";
+  if (r.network_leg != "nccl" && r.rings && r.ring_rows > 0)
+    out += fmt::format(" --ring-rows {}", r.ring_rows);
   // One node: every rank is local, so the rank count is the flag.
   out += fmt::format(" --nproc-per-node {}", nodes ? r.nproc_per_node : r.ranks);
   if (r.oversubscribe) out += " --oversubscribe";

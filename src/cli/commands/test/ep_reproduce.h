@@ -24,6 +24,8 @@ struct EpReproduce {
   double nic_gbps = 50;              // the emulated NIC's, named with it
   double nic_latency_us = 2;
   bool leg_overlap = false;  // --leg-overlap
+  bool rings = false;        // --rings
+  int ring_rows = 0;         // --ring-rows, named when set
 };
 
 /// "epkit test ep [--mode low-latency] --seed 7 ... --nproc-per-node 4"; across nodes

@@ -43,6 +43,8 @@ struct EpTestOptions {
   double nic_gbps = 50;
   double nic_latency_us = 2;
   bool leg_overlap = false;
+  bool rings = false;
+  int ring_rows = 0;
 };
 
 // DeepEP's test_low_latency.py shape: what --mode low-latency runs unless
@@ -159,7 +161,9 @@ void write_ep_summary(const harness::ConformanceReport& report, const EpTestOpti
                         .network_leg = e.network_leg,
                         .nic_gbps = e.nic_gbps,
                         .nic_latency_us = e.nic_latency_us,
-                        .leg_overlap = e.leg_overlap};
+                        .leg_overlap = e.leg_overlap,
+                        .rings = e.rings,
+                        .ring_rows = e.ring_rows};
     out << "  reproduce with: " << ep_reproduce_command(r) << "\n";
   }
 }
@@ -181,6 +185,8 @@ harness::ConformanceOptions conformance_options(const EpTestOptions& e, std::uin
   co.nic_gbps = e.nic_gbps;
   co.nic_latency_us = e.nic_latency_us;
   co.leg_overlap = e.leg_overlap;
+  co.rings = e.rings;
+  co.ring_rows = e.ring_rows;
   return co;
 }
 
@@ -238,6 +244,13 @@ Command make_test_command() {
             ep->add_flag("--leg-overlap", e->leg_overlap,
                          "On the emulated leg: overlap the network leg with the NVLink legs "
                          "(forward each chunk as it lands, send each chunk of sums when done)");
+            ep->add_flag("--rings", e->rings,
+                         "On the emulated leg: ring mode (dispatch and combine stream through "
+                         "fixed rings; memory independent of the node count)");
+            ep->add_option("--ring-rows", e->ring_rows,
+                           "With --rings: rows each ring holds (default: the Buffer's 512 network, "
+                           "256 NVLink), small to test wrap-around and back-pressure")
+                ->check(CLI::Range(2, 1 << 20));
             add_gpu_launch_options(*ep, *ep_opts);
             ep->get_option("--timeout")
                 ->description(
@@ -291,6 +304,11 @@ Command make_test_command() {
                                                   fmt::format("{}", ep_opts->timeout_s)};
                 if (ep_opts->json) child.push_back("--json");
                 if (e->leg_overlap) child.push_back("--leg-overlap");
+                if (e->rings) child.push_back("--rings");
+                if (e->ring_rows > 0) {
+                  child.push_back("--ring-rows");
+                  child.push_back(std::to_string(e->ring_rows));
+                }
                 RankMain ep_main;
 #ifdef EPKIT_WITH_CUDA
                 ep_main = [ep_opts, e, seed](const host::Host& h, const runtime::LaunchInfo& l,
