@@ -493,7 +493,10 @@ class Buffer {
   /// Where to write a combine's input (expert outputs in receive order) so
   /// that the combine reads it in place: BF16 [rows, hidden] and, for the
   /// weights, FP32 [rows, topk] inside this rank's heap. A combine input
-  /// elsewhere is first copied there (a local copy of every row).
+  /// elsewhere is first copied there (a local copy of every row). In ring
+  /// mode (BufferOptions::internode_rings) the combine reads its input
+  /// anywhere; this is a staging area grown to the largest size asked,
+  /// and a larger request moves it (views from earlier calls then end).
   virtual Result<TensorView> combine_input(std::int64_t rows, std::int64_t hidden) = 0;
   virtual Result<TensorView> combine_weights_input(std::int64_t rows, std::int64_t topk) = 0;
   /// The output arena (BufferOptions::output_arena_bytes) inside this

@@ -441,8 +441,15 @@ std::size_t internode_bytes(const BufferOptions& options, int num_ranks) {
       heap_layout(forwarding_options(options, num_ranks), std::max(options.ranks_per_node, 1))
           .total;
   if (options.internode_rings) {
+    // What the GPU gives up, not only what the regions hold: cudaMalloc
+    // hands out 2 MiB pages, so the node heap and the rings' memory each
+    // round up to whole pages, and the small allocations (the node Buffer's
+    // counters, the leg's signals and peer tables) take one more page. On
+    // the H200 the regions alone were 4.0-4.7 % under what a Buffer took.
+    constexpr std::size_t page = std::size_t{2} << 20;
+    const auto pages = [&](std::size_t bytes) { return (bytes + page - 1) / page * page; };
     auto rings = ring_memory(options, num_ranks);
-    return node + (rings ? rings->total : 0);
+    return pages(node) + pages(rings ? rings->total : 0) + page;
   }
   return node + internode_layout(options, num_ranks).total;
 }
