@@ -13,6 +13,7 @@
 // running; the survivors' later calls must fail naming it.
 // EP_SMOKE_OVERSUBSCRIBE=1: more ranks than GPUs (rank % GPUs), for checks.
 // EP_SMOKE_LEG=emulated (with EP_SMOKE_NODES): the device-driven network leg.
+// EP_SMOKE_RINGS=1 (with EP_SMOKE_LEG=emulated): ring mode (internode_rings).
 // EP_SMOKE_NODES=n (with EP_SMOKE_KILL): an internode Buffer of n nodes faked
 // on this host (NCCL_HOSTID per node); the survivors must name the dead rank
 // whether they wait for it on NVLink, on the network, or behind a node peer
@@ -127,6 +128,9 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, int tokens, int
   if (const char* leg = std::getenv("EP_SMOKE_LEG");
       leg != nullptr && std::string(leg) == "emulated")
     bo.network_leg = ep::BufferOptions::NetworkLeg::emulated_nic;
+  // EP_SMOKE_RINGS=1 (with the emulated leg): ring mode.
+  if (const char* rings = std::getenv("EP_SMOKE_RINGS"); rings != nullptr && rings[0] == '1')
+    bo.internode_rings = true;
   // One node: an output arena, for the dispatch whose outputs the senders
   // write directly (below).
   const std::size_t arena_half =
