@@ -161,7 +161,14 @@ std::string leg_message_error(const k::LegMessageFault& f, long long sender) {
       break;
     case Fault::stream_rows:
       what = fmt::format(
-          "rank {} announced {} rows to this node in channel {}, fewer than its rows to this rank",
+          "rank {} announced a stream of {} rows to this node in channel {} (an index equal to the "
+          "channel count: all channels), not between its rows to this rank and max_tokens",
+          sender, f.value, f.index);
+      break;
+    case Fault::ring_rows:
+      what = fmt::format(
+          "rank {} announced {} rows to this rank in channel {} (an index equal to the channel "
+          "count: all channels), outside 0..max_tokens",
           sender, f.value, f.index);
       break;
     default:

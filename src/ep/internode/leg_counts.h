@@ -39,7 +39,8 @@ struct LegMessageFault {
     rank_tokens,
     expert_tokens,
     total_rows,   // ring mode: the rows received so far pass what the outputs hold
-    stream_rows,  // ring mode: a stream to this node with fewer rows than its rows to this rank
+    stream_rows,  // ring mode: a stream to this node not between its rows to this rank and T
+    ring_rows,    // ring mode: rows to this rank in a channel (or all) outside 0..max_tokens
   };
   int kind = none;
   int node = 0;   // the sender's node

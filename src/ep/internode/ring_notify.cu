@@ -8,6 +8,7 @@
 #include "ep/internode/channel_plan.h"
 #include "ep/internode/leg_counts.h"
 #include "ep/internode/ring_device.cuh"
+#include "ep/internode/ring_messages.h"
 
 namespace epkit::ep::kernels {
 namespace {
@@ -119,30 +120,9 @@ __global__ void __launch_bounds__(k_threads) ring_notify_kernel(RingNotifyParams
                       p.mailbox);
     const std::int32_t* msg =
         reinterpret_cast<const std::int32_t*>(p.window + s.message_in(phase, src));
-    if (msg[0] != static_cast<std::int32_t>(number) ||
-        msg[ints - 1] != static_cast<std::int32_t>(number))
-      bad_message(p.mailbox, src, LegMessageFault::sequence, 0, msg[0]);
-    long long sum = 0;
-    for (int c = 0; c < C; ++c) {
-      const int r = msg[s.msg_rows(c)];
-      const int nr = msg[s.msg_node_rows(c)];
-      if (r < 0 || r > s.max_tokens) bad_message(p.mailbox, src, LegMessageFault::rows, c, r);
-      if (nr < r || nr > s.max_tokens)
-        bad_message(p.mailbox, src, LegMessageFault::stream_rows, c, nr);
-      sum += r;
-      p.routes.from_rank[src * C + c] = r;
-    }
-    if (sum > s.max_tokens)
-      bad_message(p.mailbox, src, LegMessageFault::rows, C, static_cast<int>(sum));
-    long long stream_sum = 0;
-    for (int c = 0; c < C; ++c) stream_sum += msg[s.msg_node_rows(c)];
-    if (stream_sum > s.max_tokens)
-      bad_message(p.mailbox, src, LegMessageFault::stream_rows, C, static_cast<int>(stream_sum));
-    for (int e = 0; e < s.experts_per_rank; ++e) {
-      const int v = msg[s.msg_experts(e)];
-      if (v < 0 || v > s.max_tokens)
-        bad_message(p.mailbox, src, LegMessageFault::expert_tokens, e, v);
-    }
+    const LegMessageFault f = check_ring_message(msg, s, static_cast<std::int32_t>(number));
+    if (f.kind != LegMessageFault::none) fail(p.mailbox, k_bad_leg_message, src, pack_leg_fault(f));
+    for (int c = 0; c < C; ++c) p.routes.from_rank[src * C + c] = msg[s.msg_rows(c)];
   }
   __syncthreads();
 
