@@ -167,8 +167,10 @@ struct RingRoutes {
 
 /// The count phase: every rank puts one message to every rank (its own is
 /// a local copy), waits for all of them (bounded, naming the sender), checks
-/// each and derives its routes. `host_totals` (host-mapped, optional):
-/// [0] rows received, [1] the phase, for a dispatch that sizes its outputs.
+/// each (ring_messages.h) and derives its routes. `host_totals` (host-mapped,
+/// optional, for a dispatch that sizes its outputs; the host reads it once
+/// the kernel has ended): [0] rows received, [1] the phase, [2 + e] local
+/// expert e's rows, aligned.
 struct RingNotifyParams {
   RingShape shape;
   network_leg::DeviceLeg leg;
