@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -519,17 +520,24 @@ TEST(EmulatedBackend, BadDescriptorsFromAPeerAreRefusedNamingIt) {
 // once, and a wait on a live peer runs its course (at a job's end ranks leave
 // at their own pace), its caller then naming the exited rank. Not a fault:
 // the leg itself stays healthy.
-TEST(EmulatedBackend, APeerWhoseProcessExitsIsSeenAndEndsWaitsOnIt) {
-  if (ProcessWatch::self().pid_namespace == 0) GTEST_SKIP() << "no /proc/self/ns/pid here";
-  const pid_t peer = ::fork();  // stands for rank 1's process
-  if (peer == 0) {
+/// A child process standing for rank 1's, and a world of three in-process
+/// ranks whose rank 0 was told rank 1 is that process (its descriptor's
+/// pid), exchanged.
+struct WatchedPeer {
+  pid_t peer = -1;
+  std::unique_ptr<World> world;
+};
+void watch_a_child(WatchedPeer& out) {
+  out.peer = ::fork();
+  if (out.peer == 0) {
     ::pause();
     ::_exit(0);
   }
-  ASSERT_GT(peer, 0);
-  World w(3, small_options(), false);
+  ASSERT_GT(out.peer, 0);
+  out.world = std::make_unique<World>(3, small_options(), false);
   GatherRoom room(3);
-  room.tamper = [&](int viewer, std::vector<std::string>& seen) {
+  const pid_t peer = out.peer;
+  room.tamper = [peer](int viewer, std::vector<std::string>& seen) {
     if (viewer != 0 || seen[0] == "mapped") return;
     std::string raw(seen[1].size() / 2, '\0');
     ASSERT_TRUE(from_hex(seen[1], raw.data(), raw.size()));
@@ -538,8 +546,15 @@ TEST(EmulatedBackend, APeerWhoseProcessExitsIsSeenAndEndsWaitsOnIt) {
           static_cast<char>((static_cast<std::uint32_t>(peer) >> (8 * i)) & 0xff);
     seen[1] = to_hex(raw.data(), raw.size());
   };
-  for (const auto& r : w.exchange(room)) ASSERT_TRUE(r.ok()) << r.error().message;
-  auto& nic = *w.backends[0];
+  for (const auto& r : out.world->exchange(room)) ASSERT_TRUE(r.ok()) << r.error().message;
+}
+
+TEST(EmulatedBackend, APeerWhoseProcessExitsIsSeenAndEndsWaitsOnIt) {
+  if (ProcessWatch::self().pid_namespace == 0) GTEST_SKIP() << "no /proc/self/ns/pid here";
+  WatchedPeer watched;
+  ASSERT_NO_FATAL_FAILURE(watch_a_child(watched));
+  const pid_t peer = watched.peer;
+  auto& nic = *watched.world->backends[0];
   const DeviceLeg leg = nic.device_leg();
   ASSERT_NE(leg.exited, nullptr);
   ASSERT_TRUE(nic.progress().ok());
@@ -568,6 +583,28 @@ TEST(EmulatedBackend, APeerWhoseProcessExitsIsSeenAndEndsWaitsOnIt) {
   const auto [on_live, live_s] = timed(2, 50'000'000);  // its whole 50 ms
   EXPECT_FALSE(on_live);
   EXPECT_GE(live_s, 0.045);
+}
+
+// An error path asks now (the Buffer naming why its kernels failed): the
+// exit is seen without the progress loop having run since, and the kernels'
+// word is set for the waits to come.
+TEST(EmulatedBackend, APeerExitIsSeenWhenAskedNow) {
+  if (ProcessWatch::self().pid_namespace == 0) GTEST_SKIP() << "no /proc/self/ns/pid here";
+  WatchedPeer watched;
+  ASSERT_NO_FATAL_FAILURE(watch_a_child(watched));
+  auto& nic = *watched.world->backends[0];
+  const DeviceLeg leg = nic.device_leg();
+  EXPECT_FALSE(nic.exited_rank_now());
+  ::kill(watched.peer, SIGKILL);
+  ::waitpid(watched.peer, nullptr, 0);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::optional<int> seen;
+  while (!(seen = nic.exited_rank_now()) && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(seen, 1);
+  EXPECT_EQ(*leg.exited, 2u);
+  EXPECT_EQ(nic.exited_rank(), 1);
+  EXPECT_FALSE(nic.fault());
 }
 
 TEST(EmulatedBackend, DescriptorRoundTrips) {

@@ -302,6 +302,22 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
         fmt::format("{}: a block of the count exchange waited past the timeout", what));
   }
   if (rc != cudaSuccess) m_broken = true;
+  if (rc != cudaSuccess && kind == 0 && m_exited_peer) {
+    // None of this rank's kernels gave up, yet they failed: a peer whose
+    // process exited while they ran is the cause to name (the memory they
+    // write went with it; under MPS a fault of any client ends every
+    // client's kernels). Looked for a moment: the error can reach this rank
+    // while the dying process is still being torn down.
+    for (int look = 0; look < 20; ++look) {
+      if (const auto gone = m_exited_peer()) {
+        return make_error(ErrorCode::unavailable,
+                          fmt::format("{}: rank {} died: its process exited while this rank's "
+                                      "kernels ran ({}: {})",
+                                      what, *gone, cudaGetErrorName(rc), cudaGetErrorString(rc)));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   if (rc == cudaErrorLaunchFailure && kind == 0) {
     // Every kernel of this rank that gives up writes the mailbox before it
     // traps, so a launch failure with an empty mailbox came from elsewhere:

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,9 @@ class BufferImpl final : public Buffer {
   /// An internode Buffer's account of its network leg, added to a network
   /// timeout's error (the transport's own fault, its progress thread).
   std::function<std::string()> m_network_note;
+  /// A peer whose process exited, as the internode Buffer's network leg
+  /// sees it now (none where nothing watches processes).
+  std::function<std::optional<int>()> m_exited_peer;
   /// Words for a bad count message on the leg (k_bad_leg_message: the
   /// sender's global rank, the packed fault), set by the internode Buffer.
   std::function<std::string(long long, long long)> m_leg_message_text;

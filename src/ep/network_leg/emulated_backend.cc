@@ -615,6 +615,17 @@ std::optional<int> EmulatedBackend::exited_rank() const {
   return static_cast<int>(v - 1);
 }
 
+std::optional<int> EmulatedBackend::exited_rank_now() {
+  if (m_exited == nullptr) return std::nullopt;
+  {
+    std::lock_guard lock(m_mutex);
+    const auto gone = m_watch.exited();
+    if (gone && __atomic_load_n(m_exited, __ATOMIC_ACQUIRE) == 0)
+      __atomic_store_n(m_exited, static_cast<std::uint64_t>(*gone) + 1, __ATOMIC_RELEASE);
+  }
+  return exited_rank();
+}
+
 std::optional<Fault> EmulatedBackend::fault() const {
   std::lock_guard lock(m_mutex);
   if (m_fault) return m_fault;

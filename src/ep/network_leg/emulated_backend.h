@@ -173,6 +173,7 @@ class EmulatedBackend final : public HostBackend {
   bool moved_last_step() const override { return m_moved.load(std::memory_order_relaxed); }
   std::optional<Fault> fault() const override;
   std::optional<int> exited_rank() const override;
+  std::optional<int> exited_rank_now() override;
   void abort() override;
   std::string describe() const override;
 

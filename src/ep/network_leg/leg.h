@@ -170,6 +170,9 @@ class HostBackend {
   /// at their own pace; a wait that expires names it rather than a live rank
   /// that may be stuck behind it.
   virtual std::optional<int> exited_rank() const { return std::nullopt; }
+  /// exited_rank() after looking at the peers' processes now, not only as
+  /// the progress loop last did: for an error path naming its cause.
+  virtual std::optional<int> exited_rank_now() { return exited_rank(); }
   /// Ends every pending transfer so kernels waiting on them can time out and
   /// return; the backend cannot be used afterwards.
   virtual void abort() = 0;
