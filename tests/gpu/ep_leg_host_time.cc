@@ -212,10 +212,48 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
     std::fprintf(stderr, "rank %d: a timed call failed\n", rank);
     return 1;
   }
+  // The bytes this rank's NIC carries per call in ring mode (the network
+  // leg alone takes them over the cap): a cached dispatch puts each token's
+  // row once per other node it reaches; a combine puts back, for each other
+  // node n, the sums of the rows rank (n, this local rank) sent here.
+  const int per = ranks / nodes;
+  const int node = rank / per;
+  auto in_rank = ep::to_host(layout->is_token_in_rank);
+  CHECK_OK(in_rank);
+  std::vector<long long> to_node(static_cast<std::size_t>(nodes), 0);
+  const auto* in = reinterpret_cast<const bool*>(in_rank->data());
+  for (int t = 0; t < s.tokens; ++t)
+    for (int m = 0; m < nodes; ++m)
+      for (int g = 0; g < per; ++g)
+        if (in[static_cast<std::size_t>(t) * ranks + m * per + g]) {
+          ++to_node[static_cast<std::size_t>(m)];
+          break;
+        }
+  std::string mine;
+  for (long long v : to_node) mine += std::to_string(v) + " ";
+  auto all = boot.all_gather(mine);
+  CHECK_OK(all);
+  long long sent = 0, returned = 0;
+  for (int m = 0; m < nodes; ++m) {
+    if (m == node) continue;
+    sent += to_node[static_cast<std::size_t>(m)];
+    // Rank (m, this local rank)'s rows to this node.
+    const std::string& theirs = (*all)[static_cast<std::size_t>(m * per + rank % per)];
+    long long v = 0;
+    int at = 0, k = 0;
+    for (int used = 0; std::sscanf(theirs.c_str() + at, "%lld%n", &v, &used) == 1; at += used, ++k)
+      if (k == node) returned = returned + v;
+  }
+  const double pitch =
+      ep::row_format(ep::DType::bf16, s.hidden, 0, 0, false, per).pitch;  // a cached row
+  const double nic_mb_dispatch = static_cast<double>(sent) * pitch / 1e6;
+  const double nic_mb_combine = static_cast<double>(returned) * s.hidden * 2 / 1e6;
   print_line(
       "leg_host_time rank=%d ranks=%d nodes=%d cap_gbps=%g tokens=%d rows=%lld host_us "
-      "dispatch=%.1f combine=%.1f device_us dispatch=%.1f combine=%.1f\n",
-      rank, ranks, nodes, gbps, s.tokens, static_cast<long long>(d->recv_x.rows()), hd, hc, dd, dc);
+      "dispatch=%.1f combine=%.1f device_us dispatch=%.1f combine=%.1f nic_mb dispatch=%.2f "
+      "combine=%.2f\n",
+      rank, ranks, nodes, gbps, s.tokens, static_cast<long long>(d->recv_x.rows()), hd, hc, dd, dc,
+      nic_mb_dispatch, nic_mb_combine);
   // EP_LEG_PROFILE=1 (ring mode): when each block of one cached dispatch
   // and one combine starts and ends, in us from the earliest start.
   if (const char* prof = std::getenv("EP_LEG_PROFILE"); prof != nullptr && prof[0] == '1') {
@@ -223,28 +261,31 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
     if (inter == nullptr) return 1;
     std::uint64_t* words = nullptr;
     const int blocks = 3 * bo.ring_channels;
-    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&words), static_cast<std::size_t>(blocks) * 48));
+    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&words), static_cast<std::size_t>(blocks) * 64));
     inter->set_ring_profile(words);
     for (const char* op : {"dispatch", "combine"}) {
-      CHECK_CUDA(cudaMemset(words, 0, static_cast<std::size_t>(blocks) * 48));
+      CHECK_CUDA(cudaMemset(words, 0, static_cast<std::size_t>(blocks) * 64));
       CHECK_CUDA(cudaDeviceSynchronize());
       const bool ok = op[0] == 'd' ? buf.dispatch(cached).ok() : buf.combine(ca).ok();
       CHECK_CUDA(cudaDeviceSynchronize());
-      std::vector<std::uint64_t> host(static_cast<std::size_t>(blocks) * 6);
+      std::vector<std::uint64_t> host(static_cast<std::size_t>(blocks) * 8);
       CHECK_CUDA(cudaMemcpy(host.data(), words, host.size() * 8, cudaMemcpyDeviceToHost));
       std::uint64_t first = ~0ull;
       for (int b = 0; b < blocks; ++b)
-        first = std::min(first, host[static_cast<std::size_t>(b) * 6]);
+        first = std::min(first, host[static_cast<std::size_t>(b) * 8]);
       std::string line;
       for (int b = 0; b < blocks; ++b) {
-        const std::uint64_t* w = host.data() + static_cast<std::size_t>(b) * 6;
+        const std::uint64_t* w = host.data() + static_cast<std::size_t>(b) * 8;
         line += " " + std::to_string(b % 3) + ":" + std::to_string((w[0] - first) / 1000) + "-" +
                 std::to_string((w[1] - first) / 1000) + "/" + std::to_string(w[2] / 1000) + "," +
                 std::to_string(w[3] / 1000) + "," + std::to_string(w[4] / 1000) + "," +
-                std::to_string(w[5] / 1000);
+                std::to_string(w[5] / 1000) + "," + std::to_string(w[6] / 1000) + "," +
+                std::to_string(w[7]);
       }
-      print_line("leg_profile rank=%d %s ok=%d blocks(role:start-end/nvl,credit,put,chunk us)%s\n",
-                 rank, op, ok ? 1 : 0, line.c_str());
+      print_line(
+          "leg_profile rank=%d %s ok=%d blocks(role:start-end/nvl,credit,put,chunk,grant "
+          "us,puts)%s\n",
+          rank, op, ok ? 1 : 0, line.c_str());
     }
     inter->set_ring_profile(nullptr);
     cudaFree(words);

@@ -19,7 +19,7 @@ namespace nl = network_leg;
 
 namespace {
 constexpr int k_leg_spins_before_yield = 256;
-constexpr int k_leg_spins_before_nap = 4096;
+constexpr auto k_leg_busy_for = std::chrono::milliseconds(5);
 constexpr int k_leg_nap_us = 20;
 }  // namespace
 
@@ -77,23 +77,33 @@ Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
       return;
     }
     // Spins while puts flow (the pacing model's latency is microseconds);
-    // idle, it yields and then naps, so ranks that share a host's cores (8 a
-    // node, nodes faked) leave them to the callers. A put after a long idle
-    // stretch waits at most one nap.
+    // idle, it yields and, once nothing moved for a while, naps, so ranks
+    // that share a host's cores (8 a node, nodes faked) leave them to the
+    // callers. The while is time, not steps: a kernel posts its puts some
+    // hundred microseconds apart, and a nap between them (a sleep is 50 us
+    // or more, the kernel's timer slack) would add to every put's latency;
+    // a put after a long idle stretch waits at most one nap.
     int idle = 0;
+    auto moved_at = std::chrono::steady_clock::now();
     while (!m_leg_stop.load(std::memory_order_acquire)) {
       if (auto step = m_leg->progress(); !step.ok()) {
         set_leg_error(step.error().message);
         return;
       }
-      idle = m_leg->moved_last_step() ? 0 : idle + 1;
-      if (idle > k_leg_spins_before_nap)
+      if (m_leg->moved_last_step()) {
+        idle = 0;
+        moved_at = std::chrono::steady_clock::now();
+        continue;
+      }
+      if (++idle <= k_leg_spins_before_yield) continue;
+      if (std::chrono::steady_clock::now() - moved_at > k_leg_busy_for)
         std::this_thread::sleep_for(std::chrono::microseconds(k_leg_nap_us));
-      else if (idle > k_leg_spins_before_yield)
+      else
         std::this_thread::yield();
     }
   });
   m_local->m_network_note = [this] { return leg_note(); };
+  m_local->m_exited_peer = [this] { return m_leg->exited_rank_now(); };
   m_local->m_leg_message_text = [](long long sender, long long value) {
     return leg_message_error(k::unpack_leg_fault(value), sender);
   };

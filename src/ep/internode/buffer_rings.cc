@@ -239,6 +239,10 @@ Result<DispatchResult> InternodeBuffer::dispatch_rings(const DispatchArgs& a) {
   dp.nvl_timeout_ns = static_cast<std::int64_t>((2 * m_opts.timeout_s + 1) * 1e9);
   dp.mailbox = m_local->m_mailbox_dev;
   dp.profile = m_ring_profile;
+  if (cached) {
+    if (cudaError_t rc = k::launch_ring_notify_alive(leg, dp.mailbox, stream); rc != cudaSuccess)
+      return m_local->failure(rc, "dispatch (notify)");
+  }
   if (cudaError_t rc = k::launch_ring_dispatch(dp, stream); rc != cudaSuccess)
     return m_local->failure(rc, "dispatch (rings)");
   auto event = m_local->leave(a.order);
@@ -323,6 +327,8 @@ Result<CombineResult> InternodeBuffer::combine_rings(const CombineArgs& a,
   cp.nvl_timeout_ns = static_cast<std::int64_t>((2 * m_opts.timeout_s + 1) * 1e9);
   cp.mailbox = m_local->m_mailbox_dev;
   cp.profile = m_ring_profile;
+  if (cudaError_t rc = k::launch_ring_notify_alive(cp.leg, cp.mailbox, stream); rc != cudaSuccess)
+    return m_local->failure(rc, "combine (notify)");
   if (cudaError_t rc = k::launch_ring_combine(cp, stream); rc != cudaSuccess)
     return m_local->failure(rc, "combine (rings)");
   auto event = m_local->leave(a.order);

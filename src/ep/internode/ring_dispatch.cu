@@ -80,10 +80,10 @@ __device__ void sender(const Ctx& x) {
       const std::uint64_t msg = base[m] + j / K;
       const int peer = m * s.per_node + s.local;
       if (lane == 0 && msg >= static_cast<std::uint64_t>(NC)) {
-        const std::uint64_t t0 = global_timer_ns();
+        const std::uint64_t t0 = ring::stamp(p.profile);
         ring::wait_signal(p.leg, s.credit_signal(c, m), msg + 1 - NC, p.timeout_ns, peer,
                           k_ring_wait_credit, p.mailbox);
-        ring::profile_add(p.profile, 3, t0);
+        ring::profile_add(p.profile, ring::k_profile_credit, t0);
       }
       __syncwarp();
       const std::uint64_t slot = m == s.node ? s.recv_slot(c, s.node, msg) : s.send_slot(c, m, msg);
@@ -105,11 +105,11 @@ __device__ void sender(const Ctx& x) {
         if (lane == 0) ring::add_local(p.leg, s.tail_signal(c, s.node, msg), 1);
         __syncwarp();
       } else {
-        const std::uint64_t t0 = global_timer_ns();
+        const std::uint64_t t0 = ring::stamp(p.profile);
         ring::put(p.leg, peer, s.recv_slot(c, s.node, msg), slot,
                   static_cast<std::uint64_t>(in_chunk) * p.format.pitch,
-                  s.tail_signal(c, s.node, msg), 1, p.timeout_ns, p.mailbox);
-        if (lane == 0) ring::profile_add(p.profile, 4, t0);
+                  s.tail_signal(c, s.node, msg), 1, p.timeout_ns, p.mailbox, p.profile);
+        if (lane == 0) ring::profile_add(p.profile, ring::k_profile_put, t0);
       }
     }
   }
@@ -130,82 +130,116 @@ __device__ void forwarder(const Ctx& x) {
   const int NC = s.net_chunks;
   const int S = s.nvl_slots;
   const int lane = threadIdx.x & 31;
-  const int n = threadIdx.x >> 5;
-  if (n >= N) return;
+  // A group of warps per source node: each warp forwards a row of the
+  // chunk at a time.
+  const ring::Group grp = ring::group_of(N, k_warps);
+  __shared__ int chunk_masks[k_warps][32];
+  if (grp.id >= N) return;
+  const int n = grp.id;
   const int rows = p.routes.stream[c * N + n];
   const int first = p.routes.stream_first[c * N + n];
   const std::uint64_t base = p.counters.net_received[c * N + n];
   std::uint64_t credited = p.counters.net_credited[c * N + n];
   const int peer = n * G + s.local;
-  // Sub-ring (c, this rank, n) at each local rank g: rows written so far.
+  // Sub-ring (c, this rank, n) at each local rank g: rows written before
+  // this chunk (every warp of the group keeps the same count).
   std::uint64_t written[k_max_ranks];
 #pragma unroll
   for (int g = 0; g < k_max_ranks; ++g)
     written[g] = g < G ? p.counters.nvl_written[s.sub_ring(c, g, n)] : 0;
   const std::uint32_t credit_every = max(1, NC / 2);
+  // Rows a wave forwards at once: a warp's each, and never more than a
+  // sub-ring holds, so every row waits for room only behind rows whose
+  // tails an earlier wave published.
+  const int wave = min(grp.size, S);
   std::uint8_t* const mine = p.nvl[s.local];
+  const int ring_at_g = s.sub_ring(c, s.local, n);
   for (int j0 = 0; j0 < rows; j0 += K) {
     const std::uint64_t msg = base + j0 / K;
     const int in_chunk = min(K, rows - j0);
-    if (lane == 0) {
-      const std::uint64_t t0 = global_timer_ns();
-      ring::wait_signal(p.leg, s.tail_signal(c, n, msg), msg / NC + 1, p.timeout_ns, peer,
-                        k_ring_wait_chunk, p.mailbox);
-      ring::profile_add(p.profile, 5, t0);
-    }
-    __syncwarp();
     const std::uint8_t* chunk = p.window + s.recv_slot(c, n, msg);
-    // Each row's local ranks, then its place in each rank's sub-ring.
-    int mask = 0;
-    if (lane < in_chunk) {
-      const std::int64_t at = static_cast<std::int64_t>(n) * s.max_tokens + first + j0 + lane;
-      if (p.cached) {
-        mask = p.routes.mask[at];
-      } else {
-        const std::uint8_t* m =
-            chunk + static_cast<std::int64_t>(lane) * p.format.pitch + p.format.mask_offset;
-        for (int g = 0; g < G; ++g) mask |= __ldcg(m + g) != 0 ? 1 << g : 0;
-        p.routes.mask[at] = static_cast<std::uint8_t>(mask);
+    if (grp.index == 0) {
+      if (lane == 0) {
+        const std::uint64_t t0 = ring::stamp(p.profile);
+        ring::wait_signal(p.leg, s.tail_signal(c, n, msg), msg / NC + 1, p.timeout_ns, peer,
+                          k_ring_wait_chunk, p.mailbox);
+        ring::profile_add(p.profile, ring::k_profile_chunk, t0);
       }
+      __syncwarp();
+      // Each row's local ranks, for the whole group.
+      int mask = 0;
+      if (lane < in_chunk) {
+        const std::int64_t at = static_cast<std::int64_t>(n) * s.max_tokens + first + j0 + lane;
+        if (p.cached) {
+          mask = p.routes.mask[at];
+        } else {
+          const std::uint8_t* m =
+              chunk + static_cast<std::int64_t>(lane) * p.format.pitch + p.format.mask_offset;
+          for (int g = 0; g < G; ++g) mask |= __ldcg(m + g) != 0 ? 1 << g : 0;
+          p.routes.mask[at] = static_cast<std::uint8_t>(mask);
+        }
+      }
+      chunk_masks[grp.id][lane] = mask;
     }
-    for (int r = 0; r < in_chunk; ++r) {
-      const int mk = __shfl_sync(0xffffffffu, mask, r);
-      const std::uint8_t* src = chunk + static_cast<std::int64_t>(r) * p.format.pitch;
-      for (int g = 0; g < G; ++g) {
-        if ((mk >> g & 1) == 0) continue;
-        const std::uint64_t idx = written[g];
-        const int ring_at_g = s.sub_ring(c, s.local, n);
-        if (lane == 0 && idx >= static_cast<std::uint64_t>(S))
-          ring::wait_word(
-              p.leg,
-              reinterpret_cast<const std::uint64_t*>(mine + s.nvl_heads()) + s.sub_ring(c, g, n),
-              idx + 1 - S, p.nvl_timeout_ns, s.node * G + g, k_ring_wait_nvl_room, p.mailbox);
-        __syncwarp();
-        ring::warp_copy(p.nvl[g] + s.nvl_slot(ring_at_g, idx), src, p.format.pitch);
+    grp.sync();
+    // Row `lane`'s local ranks (0 past the chunk).
+    const int mask = chunk_masks[grp.id][lane];
+    for (int r0 = 0; r0 < in_chunk; r0 += wave) {
+      const int r = r0 + grp.index;
+      if (grp.index < wave && r < in_chunk) {
+        const int mk = __shfl_sync(0xffffffffu, mask, r);
+        const std::uint8_t* src = chunk + static_cast<std::int64_t>(r) * p.format.pitch;
+#pragma unroll
+        for (int g = 0; g < k_max_ranks; ++g) {
+          // The row's place in g's sub-ring: after the rows before it here.
+          const unsigned before = __ballot_sync(0xffffffffu, lane < r && (mask >> g & 1) != 0);
+          if (g >= G || (mk >> g & 1) == 0) continue;
+          const std::uint64_t idx = written[g] + __popc(before);
+          if (lane == 0 && idx >= static_cast<std::uint64_t>(S))
+            ring::wait_word(
+                p.leg,
+                reinterpret_cast<const std::uint64_t*>(mine + s.nvl_heads()) + s.sub_ring(c, g, n),
+                idx + 1 - S, p.nvl_timeout_ns, s.node * G + g, k_ring_wait_nvl_room, p.mailbox);
+          __syncwarp();
+          ring::warp_copy(p.nvl[g] + s.nvl_slot(ring_at_g, idx), src, p.format.pitch);
+        }
         __threadfence_system();
-        __syncwarp();
-        if (lane == 0)
+      }
+      grp.sync();
+      // The wave's rows are written: publish each rank's tail.
+      const int upto = min(r0 + wave, in_chunk);
+      const unsigned in_wave = (upto >= 32 ? 0xffffffffu : (1u << upto) - 1u) & ~((1u << r0) - 1u);
+      for (int g = 0; g < G; ++g) {
+        const unsigned with_g = __ballot_sync(0xffffffffu, (mask >> g & 1) != 0);
+        if (grp.index == 0 && lane == 0 && (with_g & in_wave) != 0)
           store_release_sys(reinterpret_cast<std::uint64_t*>(p.nvl[g] + s.nvl_tails()) + ring_at_g,
-                            idx + 1);
-        written[g] = idx + 1;
+                            ring::pick(written, g) +
+                                __popc(with_g & ((upto >= 32 ? 0xffffffffu : (1u << upto) - 1u))));
       }
     }
+#pragma unroll
+    for (int g = 0; g < k_max_ranks; ++g)
+      written[g] += __popc(__ballot_sync(0xffffffffu, g < G && (mask >> g & 1) != 0));
     // The chunk is read: credit it (in batches; all at the stream's end).
     const std::uint64_t consumed = msg + 1;
     const bool last = j0 + in_chunk == rows;
     if (consumed - credited >= credit_every || last) {
       const std::uint64_t due = consumed - credited;
-      if (n == s.node) {
-        if (lane == 0) ring::add_local(p.leg, s.credit_signal(c, s.node), due);
-        __syncwarp();
-      } else {
-        const std::uint64_t t0 = global_timer_ns();
-        ring::put(p.leg, peer, 0, 0, 0, s.credit_signal(c, s.node), due, p.timeout_ns, p.mailbox);
-        if (lane == 0) ring::profile_add(p.profile, 4, t0);
+      if (grp.index == 0) {
+        if (n == s.node) {
+          if (lane == 0) ring::add_local(p.leg, s.credit_signal(c, s.node), due);
+          __syncwarp();
+        } else {
+          const std::uint64_t t0 = ring::stamp(p.profile);
+          ring::put(p.leg, peer, 0, 0, 0, s.credit_signal(c, s.node), due, p.timeout_ns, p.mailbox,
+                    p.profile);
+          if (lane == 0) ring::profile_add(p.profile, ring::k_profile_put, t0);
+        }
       }
       credited = consumed;
     }
   }
+  if (grp.index != 0) return;
   if (lane < G) {
 #pragma unroll
     for (int g = 0; g < k_max_ranks; ++g)
@@ -216,18 +250,6 @@ __device__ void forwarder(const Ctx& x) {
     p.counters.net_credited[c * N + n] = credited;
   }
 }
-
-// One sub-ring a receiver warp drains: from forwarder `from` (a local
-// rank), rows of source node n.
-struct Drain {
-  int ring;
-  int from;
-  int n;
-  int rows;
-  int out;  // first output row
-  std::uint64_t start;
-  int done;
-};
 
 __device__ void copy_out(const RingDispatchParams& p, const std::uint8_t* row, int out) {
   const RowFormat& f = p.format;
@@ -256,8 +278,6 @@ __device__ void copy_out(const RingDispatchParams& p, const std::uint8_t* row, i
   }
 }
 
-constexpr int k_max_drains = k_max_global_ranks / k_warps;
-
 __device__ void receiver(const Ctx& x) {
   const RingDispatchParams& p = x.p;
   const RingShape& s = x.s;
@@ -265,8 +285,6 @@ __device__ void receiver(const Ctx& x) {
   const int N = s.nodes;
   const int G = s.per_node;
   const int C = s.channels;
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
   // Padding past the received rows (num_worst_tokens), by channel 0's block.
   if (c == 0 && p.num_worst_tokens > 0 && !p.cached && p.format.num_topk > 0) {
     const int received = p.routes.base[s.ranks() * C];
@@ -280,60 +298,52 @@ __device__ void receiver(const Ctx& x) {
       if (p.recv_weights != nullptr) p.recv_weights[slot] = 0.0f;
     }
   }
-  Drain d[k_max_drains];
-  int count = 0;
-  for (int q = warp; q < G * N && count < k_max_drains; q += k_warps) {
-    Drain& r = d[count++];
-    r.from = q / N;
-    r.n = q % N;
-    r.ring = s.sub_ring(c, r.from, r.n);
-    const int src = r.n * G + r.from;
-    r.rows = p.routes.from_rank[src * C + c];
-    r.out = p.routes.base[src * C + c];
-    r.start = p.counters.nvl_read[r.ring];
-    r.done = 0;
-  }
+  // Every sub-ring of the channel at this rank, polled by a group of warps
+  // each (rings q, q + groups, ...); the group's warps copy a row each.
+  __shared__ ring::SubRing drains[k_max_global_ranks];
+  __shared__ ring::Seen seen[k_warps][2];
+  const int rings = G * N;
+  ring::fill_sub_rings(p, s, c, drains, [&](int ring) { return p.counters.nvl_read[ring]; });
+  const int groups = ring::polling_groups(rings);
+  const ring::Group grp = ring::group_of(groups, k_warps);
+  if (grp.id >= groups) return;
   const std::uint64_t* tails =
       reinterpret_cast<const std::uint64_t*>(p.nvl[s.local] + s.nvl_tails());
   std::uint64_t since = global_timer_ns();
+  ring::Backoff backoff;
+  int turn = 0;
   for (;;) {
     bool pending = false;
     bool moved = false;
-    for (int i = 0; i < count; ++i) {
-      Drain& r = d[i];
-      if (r.done >= r.rows) continue;
+    for (int q = grp.id; q < rings; q += groups) {
+      ring::SubRing& r = drains[q];
+      const ring::Seen at = ring::look(grp, seen[grp.id], turn, r, tails);
+      const std::uint64_t tail = at.at;
+      const int done = at.done;
+      if (done >= r.rows) continue;
       pending = true;
-      std::uint64_t tail = 0;
-      if (lane == 0) tail = load_acquire_sys(tails + r.ring);
-      tail = __shfl_sync(0xffffffffu, tail, 0);
       const int ready = static_cast<int>(min(tail - r.start, static_cast<std::uint64_t>(r.rows)));
-      if (ready <= r.done) continue;
-      for (int k = r.done; k < ready; ++k)
-        copy_out(p, p.nvl[s.local] + s.nvl_slot(r.ring, r.start + k), r.out + k);
-      r.done = ready;
+      if (ready <= done) continue;
+      for (int k = done + grp.index; k < ready; k += grp.size)
+        copy_out(p, p.nvl[s.local] + s.nvl_slot(r.ring, r.start + k), r.first + k);
       moved = true;
       // The rows are read: their slots go back to the forwarder.
       __threadfence_system();
-      __syncwarp();
-      if (lane == 0)
-        store_release_sys(reinterpret_cast<std::uint64_t*>(p.nvl[r.from] + s.nvl_heads()) +
+      grp.sync();
+      if (grp.lead()) {
+        r.done = ready;
+        store_release_sys(reinterpret_cast<std::uint64_t*>(p.nvl[r.other] + s.nvl_heads()) +
                               s.sub_ring(c, s.local, r.n),
-                          r.start + r.done);
+                          r.start + ready);
+      }
     }
     if (!pending) break;
-    const std::uint64_t now = global_timer_ns();
-    if (moved) {
-      since = now;
-    } else if (now - since > static_cast<std::uint64_t>(p.nvl_timeout_ns) && lane == 0) {
-      for (int i = 0; i < count; ++i)
-        if (d[i].done < d[i].rows)
-          ring::give_up(p.leg, p.mailbox, s.node * G + d[i].from, k_ring_wait_nvl_rows,
-                        static_cast<std::uint64_t>(d[i].done),
-                        static_cast<std::uint64_t>(d[i].rows));
-    }
+    ring::end_round(p.leg, p.mailbox, s, grp, groups, drains, moved, global_timer_ns(), since,
+                    backoff, p.nvl_timeout_ns, k_ring_wait_nvl_rows);
   }
-  if (lane == 0)
-    for (int i = 0; i < count; ++i) p.counters.nvl_read[d[i].ring] = d[i].start + d[i].rows;
+  if (grp.lead())
+    for (int q = grp.id; q < rings; q += groups)
+      p.counters.nvl_read[drains[q].ring] = drains[q].start + drains[q].rows;
 }
 
 __global__ void __launch_bounds__(k_threads) ring_dispatch_kernel(RingDispatchParams p) {

@@ -190,6 +190,14 @@ struct RingNotifyParams {
 };
 cudaError_t launch_ring_notify(const RingNotifyParams& p, cudaStream_t stream);
 
+/// A cached dispatch's and a combine's notify step (they need no count
+/// phase): a peer whose process the leg saw exit stops the call at once,
+/// named, instead of after a ring's timeout. Its own kernel, as DeepEP's
+/// cached_notify is, so that its test's profiler finds one `notify` kernel
+/// beside the data kernel in every operation.
+cudaError_t launch_ring_notify_alive(const network_leg::DeviceLeg& leg, Mailbox* mailbox,
+                                     cudaStream_t stream);
+
 /// One dispatch (or cached dispatch) through the rings: 3 x channels blocks.
 struct RingDispatchParams {
   RingShape shape;
@@ -247,10 +255,11 @@ struct RingCombineParams {
   std::int64_t timeout_ns = 0;
   std::int64_t nvl_timeout_ns = 0;
   Mailbox* mailbox = nullptr;
-  /// Optional (InternodeBuffer::set_ring_profile, a test's): per block, six
-  /// words: its start and end (global timer, ns), then the ns its lanes
-  /// spent waiting for NVLink rows or room, for network room (credits), in
-  /// puts, and waiting for network chunks.
+  /// Optional (InternodeBuffer::set_ring_profile, a test's): per block, eight
+  /// words (ring_device.cuh, ProfileWord): its start and end (global timer,
+  /// ns), then the ns its lanes spent waiting for NVLink rows or room, for
+  /// network room (credits), in puts, waiting for network chunks, and of the
+  /// puts' time waiting for the leg's grant; then how many puts it made.
   std::uint64_t* profile = nullptr;
 };
 cudaError_t launch_ring_combine(const RingCombineParams& p, cudaStream_t stream);

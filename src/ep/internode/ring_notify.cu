@@ -184,7 +184,21 @@ __global__ void __launch_bounds__(k_threads) ring_notify_kernel(RingNotifyParams
   }
 }
 
+// One thread: a peer whose process exited stops this call before its rings
+// wait on it (they would name it too, after the timeout).
+__global__ void ring_notify_alive_kernel(network_leg::DeviceLeg leg, Mailbox* mailbox) {
+  if (threadIdx.x != 0) return;
+  if (const int gone = network_leg::leg_exited(leg); gone >= 0)
+    ring::give_up(leg, mailbox, gone, k_ring_wait_message, 0, 0);
+}
+
 }  // namespace
+
+cudaError_t launch_ring_notify_alive(const network_leg::DeviceLeg& leg, Mailbox* mailbox,
+                                     cudaStream_t stream) {
+  ring_notify_alive_kernel<<<1, 32, 0, stream>>>(leg, mailbox);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_ring_notify(const RingNotifyParams& p, cudaStream_t stream) {
   const RingShape& s = p.shape;
