@@ -36,6 +36,13 @@ cap_for() { awk -v mb="$1" -v us="$2" 'BEGIN { printf "%.3f", mb / (1.5 * us / 1
 
 run 1000
 read -r fast_d fast_c nic_d nic_c < <(largest)
+# A run that printed no figures (an older program, a changed line) must not
+# become a division by zero and an empty cap.
+if ! awk -v a="$fast_d" -v b="$fast_c" -v c="$nic_d" -v d="$nic_c" 'BEGIN { exit !(a > 0 && b > 0 && c > 0 && d > 0) }'; then
+  echo "no device_us/nic_mb figures in the run at 1000 GB/s:"
+  tail -n 5 "$LOG"
+  exit 1
+fi
 cap_d=$(cap_for "$nic_d" "$fast_d")
 cap_c=$(cap_for "$nic_c" "$fast_c")
 run "$cap_d"

@@ -124,7 +124,7 @@ __device__ void forwarder(const Ctx& x) {
   const int wave = min(grp.size, S);
   // The chunk put last and not yet finished (the leader's; the flag is the
   // group's): the leg carries it while the group sums the next. One, not
-  // more: two in flight a group measured slower at 4 nodes (each group's
+  // more: two in flight a group measured slower at 4 nodes in one call (each group's
   // puts then queue behind more of the other groups' on the rank's NIC).
   ring::PostedPut pending;
   bool has_pending = false;
