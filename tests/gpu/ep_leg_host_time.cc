@@ -9,7 +9,16 @@
 // call run serially (the Buffer's events around its network leg and around
 // the rest: pack, forwarding, reduce) and overlapped (the whole call), medians
 // of CALLS; the overlapped call over the slower part alone is the figure.
-// Usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS [overlap [SMS]]]
+// With `rounds=N` it measures ring mode's overlap at issue 25's ratio in one
+// process: three batches of CALLS calls with the NIC at 1000 GB/s (the
+// network nearly free) give T_fast, the slowest rank's median; the cap is set
+// so that the bytes the busiest NIC carries per call take 1.5 x T_fast (the
+// leg alone); then N rounds alternate a batch at 1000 GB/s with a batch at
+// the cap. The median capped call over the leg alone is the figure, printed
+// beside the leg alone over the rounds' median fast call (the ratio the
+// rounds actually ran at: the NVLink legs' speed moves on a shared GPU).
+// Usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS
+//        [overlap|rounds=N [SMS]]]
 // (SMS: the NVLink legs' Config::num_sms, default 24; fewer slow them down,
 // so the leg's ratio to them can be set below the emulator's copy ceiling).
 // Prints one line per rank: "leg_host_time rank=... host_us dispatch=...",
@@ -40,6 +49,7 @@ struct Shape {
   int tokens = 1024, hidden = 7168, topk = 8, experts = 64, calls = 50;
   int sms = 24;  // Config::num_sms of every call (the NVLink legs' kernels)
   bool overlap = false;
+  int rounds = 0;  // rounds=N: ring mode's overlap at 1.5x, N rounds in this process
 };
 
 /// One whole line with one write(2): ranks share stdout, and stdio's
@@ -100,9 +110,102 @@ int time_overlap(ep::InternodeBuffer& buf, int calls, Call&& call, double& netwo
   return 0;
 }
 
+/// The largest of each whitespace-separated figure over the ranks' strings.
+std::vector<double> largest(const std::vector<std::string>& all, std::size_t figures) {
+  std::vector<double> out(figures, 0.0);
+  for (const auto& one : all) {
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < figures; ++i) {
+      std::size_t used = 0;
+      const double v = std::stod(one.substr(at), &used);
+      out[i] = std::max(out[i], v);
+      at += used;
+    }
+  }
+  return out;
+}
+
+/// rounds=N (see the file's comment). `measure(call, host_us, device_us)`
+/// times a batch of `call`; every figure is the slowest rank's, the NIC's
+/// bytes the busiest rank's.
+template <class Measure, class Dispatch, class Combine>
+int overlap_rounds(ep::Buffer& buf, harness::StoreBootstrap& boot, const Shape& s, int rank,
+                   int ranks, int nodes, double nic_d, double nic_c, Measure&& measure,
+                   Dispatch&& dispatch, Combine&& combine) {
+  auto* inter = dynamic_cast<ep::InternodeBuffer*>(&buf);
+  if (inter == nullptr) return 1;
+  auto nic = boot.all_gather(std::to_string(nic_d) + " " + std::to_string(nic_c));
+  CHECK_OK(nic);
+  const auto nic_max = largest(*nic, 2);
+  auto at_cap = [&](double gbps, auto&& call, double& device_us) -> int {
+    CHECK_OK(inter->set_emulated_nic_gbps(gbps));
+    CHECK_OK(buf.barrier());
+    double host_us = 0, mine = 0;
+    if (measure(call, host_us, mine) != 0) return 1;
+    auto all = boot.all_gather(std::to_string(mine));
+    CHECK_OK(all);
+    device_us = largest(*all, 1)[0] / 1000;  // ms
+    return 0;
+  };
+  // The caps, from the median of three batches with the network nearly
+  // free: the busiest NIC's bytes take 1.5 x that (MB over ms is GB/s).
+  std::vector<double> warm_d, warm_c;
+  for (int i = 0; i < 3; ++i) {
+    double d = 0, c = 0;
+    if (at_cap(1000, dispatch, d) != 0 || at_cap(1000, combine, c) != 0) return 1;
+    warm_d.push_back(d);
+    warm_c.push_back(c);
+  }
+  const double cap_d = nic_max[0] / (1.5 * median(warm_d));
+  const double cap_c = nic_max[1] / (1.5 * median(warm_c));
+  const double alone_d = nic_max[0] / cap_d, alone_c = nic_max[1] / cap_c;  // ms
+  // Then rounds alternating the fast batches (the NVLink legs alone, as
+  // they run now) with the capped ones, the caps fixed.
+  std::vector<double> fast_d, fast_c, call_d, call_c;
+  for (int round = 0; round < s.rounds; ++round) {
+    double fd = 0, fc = 0, cd = 0, cc = 0;
+    if (at_cap(1000, dispatch, fd) != 0 || at_cap(1000, combine, fc) != 0 ||
+        at_cap(cap_d, dispatch, cd) != 0 || at_cap(cap_c, combine, cc) != 0)
+      return 1;
+    fast_d.push_back(fd);
+    fast_c.push_back(fc);
+    call_d.push_back(cd);
+    call_c.push_back(cc);
+    if (rank == 0)
+      print_line(
+          "leg_rounds round=%d cached dispatch: fast %.2f ms, call %.2f ms | combine: fast "
+          "%.2f ms, call %.2f ms\n",
+          round, fd, cd, fc, cc);
+  }
+  // The figure: the median capped call over the leg alone; beside it the
+  // leg alone over the median fast call (1.5 when the NVLink legs ran as
+  // fast as in the warm-up), and the spread of the rounds.
+  const auto spread = [](const std::vector<double>& v, double over) {
+    return std::make_pair(*std::min_element(v.begin(), v.end()) / over,
+                          *std::max_element(v.begin(), v.end()) / over);
+  };
+  const auto [lo_d, hi_d] = spread(call_d, alone_d);
+  const auto [lo_c, hi_c] = spread(call_c, alone_c);
+  if (rank == 0)
+    print_line(
+        "leg_rounds_median ranks=%d nodes=%d tokens=%d rounds=%d | cached dispatch: nic %.2f MB, "
+        "cap %.2f GB/s, leg alone %.2f ms, fast %.2f ms (leg/fast %.2f), call %.2f ms, over the "
+        "leg %.3f (rounds %.3f-%.3f) | combine: nic %.2f MB, cap %.2f GB/s, leg alone %.2f ms, "
+        "fast %.2f ms (leg/fast %.2f), call %.2f ms, over the leg %.3f (rounds %.3f-%.3f)\n",
+        ranks, nodes, s.tokens, s.rounds, nic_max[0], cap_d, alone_d, median(fast_d),
+        alone_d / median(fast_d), median(call_d), median(call_d) / alone_d, lo_d, hi_d, nic_max[1],
+        cap_c, alone_c, median(fast_c), alone_c / median(fast_c), median(call_c),
+        median(call_c) / alone_c, lo_c, hi_c);
+  return 0;
+}
+
 int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, double gbps,
               const Shape& s) {
   if (cudaError_t rc = cudaSetDevice(rank % gpus); rc != cudaSuccess) return 2;
+  // EP_LEG_BLOCKING_SYNC=1: the ranks' host waits sleep instead of spinning.
+  if (const char* b = std::getenv("EP_LEG_BLOCKING_SYNC"); b != nullptr && b[0] == '1')
+    if (cudaError_t rc = cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync); rc != cudaSuccess)
+      return 2;
   auto session = test::join_forked_store(rank, ranks, port, "leg-host-time");
   if (!session) {
     std::fprintf(stderr, "rank %d: store: %s\n", rank, session.error().message.c_str());
@@ -129,14 +232,22 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
   // is theirs together), against Buffer::bytes_needed per rank. A first
   // Buffer, made and dropped before, loads the engine's kernels (module
   // code, a one-time cost of the process, not the Buffer's).
+  // Also printed: what the first Buffer took (kernels included) and what
+  // the GPU had not got back after it went, per rank.
   cudaFree(nullptr);
+  std::size_t free_start = 0, free_first = 0, free_before = 0, free_after = 0, total = 0;
+  CHECK_OK(boot.all_gather("start"));
+  cudaMemGetInfo(&free_start, &total);
+  CHECK_OK(boot.all_gather("measured"));
   {
     auto first = ep::Buffer::create(boot, bo);
     CHECK_OK(first);
     CHECK_OK((*first)->barrier());
+    CHECK_OK(boot.all_gather("first"));
+    cudaMemGetInfo(&free_first, &total);
+    CHECK_OK(boot.all_gather("measured"));
   }
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::size_t free_before = 0, free_after = 0, total = 0;
   CHECK_OK(boot.all_gather("before"));
   cudaMemGetInfo(&free_before, &total);
   CHECK_OK(boot.all_gather("measured"));
@@ -146,11 +257,16 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
   CHECK_OK(boot.all_gather("after"));
   cudaMemGetInfo(&free_after, &total);
   CHECK_OK(boot.all_gather("measured"));
+  const auto per_rank_mb = [&](std::size_t a, std::size_t b) {
+    return (static_cast<double>(a) - static_cast<double>(b)) / ranks / 1e6;
+  };
   if (rank == 0)
-    print_line("leg_memory ranks=%d nodes=%d rings=%d measured_per_rank_mb=%.2f computed_mb=%.2f\n",
-               ranks, nodes, bo.internode_rings ? 1 : 0,
-               static_cast<double>(free_before - free_after) / ranks / 1e6,
-               static_cast<double>(ep::Buffer::bytes_needed(bo, ranks)) / 1e6);
+    print_line(
+        "leg_memory ranks=%d nodes=%d rings=%d measured_per_rank_mb=%.2f computed_mb=%.2f "
+        "first_mb=%.2f not_returned_mb=%.2f\n",
+        ranks, nodes, bo.internode_rings ? 1 : 0, per_rank_mb(free_before, free_after),
+        static_cast<double>(ep::Buffer::bytes_needed(bo, ranks)) / 1e6,
+        per_rank_mb(free_start, free_first), per_rank_mb(free_start, free_before));
   ep::Buffer& buf = **buffer;
 
   std::mt19937_64 rng(99 + static_cast<unsigned>(rank));
@@ -290,6 +406,13 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
     inter->set_ring_profile(nullptr);
     cudaFree(words);
   }
+  if (s.rounds > 0 &&
+      overlap_rounds(
+          buf, boot, s, rank, ranks, nodes, nic_mb_dispatch, nic_mb_combine, measure,
+          [&] { return buf.dispatch(cached).ok(); }, [&] { return buf.combine(ca).ok(); }) != 0) {
+    std::fprintf(stderr, "rank %d: an overlap round failed\n", rank);
+    return 1;
+  }
   if (s.overlap) {
     auto* inter = dynamic_cast<ep::InternodeBuffer*>(&buf);
     if (inter == nullptr) {
@@ -329,14 +452,15 @@ int main(int argc, char** argv) {
   for (int i = 4; i < argc && i - 4 < 3; ++i) *fields[i - 4] = std::atoi(argv[i]);
   const std::string mode = argc > 7 ? argv[7] : "";
   s.overlap = mode == "overlap";
+  if (mode.rfind("rounds=", 0) == 0) s.rounds = std::atoi(mode.c_str() + 7);
   if (argc > 8) s.sms = std::atoi(argv[8]);
   if (ranks < 2 || nodes < 2 || ranks % nodes != 0 || !(gbps > 0) || s.tokens < 1 ||
       s.tokens > 65536 || s.hidden < 128 || s.hidden > 65536 || s.hidden % 128 != 0 ||
-      s.calls < 1 || s.calls > 100000 || (!mode.empty() && !s.overlap) || s.sms < 1 ||
-      s.sms > 132) {
+      s.calls < 1 || s.calls > 100000 || (!mode.empty() && !s.overlap && s.rounds == 0) ||
+      s.rounds < 0 || s.rounds > 1000 || s.sms < 1 || s.sms > 132) {
     std::fprintf(stderr,
-                 "usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS [overlap "
-                 "[SMS]]]\n");
+                 "usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS "
+                 "[overlap|rounds=N [SMS]]]\n");
     return 64;
   }
   const int gpus = test::gpus_or_exit(1);

@@ -436,6 +436,21 @@ Result<std::unique_ptr<Buffer>> make_internode_buffer(Bootstrap& bootstrap,
   return std::unique_ptr<Buffer>(std::move(buffer));
 }
 
+std::size_t emulated_mapping_bytes(const BufferOptions& options, int num_ranks) {
+  if (!options.internode_rings || options.network_leg != BufferOptions::NetworkLeg::emulated_nic)
+    return 0;
+  auto rings = ring_memory(options, num_ranks);
+  if (!rings) return 0;
+  // The emulated NIC maps every other rank's window through CUDA IPC.
+  // Measured on the H200 under MPS (docs/ep-internode.md, "Memory"): a
+  // Buffer took 1/512 of the window more per other rank (8 bytes a 4 KiB
+  // page, as page tables would), at 2 to 16 ranks and windows of 118 to
+  // 296 MB.
+  constexpr std::size_t small_page = 4096, entry = 8;
+  return static_cast<std::size_t>(std::max(num_ranks - 1, 0)) *
+         ((rings->total + small_page - 1) / small_page) * entry;
+}
+
 std::size_t internode_bytes(const BufferOptions& options, int num_ranks) {
   const std::size_t node =
       heap_layout(forwarding_options(options, num_ranks), std::max(options.ranks_per_node, 1))
@@ -449,7 +464,8 @@ std::size_t internode_bytes(const BufferOptions& options, int num_ranks) {
     constexpr std::size_t page = std::size_t{2} << 20;
     const auto pages = [&](std::size_t bytes) { return (bytes + page - 1) / page * page; };
     auto rings = ring_memory(options, num_ranks);
-    return pages(node) + pages(rings ? rings->total : 0) + page;
+    return pages(node) + pages(rings ? rings->total : 0) + page +
+           emulated_mapping_bytes(options, num_ranks);
   }
   return node + internode_layout(options, num_ranks).total;
 }

@@ -46,6 +46,10 @@ InternodeLayout internode_layout(const BufferOptions& options, int num_ranks);
 Result<std::unique_ptr<Buffer>> make_internode_buffer(Bootstrap& bootstrap,
                                                       const BufferOptions& options);
 std::size_t internode_bytes(const BufferOptions& options, int num_ranks);
+/// Of internode_bytes in ring mode, what the emulated NIC's mappings of the
+/// other ranks' windows cost (0 on another leg): a real NIC maps none, so
+/// this part grows with the world only on the emulator.
+std::size_t emulated_mapping_bytes(const BufferOptions& options, int num_ranks);
 /// The options of the node's intranode Buffer: it forwards up to nodes x
 /// max_tokens rows, and waits longer than the network leg (see blame).
 BufferOptions forwarding_options(const BufferOptions& options, int num_ranks);
@@ -160,6 +164,10 @@ class InternodeBuffer final : public Buffer {
   /// block's start and end (ns) into `profile` (device, 2 words a block:
   /// 3 blocks a channel, sender, forwarder, receiver); null stops it.
   void set_ring_profile(std::uint64_t* profile) { m_ring_profile = profile; }
+  /// The emulated NIC's cap from now on, for tests that time calls at two
+  /// caps in one process (every rank must be told, between calls); refused
+  /// on another network leg.
+  Result<void> set_emulated_nic_gbps(double gbps);
   Result<LegPhases> last_leg_phases() const;
 
  private:

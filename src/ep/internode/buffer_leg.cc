@@ -110,6 +110,13 @@ Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
   return {};
 }
 
+Result<void> InternodeBuffer::set_emulated_nic_gbps(double gbps) {
+  auto* nic = dynamic_cast<nl::EmulatedBackend*>(m_leg.get());
+  if (nic == nullptr)
+    return invalid("set_emulated_nic_gbps: this Buffer's network leg is not the emulated NIC");
+  return nic->set_bytes_per_s(gbps * 1e9);
+}
+
 void InternodeBuffer::set_leg_error(std::string error) {
   std::lock_guard lock(m_leg_error_mutex);
   if (m_leg_error.empty()) m_leg_error = std::move(error);

@@ -695,8 +695,21 @@ Result<void> EmulatedBackend::stall(int rank, std::int64_t duration_ns) {
   return {};
 }
 
+Result<void> EmulatedBackend::set_bytes_per_s(double bytes_per_s) {
+  std::lock_guard lock(m_mutex);
+  if (!m_pacing)
+    return make_error(ErrorCode::invalid, "emulated NIC: set_bytes_per_s before exchange");
+  EPKIT_TRY(m_pacing->set_bytes_per_s(bytes_per_s));
+  m_options.pacing.bytes_per_s = bytes_per_s;
+  return {};
+}
+
 std::string EmulatedBackend::describe() const {
-  const auto& p = m_options.pacing;
+  PacingConfig p;
+  {
+    std::lock_guard lock(m_mutex);  // set_bytes_per_s changes the cap
+    p = m_options.pacing;
+  }
   auto text = fmt::format("emulated NIC, {:g} GB/s, {:g} us", p.bytes_per_s * 1e-9,
                           static_cast<double>(p.latency_ns) * 1e-3);
   if (p.reorder_jitter_ns > 0) {

@@ -189,6 +189,9 @@ class EmulatedBackend final : public HostBackend {
   /// rank the network lost.
   Result<void> drop_rank(int rank);
   Result<void> stall(int rank, std::int64_t duration_ns);
+  /// This rank's NIC's cap from now on (EmulatedPacing::set_bytes_per_s);
+  /// every rank's backend must be told for the world to change speed.
+  Result<void> set_bytes_per_s(double bytes_per_s);
 
  private:
   struct Window {

@@ -149,6 +149,18 @@ bool EmulatedPacing::dropped(int rank) const {
   return valid_rank(rank) && m_dropped[static_cast<std::size_t>(rank)];
 }
 
+Result<void> EmulatedPacing::set_bytes_per_s(double bytes_per_s) {
+  if (!(bytes_per_s > 0) || !std::isfinite(bytes_per_s)) {
+    return make_error(
+        ErrorCode::invalid,
+        fmt::format("emulated NIC: bandwidth cap {} bytes/s (positive and finite)", bytes_per_s));
+  }
+  const auto now = m_clock->now_ns();
+  for (auto& nic : m_nics) refill(nic, now);
+  m_config.bytes_per_s = bytes_per_s;
+  return {};
+}
+
 void EmulatedPacing::stall(int rank, std::int64_t duration_ns) {
   if (!valid_rank(rank) || duration_ns <= 0) return;
   const auto now = m_clock->now_ns();

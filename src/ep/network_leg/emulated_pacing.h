@@ -109,6 +109,11 @@ class EmulatedPacing {
   /// `rank`'s NIC sends nothing for `duration_ns` from now; its puts in flight
   /// land that much later.
   void stall(int rank, std::int64_t duration_ns);
+  /// Every NIC's cap from now on (bytes/s, positive and finite): tokens
+  /// earned so far stay, puts already paced keep their times. A test runs
+  /// calls at two caps in one process so that the two figures it compares
+  /// come from the same ranks (docs/performance.md).
+  Result<void> set_bytes_per_s(double bytes_per_s);
   /// The first wait that expired, naming the rank it gave up on.
   const std::optional<Fault>& fault() const { return m_fault; }
 
