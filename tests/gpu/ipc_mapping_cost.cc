@@ -8,7 +8,8 @@
 // of processes costs). Usage:
 //   epkit_ipc_mapping_cost [EXPORTERS [COUNT [MIB...]]]
 // (defaults 1, 16; 2 8 32 128 256; a size may be a fraction of a MiB).
-// IPC_TOUCH_ALL=1 writes every byte of each mapping, not its first 256.
+// IPC_TOUCH_ALL=1 writes every byte of each mapping, not its first 256. A
+// run ends within 300 s whatever hangs (SIGALRM; the children die with it).
 //   epkit_ipc_mapping_cost mutual WORLD MIB
 // WORLD processes each export one region and map every other's (as the ranks
 // of a Buffer on the emulated NIC do); prints
@@ -22,6 +23,7 @@
 //   host_mapped others=P portable=0|1 mib=M count=C lost_kib_per_allocation=K
 #include <cuda_runtime_api.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,6 +107,10 @@ Exporter spawn(Child&& child) {
   const pid_t pid = fork();
   if (pid < 0) return {};
   if (pid == 0) {
+    // A child dies with the parent: its reads of the parent's pipe are
+    // otherwise unbounded (later children hold copies of the write end).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1) _exit(2);
     close(up[0]);
     close(down[1]);
     _exit(child(up[1], down[0]));
@@ -269,6 +275,9 @@ int mutual(int world, double mib) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
   epkit::test::gpus_or_exit(1);
+  // Every pipe read and wait below is bounded by this: a process that hangs
+  // (a CUDA call, a peer gone) ends the run, and its children with it.
+  alarm(300);
   if (argc == 4 && std::string(argv[1]) == "mutual") {
     const int world = std::atoi(argv[2]);
     const double mib = std::atof(argv[3]);
