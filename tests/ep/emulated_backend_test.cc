@@ -187,8 +187,10 @@ TEST(EmulatedBackend, WindowsAreRegisteredOnceBeforeExchangeWithoutOverlap) {
   EXPECT_EQ(second.value(), WindowId{1});
   EXPECT_FALSE(b.progress().ok());  // nothing to drive before exchange
   EXPECT_FALSE(b.drop_rank(1).ok());
+  EXPECT_FALSE(b.take_idle().ok());  // no NIC modelled yet
 
   w.exchange_ok();
+  EXPECT_TRUE(b.take_idle().ok());
   std::vector<std::uint8_t> late(64);
   auto after = b.register_window(late.data(), late.size());
   ASSERT_FALSE(after.ok());

@@ -86,6 +86,35 @@ TEST(EmulatedPacing, ACapChangedBetweenPutsPacesTheNextOnes) {
   }
 }
 
+TEST(EmulatedPacing, TakeIdleReportsTheLostCapacityAndTheEmptyStretches) {
+  ManualClock clock;
+  PacingConfig config;
+  config.bytes_per_s = 1e9;
+  config.burst_bytes = 1'000'000;
+  config.latency_ns = 0;
+  auto nic = make_pacing(2, config, clock);
+  // The full bucket sends 1 MB at once; 3 ms later it has earned 3 MB, of
+  // which the 1 MB that refills it is not lost: 2 ms at the cap is.
+  ASSERT_TRUE(nic.post(0, 1, 1'000'000).ok());
+  clock.advance(3'000'000);
+  ASSERT_TRUE(nic.post(0, 1, 2'000'000).ok());  // leaves at 4 ms
+  // Queued behind it: no stretch, nothing lost.
+  ASSERT_TRUE(nic.post(0, 1, 1'000'000).ok());  // leaves at 5 ms
+  auto idle = nic.take_idle(0);
+  EXPECT_EQ(idle.lost_ns, 2'000'000);
+  ASSERT_EQ(idle.gaps.size(), 1u);
+  EXPECT_EQ(idle.gaps[0], std::make_pair(std::int64_t{0}, std::int64_t{3'000'000}));
+  // Taken means reset; a stretch of 5 us is too short to list.
+  clock.advance(2'005'000);
+  ASSERT_TRUE(nic.post(0, 1, 1'000).ok());
+  idle = nic.take_idle(0);
+  EXPECT_EQ(idle.lost_ns, 0);
+  EXPECT_TRUE(idle.gaps.empty());
+  // Rank 1 never sent: its whole time, with its bucket full, is lost.
+  EXPECT_EQ(nic.take_idle(1).lost_ns, 5'005'000);
+  EXPECT_TRUE(nic.take_idle(7).gaps.empty());  // no such rank
+}
+
 TEST(EmulatedPacing, NothingLandsBeforeTheLatency) {
   ManualClock clock(1'000);
   PacingConfig config;

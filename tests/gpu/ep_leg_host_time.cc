@@ -17,6 +17,12 @@
 // the cap. The median capped call over the leg alone is the figure, printed
 // beside the leg alone over the rounds' median fast call (the ratio the
 // rounds actually ran at: the NVLink legs' speed moves on a shared GPU).
+// With EP_LEG_IDLE=1 the first three capped batches also say where each
+// rank's NIC sat empty ("leg_idle": the capacity lost, folded over the
+// batch's calls into ten bins of a call; "leg_gaps": the stretches over
+// 0.3 ms) and, in the first round, each call's kernel span per role
+// ("leg_calls", the device's global timer): the trace that found ring
+// mode's combine holding its first puts back at every call's start.
 // Usage: epkit_ep_leg_host_time RANKS NODES GBPS [TOKENS HIDDEN CALLS
 //        [overlap|rounds=N [SMS]]]
 // (SMS: the NVLink legs' Config::num_sms, default 24; fewer slow them down,
@@ -24,10 +30,12 @@
 // Prints one line per rank: "leg_host_time rank=... host_us dispatch=...",
 // and with overlap "leg_overlap rank=... dispatch network_ms=...".
 #include <epkit/ep.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -66,6 +74,8 @@ __attribute__((format(printf, 1, 2))) void print_line(const char* format, ...) {
         ::write(1, line, std::min(static_cast<std::size_t>(n), sizeof line - 1));
   }
 }
+
+int g_ring_blocks = 12;  // 3 a ring channel: EP_LEG_IDLE's profile slots
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -125,6 +135,57 @@ std::vector<double> largest(const std::vector<std::string>& all, std::size_t fig
   return out;
 }
 
+/// EP_LEG_IDLE=1: a batch's calls, each from its start to the last end of
+/// each role (senders, forwarders, receivers), us from the first call's
+/// start. `words`: the ring profile of every call, 8 words a block.
+std::string call_spans(const std::vector<std::uint64_t>& words, int blocks, int calls) {
+  const std::size_t per_call = static_cast<std::size_t>(blocks) * 8;
+  const std::uint64_t origin = words.empty() ? 0 : words[0];
+  const auto rel = [&](std::uint64_t v) { return static_cast<std::int64_t>(v - origin) / 1000; };
+  std::string line;
+  for (int c = 0; c < calls; ++c) {
+    std::uint64_t start = ~0ull, end[3] = {0, 0, 0};
+    for (int b = 0; b < blocks; ++b) {
+      const std::uint64_t* w = words.data() + per_call * c + static_cast<std::size_t>(b) * 8;
+      start = std::min(start, w[0]);
+      end[b % 3] = std::max(end[b % 3], w[1]);
+    }
+    line += fmt::format(" {}:{}-{},{},{}", c, rel(start), rel(end[0]), rel(end[1]), rel(end[2]));
+  }
+  return line;
+}
+
+/// EP_LEG_IDLE=1: where in a batch of `calls` calls of `call_ns` each,
+/// started at `t0` (steady_clock ns), the NIC's empty stretches fell.
+struct IdleFold {
+  double bins_ms[10] = {};  // per call, by tenth of a call
+  double total_ms = 0;      // per call
+  std::string long_gaps;    // the stretches over 0.3 ms, us from t0
+};
+
+IdleFold fold_idle(const ep::InternodeBuffer::NicIdle& idle, std::int64_t t0, double call_ns,
+                   int calls) {
+  IdleFold fold;
+  const auto period = std::max<std::int64_t>(10, std::llround(call_ns));
+  for (auto [a, b] : idle.gaps) {
+    std::int64_t from = std::max<std::int64_t>(a - t0, 0);
+    const std::int64_t to = b - t0;
+    if (to <= from) continue;
+    fold.total_ms += static_cast<double>(to - from) / 1e6 / calls;
+    if (to - from > 300000 && fold.long_gaps.size() < 700)
+      fold.long_gaps += fmt::format(" {}-{}", from / 1000, to / 1000);
+    while (from < to) {
+      const std::int64_t call_at = from / period * period;
+      const std::int64_t bin = std::min<std::int64_t>(9, (from - call_at) * 10 / period);
+      // At least a nanosecond a step: a bin edge rounded onto `from` ends.
+      const std::int64_t edge = std::max(from + 1, std::min(to, call_at + (bin + 1) * period / 10));
+      fold.bins_ms[bin] += static_cast<double>(edge - from) / 1e6 / calls;
+      from = edge;
+    }
+  }
+  return fold;
+}
+
 /// rounds=N (see the file's comment). `measure(call, host_us, device_us)`
 /// times a batch of `call`; every figure is the slowest rank's, the NIC's
 /// bytes the busiest rank's.
@@ -137,11 +198,58 @@ int overlap_rounds(ep::Buffer& buf, harness::StoreBootstrap& boot, const Shape& 
   auto nic = boot.all_gather(std::to_string(nic_d) + " " + std::to_string(nic_c));
   CHECK_OK(nic);
   const auto nic_max = largest(*nic, 2);
-  auto at_cap = [&](double gbps, auto&& call, double& device_us) -> int {
+  const char* idle_env = std::getenv("EP_LEG_IDLE");
+  const bool trace_idle = idle_env != nullptr && idle_env[0] == '1';
+  auto at_cap = [&](double gbps, auto&& call, double& device_us, const char* what = nullptr,
+                    int round = -1) -> int {
     CHECK_OK(inter->set_emulated_nic_gbps(gbps));
     CHECK_OK(buf.barrier());
+    const bool traced = trace_idle && what != nullptr && round < 3;
+    if (traced) CHECK_OK(inter->take_emulated_nic_idle());  // from here on
+    // In the first traced round every call gets its own profile slots.
+    const std::size_t per_call = static_cast<std::size_t>(g_ring_blocks) * 8;
+    std::vector<std::uint64_t> words;
+    std::uint64_t* device_words = nullptr;
+    if (traced && round == 0) {
+      words.resize(per_call * static_cast<std::size_t>(s.calls));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&device_words), words.size() * 8));
+      CHECK_CUDA(cudaMemset(device_words, 0, words.size() * 8));
+      CHECK_CUDA(cudaDeviceSynchronize());
+    }
+    int index = 0;
+    auto profiled = [&] {
+      if (device_words != nullptr) inter->set_ring_profile(device_words + per_call * index++);
+      return call();
+    };
+    const std::int64_t t0 = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch())
+                                .count();
     double host_us = 0, mine = 0;
-    if (measure(call, host_us, mine) != 0) return 1;
+    const int measured = measure(profiled, host_us, mine);
+    if (device_words != nullptr) {
+      inter->set_ring_profile(nullptr);
+      const cudaError_t rc =
+          cudaMemcpy(words.data(), device_words, words.size() * 8, cudaMemcpyDeviceToHost);
+      cudaFree(device_words);
+      CHECK_CUDA(rc);
+    }
+    if (measured != 0) return 1;
+    if (!words.empty())
+      print_line("leg_calls rank=%d %s (call:start-end of senders,forwarders,receivers, us)%s\n",
+                 rank, what, call_spans(words, g_ring_blocks, s.calls).c_str());
+    if (traced) {
+      auto idle = inter->take_emulated_nic_idle();
+      CHECK_OK(idle);
+      const IdleFold fold = fold_idle(*idle, t0, mine * 1000.0, s.calls);
+      std::string bins;
+      for (double v : fold.bins_ms) bins += fmt::format(" {:.2f}", v);
+      print_line("leg_idle rank=%d %s round=%d call_ms=%.2f lost_ms=%.2f gap_ms=%.2f bins_ms=%s\n",
+                 rank, what, round, mine / 1000, static_cast<double>(idle->lost_ns) / 1e6 / s.calls,
+                 fold.total_ms, bins.c_str());
+      if (round == 0)
+        print_line("leg_gaps rank=%d %s (us from the batch's start)%s\n", rank, what,
+                   fold.long_gaps.c_str());
+    }
     auto all = boot.all_gather(std::to_string(mine));
     CHECK_OK(all);
     device_us = largest(*all, 1)[0] / 1000;  // ms
@@ -165,7 +273,8 @@ int overlap_rounds(ep::Buffer& buf, harness::StoreBootstrap& boot, const Shape& 
   for (int round = 0; round < s.rounds; ++round) {
     double fd = 0, fc = 0, cd = 0, cc = 0;
     if (at_cap(1000, dispatch, fd) != 0 || at_cap(1000, combine, fc) != 0 ||
-        at_cap(cap_d, dispatch, cd) != 0 || at_cap(cap_c, combine, cc) != 0)
+        at_cap(cap_d, dispatch, cd, "dispatch", round) != 0 ||
+        at_cap(cap_c, combine, cc, "combine", round) != 0)
       return 1;
     fast_d.push_back(fd);
     fast_c.push_back(fc);
@@ -406,6 +515,7 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, doub
     inter->set_ring_profile(nullptr);
     cudaFree(words);
   }
+  g_ring_blocks = 3 * bo.ring_channels;
   if (s.rounds > 0 &&
       overlap_rounds(
           buf, boot, s, rank, ranks, nodes, nic_mb_dispatch, nic_mb_combine, measure,

@@ -168,6 +168,13 @@ class InternodeBuffer final : public Buffer {
   /// caps in one process (every rank must be told, between calls); refused
   /// on another network leg.
   Result<void> set_emulated_nic_gbps(double gbps);
+  /// For tests: how the emulated NIC went unused since the last call, the
+  /// capacity lost (ns at the cap) and its empty stretches (steady_clock ns).
+  struct NicIdle {
+    std::int64_t lost_ns = 0;
+    std::vector<std::pair<std::int64_t, std::int64_t>> gaps;
+  };
+  Result<NicIdle> take_emulated_nic_idle();
   Result<LegPhases> last_leg_phases() const;
 
  private:

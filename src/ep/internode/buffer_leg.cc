@@ -117,6 +117,15 @@ Result<void> InternodeBuffer::set_emulated_nic_gbps(double gbps) {
   return nic->set_bytes_per_s(gbps * 1e9);
 }
 
+Result<InternodeBuffer::NicIdle> InternodeBuffer::take_emulated_nic_idle() {
+  auto* nic = dynamic_cast<nl::EmulatedBackend*>(m_leg.get());
+  if (nic == nullptr)
+    return invalid("take_emulated_nic_idle: this Buffer's network leg is not the emulated NIC");
+  auto idle = nic->take_idle();
+  if (!idle) return idle.error();
+  return NicIdle{idle->lost_ns, std::move(idle->gaps)};
+}
+
 void InternodeBuffer::set_leg_error(std::string error) {
   std::lock_guard lock(m_leg_error_mutex);
   if (m_leg_error.empty()) m_leg_error = std::move(error);

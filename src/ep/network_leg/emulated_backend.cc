@@ -704,6 +704,12 @@ Result<void> EmulatedBackend::set_bytes_per_s(double bytes_per_s) {
   return {};
 }
 
+Result<EmulatedPacing::Idle> EmulatedBackend::take_idle() {
+  std::lock_guard lock(m_mutex);
+  if (!m_pacing) return make_error(ErrorCode::invalid, "emulated NIC: take_idle before exchange");
+  return m_pacing->take_idle(m_rank);
+}
+
 std::string EmulatedBackend::describe() const {
   PacingConfig p;
   {

@@ -192,6 +192,9 @@ class EmulatedBackend final : public HostBackend {
   /// This rank's NIC's cap from now on (EmulatedPacing::set_bytes_per_s);
   /// every rank's backend must be told for the world to change speed.
   Result<void> set_bytes_per_s(double bytes_per_s);
+  /// How this rank's NIC went unused since the last call
+  /// (EmulatedPacing::take_idle).
+  Result<EmulatedPacing::Idle> take_idle();
 
  private:
   struct Window {

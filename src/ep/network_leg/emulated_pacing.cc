@@ -52,10 +52,30 @@ EmulatedPacing::EmulatedPacing(int num_ranks, const PacingConfig& config, Clock&
   }
 }
 
+void EmulatedPacing::note_gap(Nic& nic, std::int64_t now_ns) {
+  constexpr std::int64_t k_shortest_ns = 10000;
+  constexpr std::size_t k_most = 65536;
+  if (now_ns - nic.time_ns > k_shortest_ns && nic.gaps.size() < k_most)
+    nic.gaps.emplace_back(nic.time_ns, now_ns);
+}
+
+EmulatedPacing::Idle EmulatedPacing::take_idle(int rank) {
+  Idle idle;
+  if (!valid_rank(rank)) return idle;
+  auto& nic = m_nics[static_cast<std::size_t>(rank)];
+  refill(nic, m_clock->now_ns());
+  idle.lost_ns = static_cast<std::int64_t>(nic.lost_bytes / m_config.bytes_per_s * 1e9);
+  idle.gaps.swap(nic.gaps);
+  nic.lost_bytes = 0;
+  return idle;
+}
+
 void EmulatedPacing::refill(Nic& nic, std::int64_t now_ns) const {
   if (now_ns <= nic.time_ns) return;
   const double earned = static_cast<double>(now_ns - nic.time_ns) * m_config.bytes_per_s * 1e-9;
-  nic.tokens = std::min(static_cast<double>(m_config.burst_bytes), nic.tokens + earned);
+  const auto burst = static_cast<double>(m_config.burst_bytes);
+  nic.lost_bytes += std::max(0.0, nic.tokens + earned - burst);
+  nic.tokens = std::min(burst, nic.tokens + earned);
   nic.time_ns = now_ns;
 }
 
@@ -68,6 +88,7 @@ Result<std::uint64_t> EmulatedPacing::post(int src, int dst, std::uint64_t bytes
   }
   const auto now = m_clock->now_ns();
   auto& nic = m_nics[static_cast<std::size_t>(src)];
+  note_gap(nic, now);
   refill(nic, now);
   // The put leaves when the bucket holds its bytes; puts queue behind each
   // other in posting order (the bucket's time only moves forward).

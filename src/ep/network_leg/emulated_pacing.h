@@ -117,14 +117,26 @@ class EmulatedPacing {
   /// The first wait that expired, naming the rank it gave up on.
   const std::optional<Fault>& fault() const { return m_fault; }
 
+  /// How `rank`'s NIC went unused since the last call (then reset): the
+  /// capacity lost while its bucket was full, as time at the cap, and the
+  /// stretches longer than 10 us in which nothing was queued (from, to).
+  struct Idle {
+    std::int64_t lost_ns = 0;
+    std::vector<std::pair<std::int64_t, std::int64_t>> gaps;
+  };
+  Idle take_idle(int rank);
+
  private:
   struct Nic {
     double tokens = 0;         // bytes the bucket holds at `time_ns`
     std::int64_t time_ns = 0;  // the bucket's own time: when the last put left
+    double lost_bytes = 0;     // earned while the bucket was full
+    std::vector<std::pair<std::int64_t, std::int64_t>> gaps;  // bounded
   };
 
   EmulatedPacing(int num_ranks, const PacingConfig& config, Clock& clock);
   void refill(Nic& nic, std::int64_t now_ns) const;
+  static void note_gap(Nic& nic, std::int64_t now_ns);
   bool valid_rank(int rank) const { return rank >= 0 && rank < static_cast<int>(m_nics.size()); }
 
   PacingConfig m_config;
