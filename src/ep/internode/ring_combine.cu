@@ -19,6 +19,8 @@ namespace {
 
 constexpr int k_threads = 1024;
 constexpr int k_warps = k_threads / 32;
+// Rows an NVLink sender writes into one sub-ring before it publishes them.
+constexpr int k_publish_rows = 32;
 using Ctx = ring::Role<RingCombineParams>;
 
 __device__ void nvl_sender(const Ctx& x) {
@@ -57,7 +59,12 @@ __device__ void nvl_sender(const Ctx& x) {
       // Rows up to head + S may be written.
       const std::uint64_t room_to = head + S;
       if (r.start + done >= room_to) continue;
-      const int upto = static_cast<int>(min(static_cast<std::uint64_t>(r.rows), room_to - r.start));
+      // At most k_publish_rows before the tail moves: a forwarder waits
+      // for a chunk's first rows, and at a call's start the room is the
+      // whole sub-ring (publishing 256 rows at once held every forwarder's
+      // first put back by milliseconds at 4 nodes).
+      const int upto = static_cast<int>(
+          min(static_cast<std::uint64_t>(min(r.rows, done + k_publish_rows)), room_to - r.start));
       const int at_forwarder = s.sub_ring(c, s.local, r.n);
       for (int k = done + grp.index; k < upto; k += grp.size) {
         const std::int64_t in = r.first + k;
