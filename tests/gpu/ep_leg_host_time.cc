@@ -120,16 +120,19 @@ int time_overlap(ep::InternodeBuffer& buf, int calls, Call&& call, double& netwo
   return 0;
 }
 
-/// The largest of each whitespace-separated figure over the ranks' strings.
+/// The largest of each whitespace-separated figure over the ranks' strings;
+/// empty when a string holds fewer figures or one that is not a finite
+/// number (the strings come from other processes: std::stod would throw).
 std::vector<double> largest(const std::vector<std::string>& all, std::size_t figures) {
   std::vector<double> out(figures, 0.0);
   for (const auto& one : all) {
-    std::size_t at = 0;
+    const char* at = one.c_str();
     for (std::size_t i = 0; i < figures; ++i) {
-      std::size_t used = 0;
-      const double v = std::stod(one.substr(at), &used);
+      char* end = nullptr;
+      const double v = std::strtod(at, &end);
+      if (end == at || !std::isfinite(v)) return {};
       out[i] = std::max(out[i], v);
-      at += used;
+      at = end;
     }
   }
   return out;
@@ -198,6 +201,10 @@ int overlap_rounds(ep::Buffer& buf, harness::StoreBootstrap& boot, const Shape& 
   auto nic = boot.all_gather(std::to_string(nic_d) + " " + std::to_string(nic_c));
   CHECK_OK(nic);
   const auto nic_max = largest(*nic, 2);
+  if (nic_max.empty()) {
+    std::fprintf(stderr, "rank %d: a rank's NIC bytes did not parse\n", rank);
+    return 1;
+  }
   const char* idle_env = std::getenv("EP_LEG_IDLE");
   const bool trace_idle = idle_env != nullptr && idle_env[0] == '1';
   auto at_cap = [&](double gbps, auto&& call, double& device_us, const char* what = nullptr,
@@ -252,7 +259,12 @@ int overlap_rounds(ep::Buffer& buf, harness::StoreBootstrap& boot, const Shape& 
     }
     auto all = boot.all_gather(std::to_string(mine));
     CHECK_OK(all);
-    device_us = largest(*all, 1)[0] / 1000;  // ms
+    const auto slowest = largest(*all, 1);
+    if (slowest.empty()) {
+      std::fprintf(stderr, "rank %d: a rank's batch time did not parse\n", rank);
+      return 1;
+    }
+    device_us = slowest[0] / 1000;  // ms
     return 0;
   };
   // The caps, from the median of three batches with the network nearly
