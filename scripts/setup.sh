@@ -25,7 +25,9 @@ if [[ $job == test ]]; then
              yamllint shellcheck jq)
   # Debian's PyTorch (CPU): epkit._C's syntax check against its headers and
   # ElasticBuffer's CPU simulation (tests/python/CMakeLists.txt).
-  packages+=(libtorch-dev python3-torch)
+  # pybind11-dev only as libtorch-dev's recommendation, which
+  # --no-install-recommends leaves out; torch_ext.cc needs it.
+  packages+=(libtorch-dev python3-torch pybind11-dev)
   # The deploy checks (deploy/checks) run on Node.js; a NodeSource nodejs
   # brings its own npm, so ask for Debian's only when there is none.
   command -v npm >/dev/null || packages+=(nodejs npm)

@@ -215,6 +215,9 @@ enum LowLatencyWait : std::int32_t {
   k_low_latency_wait_counts = 1,
   k_low_latency_wait_dispatch = 2,
   k_low_latency_wait_combine = 3,
+  /// Not waits: what a hooked dispatch's receive found in a source's slice.
+  k_low_latency_overwritten = 4,  // the source's next dispatch wrote it before it was read
+  k_low_latency_bad_count = 5,    // the source announced more rows than max tokens
 };
 
 }  // namespace epkit::ep::kernels

@@ -224,6 +224,18 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
   if (kind == k::k_timeout_low_latency) {
     m_broken = true;
     const long long wait = m_mailbox->error_value;
+    if (wait == k::k_low_latency_overwritten)
+      return make_error(
+          ErrorCode::invalid,
+          fmt::format("{}: rank {} sent its next low-latency dispatch into this buffer before this "
+                      "rank's receive hook read the one before: a hook was called more than one "
+                      "operation late (at most two operations may be in flight, as in DeepEP)",
+                      what, m_rank_base + m_mailbox->error_rank));
+    if (wait == k::k_low_latency_bad_count)
+      return make_error(ErrorCode::internal,
+                        fmt::format("{}: rank {} announced more low-latency rows for one expert "
+                                    "than num_max_dispatch_tokens_per_rank",
+                                    what, m_rank_base + m_mailbox->error_rank));
     const char* missing = wait == k::k_low_latency_wait_counts ? "its low-latency dispatch counts"
                           : wait == k::k_low_latency_wait_dispatch ? "its low-latency dispatch rows"
                                                                    : "its low-latency combine rows";

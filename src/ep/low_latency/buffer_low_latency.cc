@@ -111,7 +111,11 @@ Result<void> BufferImpl::clean_low_latency_buffer(int max_tokens, int hidden, in
     return make_error(ErrorCode::unavailable, "the Buffer failed before and cannot be used");
   k::LowLatencyCleanParams p;
   p.sync = sync();
-  p.header = reinterpret_cast<k::LowLatencyHeader*>(m_peers[m_rank] + m_heap.low_latency);
+  std::uint8_t* own = m_peers[m_rank] + m_heap.low_latency;
+  p.header = reinterpret_cast<k::LowLatencyHeader*>(own);
+  for (int b = 0; b < 2; ++b)
+    p.slice_count[b] = reinterpret_cast<std::uint64_t*>(own + region->buffer[b].slice_count);
+  p.slice_words = region->num_ranks * region->local_experts;
   if (cudaError_t rc = k::launch_low_latency_clean(p, m_stream); rc != cudaSuccess)
     return failure(rc, "clean_low_latency_buffer");
   m_low_latency_next = 0;

@@ -1,5 +1,6 @@
 // clean_low_latency_buffer: a rank barrier, this rank's header zeroed (flags,
-// epochs, the grid counter), another barrier, so that every rank starts the
+// epochs, the grid counter) with the hooked dispatch's count words, another
+// barrier, so that every rank starts the
 // next low-latency operation from epoch 1 and no peer writes a flag before
 // the owner cleared it. One warp.
 #include "ep/core/ep_device.cuh"
@@ -14,6 +15,10 @@ __global__ void low_latency_clean(LowLatencyCleanParams p) {
   rank_barrier_warp(p.sync, base + 1, true);
   auto* words = reinterpret_cast<std::uint64_t*>(p.header);
   for (std::size_t i = threadIdx.x; i < sizeof(LowLatencyHeader) / 8; i += 32) words[i] = 0;
+  // A hooked dispatch's count words carry the epoch: one left from before
+  // would look like a later operation's.
+  for (int b = 0; b < 2; ++b)
+    for (int i = threadIdx.x; i < p.slice_words; i += 32) p.slice_count[b][i] = 0;
   __threadfence_system();
   __syncwarp();
   rank_barrier_warp(p.sync, base + 2, true);

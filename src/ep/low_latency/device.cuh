@@ -70,10 +70,14 @@ __device__ __forceinline__ void low_latency_wait_flags(const LowLatencyCommon& c
 }
 
 /// The end of a send: each block fences its stores (system scope) and counts
-/// itself in; the last one sets this rank's flag (dispatch or combine) on
-/// every rank to the epoch, and records the epoch for the receive half.
+/// itself in; the last one runs `before_flags` with all its threads (the
+/// hooked dispatch's count words), then sets this rank's flag (dispatch or
+/// combine) on every rank to the epoch, and records the epoch for the
+/// receive half.
+template <typename BeforeFlags>
 __device__ __forceinline__ void low_latency_send_done(const LowLatencyCommon& c,
-                                                      std::uint64_t epoch, bool combine) {
+                                                      std::uint64_t epoch, bool combine,
+                                                      BeforeFlags before_flags) {
   __shared__ bool last;
   LowLatencyHeader* mine = low_latency_header(c, c.rank);
   __threadfence_system();
@@ -84,6 +88,11 @@ __device__ __forceinline__ void low_latency_send_done(const LowLatencyCommon& c,
     if (last) mine->grid_counter = 0;  // every other block has counted in
   }
   __syncthreads();
+  if (last) {  // the same in every thread of the block
+    __threadfence_system();
+    before_flags();
+    __syncthreads();
+  }
   if (last && threadIdx.x < 32) {
     __threadfence_system();
     const int lane = threadIdx.x;
@@ -99,6 +108,11 @@ __device__ __forceinline__ void low_latency_send_done(const LowLatencyCommon& c,
       if (!combine) mine->dispatch_epoch[c.buffer] = epoch;
     }
   }
+}
+
+__device__ __forceinline__ void low_latency_send_done(const LowLatencyCommon& c,
+                                                      std::uint64_t epoch, bool combine) {
+  low_latency_send_done(c, epoch, combine, [] {});
 }
 
 /// A warp copies n16 16-byte vectors; `Load` reads one. Unroll vectors per

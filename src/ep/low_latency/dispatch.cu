@@ -118,6 +118,54 @@ __device__ void rank_selections(const LowLatencyDispatchParams& p, int t0, int t
   }
 }
 
+/// A hooked dispatch's send after the slots and the cast: each selection's
+/// row into slice [expert][this rank][slot] of its destination's staging
+/// area; the last block then publishes this rank's count of every expert to
+/// its owner (epoch << 32 | rows, with a release after every row), then the
+/// flags. No wait on any peer.
+__device__ void send_sliced(const LowLatencyDispatchParams& p, std::uint64_t epoch, int t0, int t1,
+                            const int* all, const int* slots, const std::uint8_t* cast) {
+  const LowLatencyCommon& c = p.c;
+  const LowLatencyRegion& g = c.region;
+  const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
+  const int L = g.local_experts;
+  const int me = c.rank;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  const int n16 = static_cast<int>((p.fp8 ? g.cast_row_bytes : 2 * g.hidden) / 16);
+  for (int i = warp; i < (t1 - t0) * p.num_topk; i += warps) {
+    const int slot = slots[i];
+    // A slice holds max_tokens rows; more (an expert chosen twice by a
+    // token) are not written and the count tells the receiver.
+    if (slot < 0 || slot >= g.max_tokens) continue;
+    const int t = t0 + i / p.num_topk;
+    const int k = i % p.num_topk;
+    const int e = expert_of(p, t, k);
+    const int r = e / L;
+    const std::int64_t row =
+        (static_cast<std::int64_t>(e % L) * c.num_ranks + me) * g.max_tokens + slot;
+    auto* dst = low_latency_array<int4>(c, r, off.stage + row * 2 * g.hidden);
+    if (p.fp8)
+      warp_copy<4>(
+          dst,
+          reinterpret_cast<const int4*>(cast + static_cast<std::int64_t>(t) * g.cast_row_bytes),
+          n16, [](const int4* q) { return load_peer(q); });
+    else
+      warp_copy<4>(dst, reinterpret_cast<const int4*>(p.x + t * p.x_stride), n16,
+                   [](const int4* q) { return load_stream(q); });
+    if (lane == 0) low_latency_array<int>(c, r, off.stage_tk)[row] = t << 8 | k;
+  }
+  const std::uint64_t tag = (epoch & 0xffffffffull) << 32;
+  low_latency_send_done(c, epoch, false, [&] {
+    for (int e = threadIdx.x; e < g.num_experts; e += blockDim.x) {
+      auto* word = low_latency_array<std::uint64_t>(c, e / L, off.slice_count) +
+                   static_cast<std::int64_t>(me) * L + e % L;
+      store_release_sys(word, tag | static_cast<std::uint32_t>(all[e]));
+    }
+  });
+}
+
 __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t epoch, int* smem) {
   const LowLatencyCommon& c = p.c;
   const LowLatencyRegion& g = c.region;
@@ -147,13 +195,18 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
   }
   __syncthreads();
 
-  // The counts row to every rank first: every rank's rows wait for them.
-  // A rank whose last dispatch on this buffer has not finished its send
-  // (some block not yet past reading the counts: possible only if the hook
-  // of that dispatch was never called) must not see them overwritten.
+  // A hooked dispatch (a send-only kernel) never waits on a peer: its rows
+  // go into this rank's own slice of each destination's staging area, the
+  // counts after them, and the hook's receive packs the outputs
+  // (docs/ep-engine.md, "Across nodes, and a send half that never waits").
+  const bool sliced = c.phases == k_low_latency_send;
+  // Otherwise the counts row to every rank first: every rank's rows wait for
+  // them. A rank whose last dispatch on this buffer has not finished its
+  // send (some block not yet past reading the counts: possible only if the
+  // hook of that dispatch was never called) must not see them overwritten.
   const LowLatencyHeader* mine = low_latency_header(c, me);
   const std::uint64_t previous = load_volatile(&mine->dispatch_epoch[c.buffer]);
-  for (int r = blockIdx.x; r < c.num_ranks; r += gridDim.x) {
+  for (int r = blockIdx.x; !sliced && r < c.num_ranks; r += gridDim.x) {
     if (threadIdx.x == 0)
       low_latency_wait_one(c, &mine->dispatch_flag[c.buffer][r], previous, r,
                            k_low_latency_wait_dispatch);
@@ -168,6 +221,11 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
   if (warp == 0) rank_selections(p, t0, t1, cursor, slots);
   std::uint8_t* cast = low_latency_array<std::uint8_t>(c, me, off.cast);
   if (p.fp8) cast_tokens(p, t0, t1, cast);
+  if (sliced) {
+    __syncthreads();  // the slots and the cast rows
+    send_sliced(p, epoch, t0, t1, all, slots, cast);
+    return;
+  }
   if (warp == 0)
     low_latency_wait_flags(c, low_latency_header(c, me)->count_flag[c.buffer], epoch,
                            k_low_latency_wait_counts, false);
@@ -229,41 +287,156 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
   low_latency_send_done(c, epoch, false);
 }
 
+/// One thread: source `rank`'s count word of this epoch (the low 32 bits of
+/// the epoch in the high half, compared modulo 2^32): waits for it, bounded;
+/// a later epoch means the source has already written its next dispatch
+/// here (a hook more than one operation late), a count over max_tokens is
+/// refused. Returns the rows.
+__device__ int slice_rows(const LowLatencyCommon& c, const std::uint64_t* word, std::uint64_t epoch,
+                          int rank) {
+  const auto want = static_cast<std::uint32_t>(epoch);
+  const auto behind = [&](std::uint64_t w) {
+    return static_cast<std::int32_t>(static_cast<std::uint32_t>(w >> 32) - want) < 0;
+  };
+  std::uint64_t w = load_acquire_sys(word);
+  if (behind(w)) {
+    const std::uint64_t t0 = global_timer_ns();
+    while (behind(w = load_acquire_sys(word)))
+      if (global_timer_ns() - t0 > c.timeout_ns)
+        fail(c.mailbox, k_timeout_low_latency, rank, k_low_latency_wait_dispatch);
+  }
+  if (static_cast<std::uint32_t>(w >> 32) != want)
+    fail(c.mailbox, k_timeout_low_latency, rank, k_low_latency_overwritten);
+  const auto rows = static_cast<std::uint32_t>(w);
+  if (rows > static_cast<std::uint32_t>(c.region.max_tokens))
+    fail(c.mailbox, k_timeout_low_latency, rank, k_low_latency_bad_count);
+  return static_cast<int>(rows);
+}
+
+/// Local expert `le`'s FP8 scales, from the rows' contiguous copies into
+/// the column-major (or UE8M0-packed) output: the block's threads a row each.
+__device__ void transpose_scales(const LowLatencyDispatchParams& p, int le, int n) {
+  const LowLatencyCommon& c = p.c;
+  const LowLatencyRegion& g = c.region;
+  const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
+  const float* rows = low_latency_array<float>(c, c.rank, off.scale_rows);
+  const int S = g.num_scales;
+  const std::int64_t RM = g.rows_per_expert;
+  for (int row = threadIdx.x; row < n; row += blockDim.x) {
+    const int* src = reinterpret_cast<const int*>(rows + (le * RM + row) * S);
+    if (p.ue8m0) {
+      // Four scales' exponent bytes per int32, low byte first.
+      auto* out = low_latency_array<unsigned int>(c, c.rank, off.recv_scales) + le * (S / 4) * RM;
+      for (int q = 0; q < S / 4; ++q) {
+        unsigned int word = 0;
+        for (int j = 0; j < 4; ++j)
+          word |= ((static_cast<unsigned int>(load_cg(src + 4 * q + j)) >> 23) & 0xffu) << (8 * j);
+        out[q * RM + row] = word;
+      }
+    } else {
+      auto* out = low_latency_array<int>(c, c.rank, off.recv_scales) + le * S * RM;
+      for (int q = 0; q < S; ++q) out[q * RM + row] = load_cg(src + q);
+    }
+  }
+}
+
+/// A hooked dispatch's receive: every source's count words of this epoch,
+/// then each block packs its local experts' slices in source order into
+/// the outputs today's layout has (recv_x, scale rows, src_info, src_slot,
+/// layout_range, recv_count), checks that no slice moved on meanwhile, and
+/// transposes the scales.
+__device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t epoch) {
+  const LowLatencyCommon& c = p.c;
+  const LowLatencyRegion& g = c.region;
+  const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
+  const int L = g.local_experts;
+  const int R = c.num_ranks;
+  const int T = g.max_tokens;
+  const std::int64_t RM = g.rows_per_expert;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  const std::uint64_t* words = low_latency_array<std::uint64_t>(c, c.rank, off.slice_count);
+  // Warp 0, a lane a source: its counts of every local expert are here.
+  if (warp == 0 && lane < R) {
+    const long long start = clock64();
+    for (int le = 0; le < L; ++le) slice_rows(c, words + lane * L + le, epoch, lane);
+    if (blockIdx.x == 0 && c.wait_stats != nullptr)
+      atomicAdd(reinterpret_cast<unsigned long long*>(c.wait_stats + lane),
+                static_cast<unsigned long long>(clock64() - start));
+  }
+  __syncthreads();
+  __shared__ int first[k_max_ranks + 1];
+  const std::int64_t x_row = p.fp8 ? g.hidden : 2 * g.hidden;  // bytes of a recv_x row
+  const int n16 = static_cast<int>(x_row / 16);
+  for (int le = blockIdx.x; le < L; le += gridDim.x) {
+    if (threadIdx.x == 0) {
+      int sum = 0;
+      for (int s = 0; s < R; ++s) {
+        first[s] = sum;
+        sum += static_cast<int>(static_cast<std::uint32_t>(load_acquire_sys(words + s * L + le)));
+      }
+      first[R] = sum;
+    }
+    __syncthreads();
+    const int total = first[R];
+    if (static_cast<int>(threadIdx.x) < R) {
+      const int s = threadIdx.x;
+      low_latency_array<long long>(c, c.rank, off.layout_range)[le * R + s] =
+          (static_cast<long long>(first[s]) << 32) |
+          static_cast<long long>(first[s + 1] - first[s]);
+    }
+    if (threadIdx.x == 0) {
+      low_latency_array<int>(c, c.rank, off.recv_count)[le] = total;
+      if (p.cumulative_stats != nullptr) atomicAdd(p.cumulative_stats + le, total);
+    }
+    for (int i = warp; i < total; i += warps) {
+      int s = 0;
+      while (s + 1 < R && first[s + 1] <= i) ++s;
+      const std::int64_t from = (static_cast<std::int64_t>(le) * R + s) * T + (i - first[s]);
+      const std::int64_t to = le * RM + i;
+      const std::uint8_t* src =
+          low_latency_array<std::uint8_t>(c, c.rank, off.stage) + from * 2 * g.hidden;
+      warp_copy<4>(low_latency_array<int4>(c, c.rank, off.recv_x + to * x_row),
+                   reinterpret_cast<const int4*>(src), n16,
+                   [](const int4* q) { return load_cg(q); });
+      if (p.fp8) {
+        const auto* scales = reinterpret_cast<const int*>(src + g.hidden);
+        int* dst = low_latency_array<int>(c, c.rank, off.scale_rows) + to * g.num_scales;
+        for (int j = lane; j < g.num_scales; j += 32) dst[j] = load_cg(scales + j);
+      }
+      if (lane == 0) {
+        const int tk = load_cg(low_latency_array<int>(c, c.rank, off.stage_tk) + from);
+        low_latency_array<int>(c, c.rank, off.src_info)[to] = tk >> 8;
+        low_latency_array<int>(c, c.rank, off.src_slot)[to] = (s << 8) | (tk & 0xff);
+      }
+    }
+    __syncthreads();
+    // A source whose word moved on wrote its next dispatch into its slice
+    // while it was read.
+    if (static_cast<int>(threadIdx.x) < R)
+      slice_rows(c, words + threadIdx.x * L + le, epoch, threadIdx.x);
+    if (p.fp8) transpose_scales(p, le, total);
+    __syncthreads();
+  }
+}
+
 __device__ void dispatch_receive(const LowLatencyDispatchParams& p, std::uint64_t epoch) {
   const LowLatencyCommon& c = p.c;
   const LowLatencyRegion& g = c.region;
   const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
+  if (c.phases == k_low_latency_recv) {
+    receive_sliced(p, epoch);
+    return;
+  }
   if (threadIdx.x < 32)
     low_latency_wait_flags(c, low_latency_header(c, c.rank)->dispatch_flag[c.buffer], epoch,
                            k_low_latency_wait_dispatch, blockIdx.x == 0);
   __syncthreads();
   const int* recv_count = low_latency_array<int>(c, c.rank, off.recv_count);
-  if (p.fp8) {
-    const float* rows = low_latency_array<float>(c, c.rank, off.scale_rows);
-    const int S = g.num_scales;
-    const std::int64_t RM = g.rows_per_expert;
-    for (int le = blockIdx.x; le < g.local_experts; le += gridDim.x) {
-      const int n = load_volatile(recv_count + le);
-      for (int row = threadIdx.x; row < n; row += blockDim.x) {
-        const int* src = reinterpret_cast<const int*>(rows + (le * RM + row) * S);
-        if (p.ue8m0) {
-          // Four scales' exponent bytes per int32, low byte first.
-          auto* out =
-              low_latency_array<unsigned int>(c, c.rank, off.recv_scales) + le * (S / 4) * RM;
-          for (int q = 0; q < S / 4; ++q) {
-            unsigned int word = 0;
-            for (int j = 0; j < 4; ++j)
-              word |= ((static_cast<unsigned int>(load_cg(src + 4 * q + j)) >> 23) & 0xffu)
-                      << (8 * j);
-            out[q * RM + row] = word;
-          }
-        } else {
-          auto* out = low_latency_array<int>(c, c.rank, off.recv_scales) + le * S * RM;
-          for (int q = 0; q < S; ++q) out[q * RM + row] = load_cg(src + q);
-        }
-      }
-    }
-  }
+  if (p.fp8)
+    for (int le = blockIdx.x; le < g.local_experts; le += gridDim.x)
+      transpose_scales(p, le, load_volatile(recv_count + le));
   if (blockIdx.x == 0 && p.cumulative_stats != nullptr)
     for (int le = threadIdx.x; le < g.local_experts; le += blockDim.x)
       atomicAdd(p.cumulative_stats + le, load_volatile(recv_count + le));

@@ -32,6 +32,11 @@ struct LowLatencyBufferOffsets {
   std::int64_t combine_rows = 0;  // bf16 [max tokens][k_low_latency_max_topk][hidden]
   std::int64_t combined = 0;      // bf16 [max tokens][hidden]
   std::int64_t cast = 0;          // [max tokens] x (hidden FP8 bytes + S fp32)
+  // A hooked dispatch's send (it never waits on a peer): each source writes
+  // its rows into its own slice, the receive packs them into recv_x.
+  std::int64_t stage = 0;        // [L][ranks][max tokens] rows of 2 * hidden bytes
+  std::int64_t stage_tk = 0;     // int32 [L][ranks][max tokens]: token << 8 | k
+  std::int64_t slice_count = 0;  // u64 [ranks][L]: epoch << 32 | rows, by each source
 };
 
 /// A shape's region: header, then two buffers.
@@ -105,10 +110,13 @@ struct LowLatencyCombineParams {
 };
 cudaError_t launch_low_latency_combine(const LowLatencyCombineParams& p, cudaStream_t stream);
 
-/// Barrier, zero the own region's header, barrier (one block).
+/// Barrier, zero the own region's header and both buffers' slice counts
+/// (their epochs restart with the header's), barrier (one block).
 struct LowLatencyCleanParams {
   SyncParams sync;
-  LowLatencyHeader* header = nullptr;  // own
+  LowLatencyHeader* header = nullptr;                  // own
+  std::uint64_t* slice_count[2] = {nullptr, nullptr};  // own, ranks x local experts words each
+  int slice_words = 0;
 };
 cudaError_t launch_low_latency_clean(const LowLatencyCleanParams& p, cudaStream_t stream);
 

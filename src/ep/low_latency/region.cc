@@ -65,6 +65,9 @@ Result<kernels::LowLatencyRegion> region_for(int max_tokens, int hidden, int num
     b.combine_rows = take(tokens * k::k_low_latency_max_topk * hidden * 2);
     b.combined = take(tokens * hidden * 2);
     b.cast = take(tokens * r.cast_row_bytes);
+    b.stage = take(rows * hidden * 2);
+    b.stage_tk = take(rows * 4);
+    b.slice_count = take(static_cast<std::int64_t>(num_ranks) * r.local_experts * 8);
   }
   r.total = at;
   return r;
