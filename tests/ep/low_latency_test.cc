@@ -35,6 +35,9 @@ std::vector<std::pair<std::int64_t, std::int64_t>> arrays(const k::LowLatencyReg
                      std::int64_t{r.max_tokens} * k::k_low_latency_max_topk * r.hidden * 2);
     out.emplace_back(b.combined, std::int64_t{r.max_tokens} * r.hidden * 2);
     out.emplace_back(b.cast, std::int64_t{r.max_tokens} * r.cast_row_bytes);
+    out.emplace_back(b.stage, rows * r.hidden * 2);
+    out.emplace_back(b.stage_tk, rows * 4);
+    out.emplace_back(b.slice_count, std::int64_t{r.num_ranks} * r.local_experts * 8);
   }
   return out;
 }
@@ -63,6 +66,13 @@ TEST(LowLatencyRegion, CastRowsStayAlignedForSmallHidden) {
   auto r = low_latency::region_for(4, 128, 2, 2);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->cast_row_bytes, 144);  // 128 FP8 bytes + one scale, rounded up to 16
+  // A hooked FP8 dispatch copies whole cast rows into staging rows of
+  // 2 x hidden bytes.
+  for (int hidden : {128, 256, 7168, 65536}) {
+    auto big = low_latency::region_for(4, hidden, 2, 2);
+    ASSERT_TRUE(big.ok());
+    EXPECT_LE(big->cast_row_bytes, 2 * hidden) << hidden;
+  }
 }
 
 TEST(LowLatencyRegion, RefusesShapesItCannotPlace) {
