@@ -25,6 +25,7 @@
 #include "ep/internode/network.h"
 #include "ep/internode/ring_memory.h"
 #include "ep/intranode/buffer.h"
+#include "ep/network_leg/emulated_pacing.h"
 #include "ep/network_leg/leg.h"
 
 namespace epkit::ep {
@@ -170,10 +171,7 @@ class InternodeBuffer final : public Buffer {
   Result<void> set_emulated_nic_gbps(double gbps);
   /// For tests: how the emulated NIC went unused since the last call, the
   /// capacity lost (ns at the cap) and its empty stretches (steady_clock ns).
-  struct NicIdle {
-    std::int64_t lost_ns = 0;
-    std::vector<std::pair<std::int64_t, std::int64_t>> gaps;
-  };
+  using NicIdle = network_leg::EmulatedPacing::Idle;
   Result<NicIdle> take_emulated_nic_idle();
   Result<LegPhases> last_leg_phases() const;
 

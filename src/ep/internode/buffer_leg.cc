@@ -121,9 +121,7 @@ Result<InternodeBuffer::NicIdle> InternodeBuffer::take_emulated_nic_idle() {
   auto* nic = dynamic_cast<nl::EmulatedBackend*>(m_leg.get());
   if (nic == nullptr)
     return invalid("take_emulated_nic_idle: this Buffer's network leg is not the emulated NIC");
-  auto idle = nic->take_idle();
-  if (!idle) return idle.error();
-  return NicIdle{idle->lost_ns, std::move(idle->gaps)};
+  return nic->take_idle();
 }
 
 void InternodeBuffer::set_leg_error(std::string error) {

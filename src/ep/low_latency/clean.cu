@@ -1,8 +1,7 @@
 // clean_low_latency_buffer: a rank barrier, this rank's header zeroed (flags,
 // epochs, the grid counter) with the hooked dispatch's count words, another
-// barrier, so that every rank starts the
-// next low-latency operation from epoch 1 and no peer writes a flag before
-// the owner cleared it. One warp.
+// barrier, so that every rank starts the next low-latency operation from
+// epoch 1 and no peer writes a flag before the owner cleared it. One warp.
 #include "ep/core/ep_device.cuh"
 #include "ep/low_latency/kernels.h"
 
