@@ -1,8 +1,8 @@
 // epkit's expert-parallel engine: DeepEP V1's normal-mode operations
 // (layout, dispatch, cached dispatch, combine) over the NVLink domain of one
 // node, or across nodes (NVLink inside each, NCCL between them), and its
-// low-latency mode (low_latency_dispatch / combine, one node), in C++ with
-// no PyTorch.
+// low-latency mode (low_latency_dispatch / combine; across nodes on the
+// device-driven network leg), in C++ with no PyTorch.
 //
 // A Buffer spans the ranks of one node (one process per GPU), or of several
 // nodes with BufferOptions::ranks_per_node. Every rank calls
@@ -151,7 +151,9 @@ struct BufferOptions {
   int ranks_per_node = 0;
   /// Bytes of the low-latency region (DeepEP's num_rdma_bytes with
   /// low_latency_mode): 0 leaves it out and the low-latency calls refuse.
-  /// Buffer::low_latency_size_hint says what a shape needs. Intranode only.
+  /// Buffer::low_latency_size_hint says what a shape needs. Across nodes
+  /// it needs the device-driven network leg (network_leg emulated_nic for
+  /// now); on nccl_host the low-latency calls refuse by name.
   std::size_t low_latency_bytes = 0;
   /// DeepEP's enable_shrink (masking dead ranks out of the low-latency
   /// mode) is not supported: true is refused.

@@ -11,7 +11,10 @@
 #      the test's own flags (e.g. --num-tokens 256 to fit the 10 minutes);
 #   5. (step lowlatency) DeepEP's tests/test_low_latency.py, import changed
 #      only, with each RANKS count (its defaults: 128 tokens, hidden 7168,
-#      top-8, 288 experts).
+#      top-8, 288 experts); (step lowlatency-nodes, not in the default set)
+#      the same across faked nodes on the emulated NIC: LL_NODE_RUNS (default
+#      "2x2 4x1") lists NxM = N launches (WORLD_SIZE=N, RANK=i) of M ranks,
+#      EPKIT_RANKS_PER_NODE=M, EPKIT_NETWORK_LEG=emulated.
 #   6. (step elastic, not in the default set) DeepEP V2's
 #      tests/elastic/test_ep.py (commit dd758ca) against epkit.deep_ep.ElasticBuffer,
 #      import line changed only; its `deep_ep.utils` helpers come from the V2
@@ -150,6 +153,35 @@ if want lowlatency; then
     echo "== test_low_latency.py, $n ranks: exit $rc"
     grep -h "rank 0\]" "$log"
     ((rc)) && tail -n 20 "$log"
+    port=$((port + 1))
+  done
+fi
+
+# 5b. test_low_latency.py across faked nodes (the emulated NIC between them).
+if want lowlatency-nodes; then
+  port=8381
+  for spec in ${LL_NODE_RUNS:-2x2 4x1}; do
+    if [[ ! $spec =~ ^([0-9]+)x([0-9]+)$ ]]; then
+      echo "== lowlatency-nodes: unknown run '$spec' (NxM)"
+      status=1
+      continue
+    fi
+    nodes=${BASH_REMATCH[1]} per=${BASH_REMATCH[2]}
+    pids=()
+    for ((node = nodes - 1; node >= 0; node--)); do
+      (cd "$tests" && EPKIT_SHARE_GPU=1 EPKIT_RANKS_PER_NODE=$per EPKIT_NETWORK_LEG=emulated \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=$nodes RANK=$node \
+        timeout 300 python3 test_low_latency.py --num-processes "$per") \
+        >"$out/test_low_latency_${spec}_node$node.txt" 2>&1 &
+      pids+=($!)
+    done
+    rc=0
+    for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+    ((rc)) && status=1
+    log=$out/test_low_latency_${spec}_node0.txt
+    echo "== test_low_latency.py, $nodes faked nodes x $per ranks: exit $rc"
+    grep -h "rank 0\]" "$log"
+    ((rc)) && tail -n 20 "$out"/test_low_latency_"${spec}"_node*.txt
     port=$((port + 1))
   done
 fi

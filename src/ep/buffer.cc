@@ -28,13 +28,12 @@ Result<std::unique_ptr<Buffer>> Buffer::create(Bootstrap& bootstrap, const Buffe
     return invalid(
         "BufferOptions.enable_shrink: DeepEP's rank masking (shrink mode) is not supported; a "
         "rank that stops makes the others fail within timeout_s naming it");
-  if (internode(options, bootstrap.world_size())) {
-    if (options.low_latency_bytes != 0)
-      return invalid(
-          "BufferOptions.low_latency_bytes: the low-latency mode is intranode only for now (an "
-          "internode Buffer, ranks_per_node < world size, has no low-latency region)");
-    return make_internode_buffer(bootstrap, options);
-  }
+  if (options.low_latency_bytes != 0 && bootstrap.world_size() > kernels::k_low_latency_max_ranks)
+    return invalid(fmt::format(
+        "BufferOptions.low_latency_bytes: the low-latency mode spans at most {} ranks, this "
+        "Buffer has {}",
+        kernels::k_low_latency_max_ranks, bootstrap.world_size()));
+  if (internode(options, bootstrap.world_size())) return make_internode_buffer(bootstrap, options);
   if (options.ranks_per_node < 0 || options.ranks_per_node > bootstrap.world_size())
     return invalid(fmt::format("BufferOptions.ranks_per_node = {} with {} ranks",
                                options.ranks_per_node, bootstrap.world_size()));

@@ -85,6 +85,21 @@ TEST(BenchEpCommand, LowLatencyModeTakesDeepEpsSizesAndOneSmCount) {
   EXPECT_NE(r.err.find("--dump"), std::string::npos) << r.err;
   // Valid flags and no GPU: exit 12, never a pass.
   EXPECT_EQ(shell_no_gpu("--mode low-latency --timeout 5").code, 12);
+  EXPECT_EQ(
+      shell_no_gpu("--mode low-latency --network-leg emulated --nic-gbps 25 --timeout 5").code, 12);
+}
+
+// The network leg is the low-latency mode's across nodes (normal mode's
+// internode runs are `epkit test ep`'s); a leg NCCL has no name for is refused.
+TEST(BenchEpCommand, NetworkLegIsForTheLowLatencyMode) {
+  auto r = run({"--network-leg", "emulated"});
+  EXPECT_EQ(r.code, 64) << r.out << r.err;
+  EXPECT_NE(r.err.find("--network-leg is for --mode low-latency"), std::string::npos) << r.err;
+  r = run({"--mode", "low-latency", "--network-leg", "rdma"});
+  EXPECT_EQ(r.code, 64) << r.out << r.err;
+  EXPECT_NE(r.err.find("--network-leg: rdma not in {nccl,emulated}"), std::string::npos) << r.err;
+  r = run({"--mode", "low-latency", "--nic-gbps", "0"});
+  EXPECT_EQ(r.code, 64) << r.out << r.err;
 }
 
 // The folders were made before the GPU check: a run that could not start

@@ -110,14 +110,17 @@ TEST(LowLatencyOptions, ShrinkIsRefusedByName) {
   EXPECT_NE(b.error().message.find("enable_shrink"), std::string::npos);
 }
 
-TEST(LowLatencyOptions, InternodeRegionIsRefused) {
-  FakeBootstrap boot(4);
+// Across nodes the mode is offered (on the device-driven leg), up to 64
+// ranks: more are refused before any memory is taken.
+TEST(LowLatencyOptions, MoreRanksThanTheModeSpansAreRefused) {
+  FakeBootstrap boot(72);
   BufferOptions o;
-  o.ranks_per_node = 2;
-  o.low_latency_bytes = Buffer::low_latency_size_hint(8, 1024, 4, 8);
+  o.ranks_per_node = 8;
+  o.low_latency_bytes = 1 << 20;
   auto b = Buffer::create(boot, o);
   ASSERT_FALSE(b.ok());
-  EXPECT_NE(b.error().message.find("intranode only"), std::string::npos);
+  EXPECT_NE(b.error().message.find("spans at most 64 ranks, this Buffer has 72"), std::string::npos)
+      << b.error().message;
 }
 
 TEST(LowLatencyOptions, TooSmallRegionIsRefused) {

@@ -34,22 +34,26 @@ std::vector<std::pair<std::int64_t, std::int64_t>> arrays(const k::LowLatencyReg
     out.emplace_back(b.combine_rows,
                      std::int64_t{r.max_tokens} * k::k_low_latency_max_topk * r.hidden * 2);
     out.emplace_back(b.combined, std::int64_t{r.max_tokens} * r.hidden * 2);
-    out.emplace_back(b.cast, std::int64_t{r.max_tokens} * r.cast_row_bytes);
+    out.emplace_back(b.cast, std::int64_t{r.max_tokens} * r.cast_pitch);
     out.emplace_back(b.stage, rows * r.hidden * 2);
-    out.emplace_back(b.stage_tk, rows * 4);
-    out.emplace_back(b.slice_count, std::int64_t{r.num_ranks} * r.local_experts * 8);
+    out.emplace_back(b.slice_meta, std::int64_t{r.num_ranks} * r.meta_pitch);
+    out.emplace_back(b.send_meta, std::int64_t{r.num_ranks} * r.meta_pitch);
+    out.emplace_back(b.combine_count, std::int64_t{r.num_ranks} * 8);
   }
   return out;
 }
 
 TEST(LowLatencyRegion, ArraysAreAlignedDisjointAndAfterTheHeader) {
-  for (int ranks : {1, 2, 3, 4, 8}) {
+  for (int ranks : {1, 2, 3, 4, 8, 16, 32}) {
     auto r = low_latency::region_for(128, 7168, ranks, 24 * ranks);
     ASSERT_TRUE(r.ok()) << r.error().message;
     EXPECT_EQ(r->local_experts, 24);
     EXPECT_EQ(r->rows_per_expert, 128 * ranks);
     EXPECT_EQ(r->num_scales, 56);
     EXPECT_EQ(r->cast_row_bytes % 16, 0);
+    // A slice's metadata: its count words, then a token entry per row.
+    EXPECT_EQ(r->meta_pitch % 16, 0);
+    EXPECT_GE(r->meta_pitch, 8 * 24 + 4 * 24 * 128);
     auto a = arrays(*r);
     std::sort(a.begin(), a.end());
     std::int64_t end = static_cast<std::int64_t>(sizeof(k::LowLatencyHeader));
@@ -72,6 +76,8 @@ TEST(LowLatencyRegion, CastRowsStayAlignedForSmallHidden) {
     auto big = low_latency::region_for(4, hidden, 2, 2);
     ASSERT_TRUE(big.ok());
     EXPECT_LE(big->cast_row_bytes, 2 * hidden) << hidden;
+    // A cast row holds a BF16 row too (the send to another node's source).
+    EXPECT_EQ(big->cast_pitch, 2 * hidden);
   }
 }
 
@@ -82,7 +88,7 @@ TEST(LowLatencyRegion, RefusesShapesItCannotPlace) {
   };
   EXPECT_NE(why(0, 7168, 2, 288).find("num_max_dispatch_tokens_per_rank = 0"), std::string::npos);
   EXPECT_NE(why(128, 7000, 2, 288).find("hidden = 7000"), std::string::npos);
-  EXPECT_NE(why(128, 7168, 9, 288).find("9 ranks"), std::string::npos);
+  EXPECT_NE(why(128, 7168, 65, 65 * 4).find("65 ranks"), std::string::npos);
   EXPECT_NE(why(128, 7168, 5, 288).find("multiple of the 5 ranks"), std::string::npos);
   EXPECT_NE(why(128, 7168, 2, 2048).find("num_experts = 2048"), std::string::npos);
 }
@@ -100,6 +106,12 @@ TEST(LowLatencyRegion, SizeHintAtDeepEpDefaults) {
   EXPECT_GT(eight, dominant);
   EXPECT_LT(eight, dominant + 200'000'000ull);
   EXPECT_EQ(Buffer::low_latency_size_hint(128, 7168, 5, 288), 0u);  // 288 % 5 != 0
+  // Across nodes nothing grows with the ranks but per-rank words: 2 to 64
+  // ranks (8 x A4) within 1 %.
+  const std::size_t sixty_four = Buffer::low_latency_size_hint(128, 7168, 64, 64 * 5);
+  const std::size_t two_320 = Buffer::low_latency_size_hint(128, 7168, 2, 320);
+  EXPECT_LT(sixty_four, two_320 + two_320 / 100);
+  EXPECT_GT(sixty_four + sixty_four / 100, two_320);
 }
 
 TEST(LowLatencyRegion, BytesNeededCountsTheRegion) {

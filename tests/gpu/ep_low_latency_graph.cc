@@ -6,8 +6,10 @@
 // Two graphs: BF16 without hooks (the combine takes the received rows as
 // expert outputs), and FP8 with both receive hooks called inside the capture
 // (the combine takes a fixed BF16 tensor).
-// Usage: epkit_ep_low_latency_graph RANKS [TOKENS HIDDEN TOPK EXPERTS SMS REPLAYS]
-// Where GPUs are fewer than ranks the ranks share them (rank % GPUs).
+// Usage: epkit_ep_low_latency_graph RANKS [TOKENS HIDDEN TOPK EXPERTS SMS REPLAYS NODES]
+// Where GPUs are fewer than ranks the ranks share them (rank % GPUs). NODES
+// above 1 fakes that many nodes of RANKS / NODES ranks, the rows between
+// them over the emulated NIC (the device-driven network leg).
 #include <epkit/ep.h>
 #include <unistd.h>
 
@@ -31,7 +33,7 @@ namespace {
 constexpr int k_sets = 4;  // input sets the replays cycle through
 
 struct Shape {
-  int tokens = 128, hidden = 7168, topk = 8, experts = 288, sms = 24, replays = 1000;
+  int tokens = 128, hidden = 7168, topk = 8, experts = 288, sms = 24, replays = 1000, nodes = 1;
 };
 
 std::uint16_t to_bf16(float f) {
@@ -227,6 +229,11 @@ int rank_main(int rank, int ranks, int gpus, std::uint16_t port, const Shape& s)
   bo.max_topk = s.topk;
   bo.timeout_s = 30;
   bo.low_latency_bytes = ep::Buffer::low_latency_size_hint(s.tokens, s.hidden, ranks, s.experts);
+  if (s.nodes > 1) {
+    bo.max_tokens = 1;
+    bo.ranks_per_node = ranks / s.nodes;
+    bo.network_leg = ep::BufferOptions::NetworkLeg::emulated_nic;
+  }
   auto buffer = ep::Buffer::create(boot, bo);
   CHECK_OK(buffer);
   cudaStream_t stream = nullptr;
@@ -270,8 +277,12 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
   const int ranks = argc > 1 ? std::atoi(argv[1]) : 2;
   Shape s;
-  int* fields[] = {&s.tokens, &s.hidden, &s.topk, &s.experts, &s.sms, &s.replays};
-  for (int i = 2; i < argc && i - 2 < 6; ++i) *fields[i - 2] = std::atoi(argv[i]);
+  int* fields[] = {&s.tokens, &s.hidden, &s.topk, &s.experts, &s.sms, &s.replays, &s.nodes};
+  for (int i = 2; i < argc && i - 2 < 7; ++i) *fields[i - 2] = std::atoi(argv[i]);
+  if (s.nodes < 1 || ranks % s.nodes != 0) {
+    std::fprintf(stderr, "NODES = %d: must divide the %d ranks\n", s.nodes, ranks);
+    return 64;
+  }
   const int gpus = test::gpus_or_exit(1);
   if (gpus < ranks)
     std::printf("note: %d ranks share %d GPU(s); start MPS so that their kernels run at once\n",

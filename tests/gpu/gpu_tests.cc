@@ -287,6 +287,19 @@ TEST(EpConformance, InternodeEmulatedLegTwoNodesTwoRanksEach) {
   EXPECT_NE(r.out.find("[network] emulated NIC"), std::string::npos) << r.out;
 }
 
+// The low-latency mode across two faked nodes of two ranks: rows to the node
+// peer over NVLink, to the other node over the emulated NIC.
+TEST(EpConformance, LowLatencyTwoNodesTwoRanksEach) {
+  need_gpus(1);
+  auto r =
+      shell(two_fake_nodes("--mode low-latency --nproc-per-node 2 --network-leg emulated "
+                           "--timeout 150" +
+                               std::string(gpu_count() < 4 ? " --oversubscribe" : ""),
+                           29641));
+  expect_low_latency_passed(r, 4);
+  EXPECT_NE(r.out.find("[network] emulated NIC"), std::string::npos) << r.out;
+}
+
 // Ring mode (fixed rings, outputs per call) over the same leg, and with
 // rings shrunk to two chunks of two rows (wrap-around and back-pressure in
 // every call).

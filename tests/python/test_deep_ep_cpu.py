@@ -150,6 +150,18 @@ class NetworkLegFromEnvironment(unittest.TestCase):
                 with self.assertRaisesRegex(ValueError, says):
                     leg(env)
 
+    def test_ranks_per_node_from_env(self):
+        """$EPKIT_RANKS_PER_NODE fakes nodes on one host (DeepEP's V1 tests
+        launch one process group per faked node); unset or empty: None."""
+        from epkit.deep_ep.buffer import ranks_per_node_from_env as per_node
+        self.assertIsNone(per_node({}))
+        self.assertIsNone(per_node({"EPKIT_RANKS_PER_NODE": ""}))
+        self.assertEqual(per_node({"EPKIT_RANKS_PER_NODE": "2"}), 2)
+        for bad in ["0", "9", "-1", "two", "2 ", "x" * 5000]:
+            with self.subTest(value=bad[:20]):
+                with self.assertRaisesRegex(ValueError, "EPKIT_RANKS_PER_NODE must be an integer from 1 to 8"):
+                    per_node({"EPKIT_RANKS_PER_NODE": bad})
+
     def test_library_defaults(self):
         lib = _native.load()
         options = _native.Options()

@@ -186,6 +186,17 @@ def ring_mode_option(environ) -> int:
     return int(text)
 
 
+def ranks_per_node_from_env(environ) -> Optional[int]:
+    """$EPKIT_RANKS_PER_NODE (how a test fakes nodes on one host), or None
+    when unset or empty."""
+    env = environ.get("EPKIT_RANKS_PER_NODE", "")
+    if not env:
+        return None
+    if env not in ("1", "2", "3", "4", "5", "6", "7", "8"):
+        raise ValueError(f"EPKIT_RANKS_PER_NODE must be an integer from 1 to 8, not {env[:40]!r}")
+    return int(env)
+
+
 def network_leg_options(environ, gbps: float = 50.0, latency_us: float = 2.0) -> Tuple[int, float, float]:
     """The network leg an internode Buffer uses, from $EPKIT_NETWORK_LEG
     (nccl, the default, or emulated: the device-driven leg over an emulated
@@ -233,8 +244,9 @@ class Buffer:
     """DeepEP's Buffer (V1, commit 29d31c0) over epkit's engine.
 
     More ranks than one node holds make an internode Buffer: nodes of
-    min(ranks, 8) ranks as DeepEP counts them (epkit's `ranks_per_node`
-    overrides), NVLink inside a node and NCCL between nodes (or, with
+    min(ranks, 8) ranks as DeepEP counts them (epkit's `ranks_per_node`,
+    else $EPKIT_RANKS_PER_NODE, overrides; the low-latency mode across nodes
+    needs $EPKIT_NETWORK_LEG=emulated for now), NVLink inside a node and NCCL between nodes (or, with
     $EPKIT_NETWORK_LEG=emulated, the device-driven leg over an emulated NIC:
     `network_leg_options`).
 
@@ -284,12 +296,12 @@ class Buffer:
                 return comm.allgather(obj)
         else:
             raise ValueError("Either 'group' or 'comm' must be provided.")
+        if ranks_per_node is None:
+            ranks_per_node = ranks_per_node_from_env(os.environ)
         per_node = min(self.group_size, 8) if ranks_per_node is None else ranks_per_node
         require(1 <= per_node <= 8 and self.group_size % per_node == 0,
                 f"{self.group_size} ranks do not make whole nodes of {per_node} ranks (1 to 8 per node)")
         self.ranks_per_node, self.num_nodes = per_node, self.group_size // per_node
-        if low_latency_mode and self.num_nodes > 1:
-            raise _not_implemented("low-latency mode across nodes")
 
         self.num_nvl_bytes = num_nvl_bytes
         self.num_rdma_bytes = num_rdma_bytes
@@ -388,9 +400,11 @@ class Buffer:
         self._pool, self._pool_allocator = pool, allocator
 
     def _budget(self) -> int:
-        """Bytes the engine may take: num_nvl_bytes, and across nodes also
-        num_rdma_bytes (the network leg's buckets live in the same budget)."""
-        return self.num_nvl_bytes + (self.num_rdma_bytes if self.num_nodes > 1 else 0)
+        """Bytes the normal mode may take: num_nvl_bytes, and across nodes
+        also num_rdma_bytes (the network leg's buckets live in the same
+        budget), unless the low-latency mode holds them (its region)."""
+        rdma = self.num_rdma_bytes if self.num_nodes > 1 and not self.low_latency_mode else 0
+        return self.num_nvl_bytes + rdma
 
     def _tokens_fitting(self, options: _native.Options) -> int:
         """The most tokens per rank whose memory fits the budget (DeepEP

@@ -197,16 +197,23 @@ cudaError_t launch_notify_peers(const PeerNotifyParams& p, cudaStream_t stream);
 // the Buffer that owns the heap reads them without the mode's kernels.
 /// The start of a rank's low-latency region. The first part only the owner
 /// touches; the flags are written by the source rank whose index they carry.
+/// Ranks a low-latency operation spans: 8 nodes of 8 (an A4 cluster of 64
+/// GPUs). The header's flags and the kernels' per-source arrays are this wide.
+constexpr int k_low_latency_max_ranks = 64;
+
 struct alignas(256) LowLatencyHeader {
   std::uint64_t epoch;         // the last operation's epoch (advanced by its send)
   std::uint64_t op_epoch[2];   // epoch of the last operation on each buffer
   std::uint32_t grid_counter;  // blocks of the running send that finished
   std::uint32_t reserved0;
   std::uint64_t dispatch_epoch[2];  // epoch of the last dispatch on each buffer
-  std::uint64_t reserved[2];
-  std::uint64_t count_flag[2][k_max_ranks];     // source's counts row is in
-  std::uint64_t dispatch_flag[2][k_max_ranks];  // source's dispatch rows are in
-  std::uint64_t combine_flag[2][k_max_ranks];   // source's combine rows are in
+  /// Across nodes: the epoch whose sources block 0 of the receive has seen
+  /// arrive, per buffer (dispatch, combine); the other blocks wait on it.
+  std::uint64_t dispatch_ready[2];
+  std::uint64_t combine_ready[2];
+  std::uint64_t count_flag[2][k_low_latency_max_ranks];     // source's counts row is in
+  std::uint64_t dispatch_flag[2][k_low_latency_max_ranks];  // source's dispatch rows are in
+  std::uint64_t combine_flag[2][k_low_latency_max_ranks];   // source's combine rows are in
 };
 
 /// Values of Mailbox::error_value with k_timeout_low_latency: what the
@@ -218,6 +225,9 @@ enum LowLatencyWait : std::int32_t {
   /// Not waits: what a hooked dispatch's receive found in a source's slice.
   k_low_latency_overwritten = 4,  // the source's next dispatch wrote it before it was read
   k_low_latency_bad_count = 5,    // the source announced more rows than max tokens
+  /// Across nodes: a put to the rank that the network leg refused or did not
+  /// carry within the timeout (its NIC stalled, the rank's window is gone).
+  k_low_latency_put = 6,
 };
 
 }  // namespace epkit::ep::kernels

@@ -146,6 +146,15 @@ class InternodeBuffer final : public Buffer {
   Result<TensorView> combine_weights_input(std::int64_t rows, std::int64_t topk) override;
   Result<void> barrier() override;
   Result<void> synchronize() override { return m_local->synchronize(); }
+  // Low-latency mode across nodes (buffer_low_latency.cc): the node's
+  // Buffer runs it over every rank, this node's through NVLink and the
+  // others' through the device-driven leg.
+  Result<LowLatencyDispatchResult> low_latency_dispatch(
+      const LowLatencyDispatchArgs& args) override;
+  Result<LowLatencyCombineResult> low_latency_combine(const LowLatencyCombineArgs& args) override;
+  Result<TensorView> get_next_low_latency_combine_buffer(const LowLatencyHandle& handle) override;
+  Result<void> clean_low_latency_buffer(int num_max_dispatch_tokens_per_rank, int hidden,
+                                        int num_experts) override;
 
   Result<void> init(Bootstrap& bootstrap, const BufferOptions& options);
   /// Whether a cached dispatch and a combine on the device-driven leg
@@ -227,7 +236,11 @@ class InternodeBuffer final : public Buffer {
   // buffer_leg.cc). Each kind of exchange has its own ready and tail signals
   // per source node and its own receive region.
   enum LegKind : int { leg_messages, leg_rows, leg_partials, leg_barrier, leg_kinds };
-  enum LegWindow : std::uint32_t { window_internode = 0, window_node_local = 1 };
+  enum LegWindow : std::uint32_t {
+    window_internode = 0,
+    window_node_local = 1,
+    window_low_latency = 2,  // the node Buffer's low-latency region, when it has one
+  };
   /// An exchange's puts, each a rule for every other node (k::LegPut).
   using LegPuts = std::array<k::LegPut, k::LegExchangeParams::k_puts>;
   bool on_leg() const { return m_leg != nullptr; }
@@ -235,6 +248,14 @@ class InternodeBuffer final : public Buffer {
   /// every rank (collective) and starts the progress thread.
   Result<void> init_leg(Bootstrap& bootstrap);
   void stop_leg();
+  /// In init_leg, before the handles are traded: the low-latency region as
+  /// the leg's third window, its signals' consumed values, and the node
+  /// Buffer told to span every rank.
+  Result<void> init_low_latency();
+  /// Why a low-latency call cannot run on this Buffer, if it cannot.
+  Result<void> low_latency_usable(const char* op) const;
+  std::uint32_t m_low_latency_signals = 0;  // the first of k_low_latency_signals_per_rank x ranks
+  DeviceMemory m_low_latency_seen;
   /// The progress thread's first error; the leg's state for an error message.
   void set_leg_error(std::string error);
   std::string leg_note() const;

@@ -10,6 +10,7 @@
 
 #include "ep/internode/buffer.h"
 #include "ep/internode/checks.h"
+#include "ep/low_latency/kernels.h"
 #include "ep/network_leg/cuda_ipc_mapper.h"
 #include "ep/network_leg/emulated_backend.h"
 
@@ -29,9 +30,12 @@ Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
   nic.pacing.latency_ns = static_cast<std::int64_t>(m_opts.emulated_nic_latency_us * 1e3);
   // Per kind: a ready signal per source node, then k_puts per source node.
   // Ring mode's signals (ring_kernels.h, RingShape) first.
-  nic.num_signals =
+  // The low-latency mode's (low_latency/kernels.h, low_latency_signal) last.
+  m_low_latency_signals =
       m_exchange_signals +
       static_cast<std::uint32_t>(leg_kinds * m_nodes * (1 + k::LegExchangeParams::k_puts));
+  nic.num_signals = m_low_latency_signals +
+                    static_cast<std::uint32_t>(k::k_low_latency_signals_per_rank * m_ranks);
   nic.timeout_s = m_opts.timeout_s;
   nic.producer_moves = true;  // no CUDA call on the progress thread (DeviceLeg::grants)
   auto mapper = nl::CudaIpcMapper::create();
@@ -64,6 +68,7 @@ Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
   if (!local) return local.error();
   if (internode->value != window_internode || local->value != window_node_local)
     return make_error(ErrorCode::internal, "the network leg numbered the Buffer's windows apart");
+  EPKIT_TRY(init_low_latency());
   EPKIT_TRY(m_leg->exchange(bootstrap));
   int device = 0;
   if (cudaError_t rc = cudaGetDevice(&device); rc != cudaSuccess)

@@ -224,26 +224,40 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
   if (kind == k::k_timeout_low_latency) {
     m_broken = true;
     const long long wait = m_mailbox->error_value;
+    // Across nodes the kernels number ranks globally already.
+    const int who = (m_low_latency_ranks > 0 ? 0 : m_rank_base) + m_mailbox->error_rank;
+    if (wait == k::k_low_latency_put)
+      return make_error(
+          ErrorCode::timeout,
+          fmt::format("{}: the network leg did not carry a low-latency put to rank {} "
+                      "within {} s (its NIC stalled or the rank's memory is gone){}",
+                      what, who, m_opts.timeout_s,
+                      m_network_note ? "; " + m_network_note() : std::string()));
     if (wait == k::k_low_latency_overwritten)
       return make_error(
           ErrorCode::invalid,
           fmt::format("{}: rank {} sent its next low-latency dispatch into this buffer before this "
                       "rank's receive hook read the one before: a hook was called more than one "
-                      "operation late (at most two operations may be in flight, as in DeepEP)",
-                      what, m_rank_base + m_mailbox->error_rank));
+                      "operation late, or rank {} ran two operations ahead of this rank's hook (at "
+                      "most two operations may be in flight, as in DeepEP)",
+                      what, who, who));
     if (wait == k::k_low_latency_bad_count)
       return make_error(ErrorCode::internal,
                         fmt::format("{}: rank {} announced more low-latency rows for one expert "
                                     "than num_max_dispatch_tokens_per_rank",
-                                    what, m_rank_base + m_mailbox->error_rank));
+                                    what, who));
     const char* missing = wait == k::k_low_latency_wait_counts ? "its low-latency dispatch counts"
                           : wait == k::k_low_latency_wait_dispatch ? "its low-latency dispatch rows"
                                                                    : "its low-latency combine rows";
-    return make_error(
-        ErrorCode::timeout,
-        fmt::format("{}: rank {} did not send {} within {} s (it died, hung, or "
-                    "called a different operation)",
-                    what, m_rank_base + m_mailbox->error_rank, missing, m_opts.timeout_s));
+    if (m_exited_peer)
+      if (auto gone = m_exited_peer(); gone && *gone == who)
+        return make_error(
+            ErrorCode::unavailable,
+            fmt::format("{}: rank {}'s process exited before it sent {}", what, who, missing));
+    return make_error(ErrorCode::timeout,
+                      fmt::format("{}: rank {} did not send {} within {} s (it died, hung, or "
+                                  "called a different operation)",
+                                  what, who, missing, m_opts.timeout_s));
   }
   if (kind == k::k_timeout_network) {
     m_broken = true;

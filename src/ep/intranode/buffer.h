@@ -134,6 +134,15 @@ class BufferImpl final : public Buffer {
   /// The hook of a send: the receive half on the caller's stream of `order`.
   LowLatencyHook low_latency_hook(const StreamOrder& order, const char* what,
                                   std::function<cudaError_t()> launch);
+  /// The ranks a low-latency operation spans: this node's, or every node's
+  /// when an internode Buffer set m_low_latency_world.
+  int low_latency_ranks() const { return m_low_latency_ranks > 0 ? m_low_latency_ranks : m_ranks; }
+  /// Set by an internode Buffer: its low-latency operations span all its
+  /// ranks (global numbers in the kernels and their errors), this node's
+  /// over NVLink, the others' through its network leg; the function fills
+  /// a kernel's view of them (LowLatencyCommon's ranks, bases and leg).
+  int m_low_latency_ranks = 0;
+  std::function<void(k::LowLatencyCommon&)> m_low_latency_world;
 
   BufferOptions m_opts;
   HeapLayout m_heap;
@@ -160,6 +169,7 @@ class BufferImpl final : public Buffer {
   std::uint64_t m_count_seq = 0;     // numbers the counts the mailbox carries
   std::uint64_t* m_epoch = nullptr;  // device (see SyncParams::epoch)
   int m_low_latency_next = 0;        // the buffer the next low-latency operation uses (0 or 1)
+  std::uint64_t m_low_latency_issued = 0;  // low-latency operations issued (a hook's check)
   bool m_broken = false;
   /// Cached dispatch and combine run their entry barrier as a notify_peers
   /// kernel of its own instead of inside the data kernel. An internode

@@ -10,7 +10,7 @@ namespace epkit::ep {
 
 Result<LowLatencyCombineResult> BufferImpl::low_latency_combine(const LowLatencyCombineArgs& a) {
   const char* op = "low_latency_combine";
-  auto region = check_low_latency_combine(a, m_opts, m_ranks);
+  auto region = check_low_latency_combine(a, m_opts, low_latency_ranks());
   if (!region) return region.error();
   const k::LowLatencyRegion& g = *region;
   const LowLatencyHandle& h = a.handle;
@@ -45,6 +45,9 @@ Result<LowLatencyCombineResult> BufferImpl::low_latency_combine(const LowLatency
   p.x = x;
   p.x_expert_stride = x_expert;
   p.x_row_stride = x_row;
+  // A put to another node reads a registered window: x in this rank's
+  // region (the zero-copy input) is one.
+  if (x >= own && x < own + m_opts.low_latency_bytes) p.x_region_offset = x - own;
   p.topk = idx.data;
   p.topk_int64 = idx.dtype == DType::int64;
   p.topk_stride = idx.strides[0];
@@ -59,6 +62,7 @@ Result<LowLatencyCombineResult> BufferImpl::low_latency_combine(const LowLatency
       low_latency_launch(a.order, op, [&] { return k::launch_low_latency_combine(p, m_stream); });
   if (!event) return event.error();
   m_low_latency_next ^= 1;
+  ++m_low_latency_issued;
 
   LowLatencyCombineResult result;
   if (a.return_recv_hook) {

@@ -10,7 +10,7 @@ namespace epkit::ep {
 
 Result<LowLatencyDispatchResult> BufferImpl::low_latency_dispatch(const LowLatencyDispatchArgs& a) {
   const char* op = "low_latency_dispatch";
-  auto region = check_low_latency_dispatch(a, m_opts, m_ranks);
+  auto region = check_low_latency_dispatch(a, m_opts, low_latency_ranks());
   if (!region) return region.error();
   const k::LowLatencyRegion& g = *region;
   const int tokens = static_cast<int>(a.x.rows());
@@ -41,6 +41,7 @@ Result<LowLatencyDispatchResult> BufferImpl::low_latency_dispatch(const LowLaten
       low_latency_launch(a.order, op, [&] { return k::launch_low_latency_dispatch(p, m_stream); });
   if (!event) return event.error();
   m_low_latency_next ^= 1;
+  ++m_low_latency_issued;
 
   LowLatencyDispatchResult out;
   if (a.return_recv_hook) {
@@ -67,12 +68,12 @@ Result<LowLatencyDispatchResult> BufferImpl::low_latency_dispatch(const LowLaten
   out.recv_count = TensorView::vector(own + b.recv_count, DType::int32, L);
   LowLatencyHandle& h = out.handle;
   h.src_info = TensorView::matrix(own + b.src_info, DType::int32, L, rows);
-  h.layout_range = TensorView::matrix(own + b.layout_range, DType::int64, L, m_ranks);
+  h.layout_range = TensorView::matrix(own + b.layout_range, DType::int64, L, low_latency_ranks());
   h.recv_count = out.recv_count;
   h.num_max_dispatch_tokens_per_rank = g.max_tokens;
   h.hidden = hidden;
   h.num_experts = g.num_experts;
-  h.num_ranks = m_ranks;
+  h.num_ranks = low_latency_ranks();
   h.num_topk = topk;
   h.buffer = buffer;
   out.event = std::move(*event);

@@ -13,10 +13,9 @@ namespace epkit::ep {
 namespace {
 
 Error no_low_latency(const char* op) {
-  return make_error(ErrorCode::unavailable,
-                    fmt::format("{}: this Buffer has no low-latency mode (an internode Buffer does "
-                                "not offer it yet; see docs/ep-engine.md)",
-                                op));
+  return make_error(
+      ErrorCode::unavailable,
+      fmt::format("{}: this Buffer has no low-latency mode (see docs/ep-engine.md)", op));
 }
 
 }  // namespace
@@ -55,7 +54,7 @@ Result<void> LowLatencyHook::operator()() {
 
 Result<k::LowLatencyRegion> BufferImpl::low_latency_region(const char* op, int max_tokens,
                                                            int hidden, int experts) const {
-  return check_low_latency_region(op, m_opts, m_ranks, max_tokens, hidden, experts);
+  return check_low_latency_region(op, m_opts, low_latency_ranks(), max_tokens, hidden, experts);
 }
 
 k::LowLatencyCommon BufferImpl::low_latency_common(const k::LowLatencyRegion& region, int buffer,
@@ -69,6 +68,7 @@ k::LowLatencyCommon BufferImpl::low_latency_common(const k::LowLatencyRegion& re
   for (int r = 0; r < m_ranks; ++r) c.base[r] = m_peers[r] + m_heap.low_latency;
   c.timeout_ns = static_cast<std::uint64_t>(m_opts.timeout_s * 1e9);
   c.mailbox = m_mailbox_dev;
+  if (m_low_latency_world) m_low_latency_world(c);
   return c;
 }
 
@@ -87,7 +87,18 @@ LowLatencyHook BufferImpl::low_latency_hook(const StreamOrder& order, const char
   StreamOrder after;
   after.stream = order.stream;
   after.want_event = false;
-  return LowLatencyHook([this, after, what, launch = std::move(launch)]() -> Result<void> {
+  // This rank's own lateness is found here, before any kernel: the
+  // operation two calls later reused this one's buffer. A peer's is found by
+  // the receive kernel (a slice's count word of a later epoch).
+  const std::uint64_t issued = m_low_latency_issued;
+  return LowLatencyHook([this, after, what, issued, launch = std::move(launch)]() -> Result<void> {
+    if (m_low_latency_issued >= issued + 2)
+      return make_error(
+          ErrorCode::invalid,
+          fmt::format("{}: called after this rank issued the low-latency operation two calls "
+                      "later, which reused this operation's buffer: a hook was called more than "
+                      "one operation late (at most two operations may be in flight, as in DeepEP)",
+                      what));
     auto event = low_latency_launch(after, what, launch);
     if (!event) return event.error();
     return {};
@@ -113,9 +124,12 @@ Result<void> BufferImpl::clean_low_latency_buffer(int max_tokens, int hidden, in
   p.sync = sync();
   std::uint8_t* own = m_peers[m_rank] + m_heap.low_latency;
   p.header = reinterpret_cast<k::LowLatencyHeader*>(own);
-  for (int b = 0; b < 2; ++b)
-    p.slice_count[b] = reinterpret_cast<std::uint64_t*>(own + region->buffer[b].slice_count);
-  p.slice_words = region->num_ranks * region->local_experts;
+  for (int b = 0; b < 2; ++b) {
+    p.slice_meta[b] = reinterpret_cast<std::uint64_t*>(own + region->buffer[b].slice_meta);
+    p.combine_count[b] = reinterpret_cast<std::uint64_t*>(own + region->buffer[b].combine_count);
+  }
+  p.slice_meta_words = region->num_ranks * region->meta_pitch / 8;
+  p.ranks = region->num_ranks;
   if (cudaError_t rc = k::launch_low_latency_clean(p, m_stream); rc != cudaSuccess)
     return failure(rc, "clean_low_latency_buffer");
   m_low_latency_next = 0;

@@ -1,7 +1,9 @@
 // clean_low_latency_buffer: a rank barrier, this rank's header zeroed (flags,
-// epochs, the grid counter) with the hooked dispatch's count words, another
-// barrier, so that every rank starts the next low-latency operation from
-// epoch 1 and no peer writes a flag before the owner cleared it. One warp.
+// epochs, the grid counter) with the sliced dispatch's and the combine's
+// count words, another barrier, so that every rank starts the next
+// low-latency operation from epoch 1 and no peer writes a flag before the
+// owner cleared it. One warp. Across nodes the internode Buffer puts its own
+// barriers around this (the ones here span the node).
 #include "ep/core/ep_device.cuh"
 #include "ep/low_latency/kernels.h"
 
@@ -14,10 +16,12 @@ __global__ void low_latency_clean(LowLatencyCleanParams p) {
   rank_barrier_warp(p.sync, base + 1, true);
   auto* words = reinterpret_cast<std::uint64_t*>(p.header);
   for (std::size_t i = threadIdx.x; i < sizeof(LowLatencyHeader) / 8; i += 32) words[i] = 0;
-  // A hooked dispatch's count words carry the epoch: one left from before
-  // would look like a later operation's.
-  for (int b = 0; b < 2; ++b)
-    for (int i = threadIdx.x; i < p.slice_words; i += 32) p.slice_count[b][i] = 0;
+  // A sliced dispatch's and a combine's count words carry the epoch: one
+  // left from before would look like a later operation's.
+  for (int b = 0; b < 2; ++b) {
+    for (std::int64_t i = threadIdx.x; i < p.slice_meta_words; i += 32) p.slice_meta[b][i] = 0;
+    for (int i = threadIdx.x; i < p.ranks; i += 32) p.combine_count[b][i] = 0;
+  }
   __threadfence_system();
   __syncwarp();
   rank_barrier_warp(p.sync, base + 2, true);

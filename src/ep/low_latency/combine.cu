@@ -67,15 +67,57 @@ __device__ void combine_send(const LowLatencyCombineParams& p, std::uint64_t epo
     const int slot = load_cg(src_slot + row);
     const int s = slot >> 8;
     const int k = slot & 0xff;
-    const auto* src =
-        reinterpret_cast<const int4*>(p.x + lo * p.x_expert_stride + j * p.x_row_stride);
-    auto* dst = low_latency_array<int4>(
-        c, s,
+    const std::int64_t x_at = lo * p.x_expert_stride + j * p.x_row_stride;
+    const auto* src = reinterpret_cast<const int4*>(p.x + x_at);
+    const std::int64_t dst_at =
         to.combine_rows +
-            (static_cast<std::int64_t>(t) * k_low_latency_max_topk + k) * g.hidden * 2);
-    warp_copy<8>(dst, src, n16, [](const int4* q) { return load_stream(q); });
+        (static_cast<std::int64_t>(t) * k_low_latency_max_topk + k) * g.hidden * 2;
+    if (low_latency_mapped(c, s)) {
+      warp_copy<8>(low_latency_array<int4>(c, s, dst_at), src, n16,
+                   [](const int4* q) { return load_stream(q); });
+      continue;
+    }
+    // Another node's: a put from this region (the zero-copy input, or the
+    // row copied into this operation's combine_in, which nothing else reads).
+    std::int64_t src_at = p.x_region_offset + x_at;
+    if (p.x_region_offset < 0) {
+      src_at = to.combine_in + row * g.hidden * 2;
+      warp_copy<8>(low_latency_array<int4>(c, c.rank, src_at), src, n16,
+                   [](const int4* q) { return load_stream(q); });
+      __threadfence_block();
+      __syncwarp();
+    }
+    low_latency_put(
+        c, s, dst_at, src_at, 2 * static_cast<std::int64_t>(g.hidden),
+        low_latency_signal(k_low_latency_combine_kind, 1, c.buffer, c.rank, c.num_ranks));
   }
-  low_latency_send_done(c, epoch, true);
+  if (!c.net.on) {
+    low_latency_send_done(c, epoch, true);
+    return;
+  }
+  // Each rank on another node gets the count of rows this rank holds for it
+  // (from the dispatch's layout), in one put after the rows.
+  const long long* range = low_latency_array<long long>(c, c.rank, from.layout_range);
+  const std::uint64_t tag = (epoch & 0xffffffffull) << 32;
+  low_latency_send_done(c, epoch, true, [&] {
+    const int R = c.num_ranks;
+    const int warp = threadIdx.x >> 5;
+    for (int s = warp; s < R; s += blockDim.x >> 5) {
+      if (low_latency_mapped(c, s)) continue;
+      if ((threadIdx.x & 31) == 0) {
+        std::uint32_t n = 0;
+        for (int le = 0; le < L; ++le)
+          n += static_cast<std::uint32_t>(
+              load_cg(reinterpret_cast<const int*>(range + static_cast<std::int64_t>(le) * R + s)));
+        *low_latency_array<std::uint64_t>(c, c.rank, to.send_meta + s * g.meta_pitch) = tag | n;
+        __threadfence_system();
+      }
+      __syncwarp();
+      low_latency_put(c, s, to.combine_count + 8 * static_cast<std::int64_t>(c.rank),
+                      to.send_meta + s * g.meta_pitch, 8,
+                      low_latency_signal(k_low_latency_combine_kind, 0, c.buffer, c.rank, R));
+    }
+  });
 }
 
 __device__ void combine_receive(const LowLatencyCombineParams& p, std::uint64_t epoch) {
@@ -83,10 +125,29 @@ __device__ void combine_receive(const LowLatencyCombineParams& p, std::uint64_t 
   const LowLatencyRegion& g = c.region;
   const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
   const int lane = threadIdx.x & 31;
-  if (threadIdx.x < 32)
-    low_latency_wait_flags(c, low_latency_header(c, c.rank)->combine_flag[c.buffer], epoch,
-                           k_low_latency_wait_combine, blockIdx.x == 0);
-  __syncthreads();
+  if (c.net.on) {
+    // This node's holders set their flag; another node's announce their
+    // rows in a count put.
+    LowLatencyHeader* mine = low_latency_header(c, c.rank);
+    const auto* counts = low_latency_array<const std::uint64_t>(c, c.rank, off.combine_count);
+    low_latency_arrivals(
+        c, epoch, k_low_latency_combine_kind, &mine->combine_ready[c.buffer], [&](int s) {
+          if (low_latency_mapped(c, s)) {
+            low_latency_wait_one(c, &mine->combine_flag[c.buffer][s], epoch, s,
+                                 k_low_latency_wait_combine);
+            return 0;
+          }
+          const std::uint64_t w = load_acquire_sys(counts + s);
+          if (static_cast<std::uint32_t>(w >> 32) != static_cast<std::uint32_t>(epoch))
+            fail(c.mailbox, k_timeout_low_latency, s, k_low_latency_overwritten);
+          return static_cast<int>(static_cast<std::uint32_t>(w));
+        });
+  } else {
+    if (threadIdx.x < 32)
+      low_latency_wait_flags(c, low_latency_header(c, c.rank)->combine_flag[c.buffer], epoch,
+                             k_low_latency_wait_combine, blockIdx.x == 0);
+    __syncthreads();
+  }
   const int n16 = g.hidden / 8;
   const int pieces = (n16 + k_piece - 1) / k_piece;
   const auto* rows = low_latency_array<const int4>(c, c.rank, off.combine_rows);

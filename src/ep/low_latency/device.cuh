@@ -5,6 +5,7 @@
 
 #include "ep/core/ep_device.cuh"
 #include "ep/low_latency/kernels.h"
+#include "ep/network_leg/device_moves.cuh"
 
 namespace epkit::ep::kernels {
 
@@ -52,6 +53,104 @@ __device__ __forceinline__ void low_latency_wait_one(const LowLatencyCommon& c,
     if (global_timer_ns() - t0 > c.timeout_ns) fail(c.mailbox, k_timeout_low_latency, rank, what);
 }
 
+/// Whether rank r's region is mapped here (this node: NVLink stores), or the
+/// rank is reached through the network leg.
+__device__ __forceinline__ bool low_latency_mapped(const LowLatencyCommon& c, int r) {
+  return c.base[r] != nullptr;
+}
+
+/// Across nodes: a put by the whole calling warp of `bytes` from this rank's
+/// region at `src` to rank r's region at `dst`, adding 1 to the receiver's
+/// signal `signal` (low_latency_signal). A put the leg refuses or does not
+/// carry within the timeout stops the kernel naming r.
+__device__ __forceinline__ void low_latency_put(const LowLatencyCommon& c, int r, std::int64_t dst,
+                                                std::int64_t src, std::int64_t bytes,
+                                                std::uint32_t signal) {
+  namespace nl = network_leg;
+  const nl::PostStatus status = nl::leg_put_moved(
+      c.net.leg, r, c.net.window, static_cast<std::uint64_t>(dst), c.net.window,
+      static_cast<std::uint64_t>(src), static_cast<std::uint64_t>(bytes),
+      nl::SignalId{c.net.signal_base + signal}, 1, static_cast<std::int64_t>(c.timeout_ns));
+  if (status != nl::PostStatus::posted && (threadIdx.x & 31) == 0)
+    fail(c.mailbox, k_timeout_low_latency, r, k_low_latency_put);
+  __syncwarp();
+}
+
+/// Across nodes, one thread: waits until this rank's signal `signal` (past
+/// signal_base) reaches `value`, bounded; on expiry names rank r, or the rank
+/// whose process exited if the leg saw one (r may be stuck behind it).
+__device__ __forceinline__ void low_latency_leg_wait(const LowLatencyCommon& c,
+                                                     std::uint32_t signal, std::uint64_t value,
+                                                     int r, int what) {
+  namespace nl = network_leg;
+  if (nl::leg_wait(c.net.leg, nl::SignalId{c.net.signal_base + signal}, value,
+                   static_cast<std::int64_t>(c.timeout_ns), r))
+    return;
+  const int exited = nl::leg_exited(c.net.leg);
+  fail(c.mailbox, k_timeout_low_latency, exited >= 0 ? exited : r, what);
+}
+
+/// Across nodes, one thread of every block but 0: waits until block 0 has
+/// seen every source of this epoch arrive (`ready`); bounded past block 0's
+/// own waits, which name the rank first.
+__device__ __forceinline__ void low_latency_wait_ready(const LowLatencyCommon& c,
+                                                       const std::uint64_t* ready,
+                                                       std::uint64_t epoch, int what) {
+  if (load_acquire_sys(ready) >= epoch) return;
+  const std::uint64_t t0 = global_timer_ns();
+  while (load_acquire_sys(ready) < epoch)
+    if (global_timer_ns() - t0 > 2 * c.timeout_ns + 1000000000ull)
+      fail(c.mailbox, k_timeout_low_latency, c.rank, what);
+}
+
+/// Across nodes, block 0 (warp 0, a lane a source): every source of this
+/// epoch has arrived: a source of this node by its count words, one on
+/// another node by its count signal, then its rows signal reaching the rows
+/// its words announce (the leg orders a put with its own signal only). The
+/// signals' consumed values advance here, once per operation. Then block 0
+/// tells the other blocks (`ready`), which wait for that alone.
+template <typename Arrived>
+__device__ void low_latency_arrivals(const LowLatencyCommon& c, std::uint64_t epoch, int kind,
+                                     std::uint64_t* ready, Arrived arrived_rows) {
+  const int R = c.num_ranks;
+  const int lane = threadIdx.x & 31;
+  const int what = kind == k_low_latency_dispatch_kind ? k_low_latency_wait_dispatch
+                                                       : k_low_latency_wait_combine;
+  if (blockIdx.x != 0) {
+    if (threadIdx.x == 0) low_latency_wait_ready(c, ready, epoch, what);
+    __syncthreads();
+    return;
+  }
+  if (threadIdx.x < 32) {
+    for (int s = lane; s < R; s += 32) {
+      const long long start = clock64();
+      if (low_latency_mapped(c, s)) {
+        arrived_rows(s);
+      } else {
+        const std::uint32_t count = low_latency_signal(kind, 0, c.buffer, s, R);
+        const std::uint32_t rows = low_latency_signal(kind, 1, c.buffer, s, R);
+        const std::uint64_t seen_count = c.net.seen[count];
+        const std::uint64_t seen_rows = c.net.seen[rows];
+        low_latency_leg_wait(c, count, seen_count + 1, s,
+                             kind == k_low_latency_dispatch_kind ? k_low_latency_wait_counts
+                                                                 : k_low_latency_wait_combine);
+        const int n = arrived_rows(s);
+        low_latency_leg_wait(c, rows, seen_rows + static_cast<std::uint64_t>(n), s, what);
+        c.net.seen[count] = seen_count + 1;
+        c.net.seen[rows] = seen_rows + static_cast<std::uint64_t>(n);
+      }
+      if (c.wait_stats != nullptr)
+        atomicAdd(reinterpret_cast<unsigned long long*>(c.wait_stats + s),
+                  static_cast<unsigned long long>(clock64() - start));
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    store_release_sys(ready, epoch);
+  }
+}
+
 /// Lanes 0..ranks-1 of the calling warp wait until flags[lane] reaches the
 /// epoch (bounded by the timeout, which names the rank and the wait), and
 /// add the cycles waited to wait_stats when asked.
@@ -96,8 +195,10 @@ __device__ __forceinline__ void low_latency_send_done(const LowLatencyCommon& c,
   if (last && threadIdx.x < 32) {
     __threadfence_system();
     const int lane = threadIdx.x;
-    if (lane < c.num_ranks) {
-      LowLatencyHeader* peer = low_latency_header(c, lane);
+    // Ranks on other nodes learn of the operation from its count puts.
+    for (int r = lane; r < c.num_ranks; r += 32) {
+      if (!low_latency_mapped(c, r)) continue;
+      LowLatencyHeader* peer = low_latency_header(c, r);
       std::uint64_t* flag =
           combine ? &peer->combine_flag[c.buffer][c.rank] : &peer->dispatch_flag[c.buffer][c.rank];
       store_release_sys(flag, epoch);

@@ -89,10 +89,37 @@ __device__ void cast_tokens(const LowLatencyDispatchParams& p, int t0, int t1, s
           make_float2(f[4 * j + 2] * scale, f[4 * j + 3] * scale), __NV_SATFINITE, __NV_E4M3);
       packed[j] = static_cast<unsigned int>(lo) | (static_cast<unsigned int>(hi) << 16);
     }
-    std::uint8_t* row = cast + static_cast<std::int64_t>(t) * g.cast_row_bytes;
+    std::uint8_t* row = cast + static_cast<std::int64_t>(t) * g.cast_pitch;
     reinterpret_cast<uint2*>(row)[i] = make_uint2(packed[0], packed[1]);
     if ((lane & 15) == 0) reinterpret_cast<float*>(row + g.hidden)[i / 16] = scale_inv;
   }
+}
+
+/// Across nodes with BF16: the block's own tokens [t0, t1) copied into the
+/// cast rows, so that a put to another node reads a registered window (the
+/// caller's x is not one).
+__device__ void stage_bf16_tokens(const LowLatencyDispatchParams& p, int t0, int t1,
+                                  std::uint8_t* cast) {
+  const LowLatencyRegion& g = p.c.region;
+  const int warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  const int n16 = 2 * g.hidden / 16;
+  for (int t = t0 + warp; t < t1; t += warps)
+    warp_copy<4>(reinterpret_cast<int4*>(cast + static_cast<std::int64_t>(t) * g.cast_pitch),
+                 reinterpret_cast<const int4*>(p.x + t * p.x_stride), n16,
+                 [](const int4* q) { return load_stream(q); });
+}
+
+/// Where source s's slice metadata sits in a region's buffer: its L count
+/// words, then its rows' `token << 8 | k` by [local expert][slot].
+__device__ __forceinline__ std::int64_t meta_words(const LowLatencyRegion& g, std::int64_t meta,
+                                                   int s) {
+  return meta + static_cast<std::int64_t>(s) * g.meta_pitch;
+}
+__device__ __forceinline__ std::int64_t meta_tk(const LowLatencyRegion& g, std::int64_t meta, int s,
+                                                int le, int slot) {
+  return meta_words(g, meta, s) + 8 * static_cast<std::int64_t>(g.local_experts) +
+         4 * (static_cast<std::int64_t>(le) * g.max_tokens + slot);
 }
 
 /// Warp 0: the rank of each of the block's selections among this rank's
@@ -118,22 +145,28 @@ __device__ void rank_selections(const LowLatencyDispatchParams& p, int t0, int t
   }
 }
 
-/// A hooked dispatch's send after the slots and the cast: each selection's
-/// row into slice [expert][this rank][slot] of its destination's staging
-/// area; the last block then publishes this rank's count of every expert to
-/// its owner (epoch << 32 | rows, with a release after every row), then the
-/// flags. No wait on any peer.
+/// A hooked dispatch's send (and every dispatch across nodes) after the
+/// slots and the cast: each selection's row into slice [expert][this
+/// rank][slot] of its destination's staging area; the last block then
+/// publishes this rank's count of every expert to its owner (epoch << 32 |
+/// rows, with a release after every row), then the flags. A destination on
+/// another node gets its rows as puts (each adding 1 to its rows signal for
+/// this rank) and its counts and `token << 8 | k` entries in one put after
+/// them (adding 1 to its count signal). No wait on any peer.
 __device__ void send_sliced(const LowLatencyDispatchParams& p, std::uint64_t epoch, int t0, int t1,
                             const int* all, const int* slots, const std::uint8_t* cast) {
   const LowLatencyCommon& c = p.c;
   const LowLatencyRegion& g = c.region;
   const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
   const int L = g.local_experts;
+  const int R = c.num_ranks;
   const int me = c.rank;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int warps = blockDim.x >> 5;
-  const int n16 = static_cast<int>((p.fp8 ? g.cast_row_bytes : 2 * g.hidden) / 16);
+  const std::int64_t row_bytes = p.fp8 ? g.cast_row_bytes : 2 * g.hidden;
+  const int n16 = static_cast<int>(row_bytes / 16);
+  std::uint8_t* own = c.base[me];
   for (int i = warp; i < (t1 - t0) * p.num_topk; i += warps) {
     const int slot = slots[i];
     // A slice holds max_tokens rows; more (an expert chosen twice by a
@@ -143,26 +176,50 @@ __device__ void send_sliced(const LowLatencyDispatchParams& p, std::uint64_t epo
     const int k = i % p.num_topk;
     const int e = expert_of(p, t, k);
     const int r = e / L;
-    const std::int64_t row =
-        (static_cast<std::int64_t>(e % L) * c.num_ranks + me) * g.max_tokens + slot;
-    auto* dst = low_latency_array<int4>(c, r, off.stage + row * 2 * g.hidden);
+    const std::int64_t row = (static_cast<std::int64_t>(e % L) * R + me) * g.max_tokens + slot;
+    const std::int64_t stage_at = off.stage + row * 2 * g.hidden;
+    if (!low_latency_mapped(c, r)) {
+      // The source is a registered window: the cast row (FP8 or the BF16
+      // copy). Its token entry travels with the counts.
+      low_latency_put(c, r, stage_at, off.cast + static_cast<std::int64_t>(t) * g.cast_pitch,
+                      row_bytes,
+                      low_latency_signal(k_low_latency_dispatch_kind, 1, c.buffer, me, R));
+      if (lane == 0)
+        *reinterpret_cast<int*>(own + meta_tk(g, off.send_meta, r, e % L, slot)) = t << 8 | k;
+      continue;
+    }
+    auto* dst = low_latency_array<int4>(c, r, stage_at);
     if (p.fp8)
       warp_copy<4>(
-          dst,
-          reinterpret_cast<const int4*>(cast + static_cast<std::int64_t>(t) * g.cast_row_bytes),
+          dst, reinterpret_cast<const int4*>(cast + static_cast<std::int64_t>(t) * g.cast_pitch),
           n16, [](const int4* q) { return load_peer(q); });
     else
       warp_copy<4>(dst, reinterpret_cast<const int4*>(p.x + t * p.x_stride), n16,
                    [](const int4* q) { return load_stream(q); });
-    if (lane == 0) low_latency_array<int>(c, r, off.stage_tk)[row] = t << 8 | k;
+    if (lane == 0)
+      *low_latency_array<int>(c, r, meta_tk(g, off.slice_meta, me, e % L, slot)) = t << 8 | k;
   }
   const std::uint64_t tag = (epoch & 0xffffffffull) << 32;
   low_latency_send_done(c, epoch, false, [&] {
     for (int e = threadIdx.x; e < g.num_experts; e += blockDim.x) {
-      auto* word = low_latency_array<std::uint64_t>(c, e / L, off.slice_count) +
-                   static_cast<std::int64_t>(me) * L + e % L;
-      store_release_sys(word, tag | static_cast<std::uint32_t>(all[e]));
+      const int r = e / L;
+      const std::uint64_t word = tag | static_cast<std::uint32_t>(all[e]);
+      if (low_latency_mapped(c, r))
+        store_release_sys(
+            low_latency_array<std::uint64_t>(c, r, meta_words(g, off.slice_meta, me)) + e % L,
+            word);
+      else
+        reinterpret_cast<std::uint64_t*>(own + meta_words(g, off.send_meta, r))[e % L] = word;
     }
+    if (!c.net.on) return;
+    __threadfence_system();
+    __syncthreads();
+    const std::int64_t bytes =
+        8 * static_cast<std::int64_t>(L) + 4 * static_cast<std::int64_t>(L) * g.max_tokens;
+    for (int r = warp; r < R; r += warps)
+      if (!low_latency_mapped(c, r))
+        low_latency_put(c, r, meta_words(g, off.slice_meta, me), meta_words(g, off.send_meta, r),
+                        bytes, low_latency_signal(k_low_latency_dispatch_kind, 0, c.buffer, me, R));
   });
 }
 
@@ -199,7 +256,7 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
   // go into this rank's own slice of each destination's staging area, the
   // counts after them, and the hook's receive packs the outputs
   // (docs/ep-engine.md, "Across nodes, and a send half that never waits").
-  const bool sliced = c.phases == k_low_latency_send;
+  const bool sliced = c.phases == k_low_latency_send || c.net.on;
   // Otherwise the counts row to every rank first: every rank's rows wait for
   // them. A rank whose last dispatch on this buffer has not finished its
   // send (some block not yet past reading the counts: possible only if the
@@ -220,7 +277,10 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
   }
   if (warp == 0) rank_selections(p, t0, t1, cursor, slots);
   std::uint8_t* cast = low_latency_array<std::uint8_t>(c, me, off.cast);
-  if (p.fp8) cast_tokens(p, t0, t1, cast);
+  if (p.fp8)
+    cast_tokens(p, t0, t1, cast);
+  else if (c.net.on)
+    stage_bf16_tokens(p, t0, t1, cast);
   if (sliced) {
     __syncthreads();  // the slots and the cast rows
     send_sliced(p, epoch, t0, t1, all, slots, cast);
@@ -265,7 +325,7 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
     const int r = e / L;
     const std::int64_t row = static_cast<std::int64_t>(e % L) * g.rows_per_expert + base[e] + slot;
     if (p.fp8) {
-      const std::uint8_t* src = cast + static_cast<std::int64_t>(t) * g.cast_row_bytes;
+      const std::uint8_t* src = cast + static_cast<std::int64_t>(t) * g.cast_pitch;
       auto* dst = low_latency_array<int4>(c, r, off.recv_x + row * g.hidden);
       // The cast rows were written by this block: plain loads, not the
       // read-only path.
@@ -340,11 +400,11 @@ __device__ void transpose_scales(const LowLatencyDispatchParams& p, int le, int 
   }
 }
 
-/// A hooked dispatch's receive: every source's count words of this epoch,
-/// then each block packs its local experts' slices in source order into
-/// the outputs today's layout has (recv_x, scale rows, src_info, src_slot,
-/// layout_range, recv_count), checks that no slice moved on meanwhile, and
-/// transposes the scales.
+/// A hooked dispatch's receive (and every dispatch's across nodes): every
+/// source's count words of this epoch, then each block packs its local
+/// experts' slices in source order into the outputs today's layout has
+/// (recv_x, scale rows, src_info, src_slot, layout_range, recv_count), checks
+/// that no slice moved on meanwhile, and transposes the scales.
 __device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t epoch) {
   const LowLatencyCommon& c = p.c;
   const LowLatencyRegion& g = c.region;
@@ -356,17 +416,32 @@ __device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int warps = blockDim.x >> 5;
-  const std::uint64_t* words = low_latency_array<std::uint64_t>(c, c.rank, off.slice_count);
-  // Warp 0, a lane a source: its counts of every local expert are here.
-  if (warp == 0 && lane < R) {
-    const long long start = clock64();
-    for (int le = 0; le < L; ++le) slice_rows(c, words + lane * L + le, epoch, lane);
-    if (blockIdx.x == 0 && c.wait_stats != nullptr)
-      atomicAdd(reinterpret_cast<unsigned long long*>(c.wait_stats + lane),
-                static_cast<unsigned long long>(clock64() - start));
+  std::uint8_t* own = c.base[c.rank];
+  const auto words = [&](int s) {
+    return reinterpret_cast<const std::uint64_t*>(own + meta_words(g, off.slice_meta, s));
+  };
+  const auto source_rows = [&](int s) {
+    int n = 0;
+    for (int le = 0; le < L; ++le) n += slice_rows(c, words(s) + le, epoch, s);
+    return n;
+  };
+  if (c.net.on) {
+    low_latency_arrivals(c, epoch, k_low_latency_dispatch_kind,
+                         &low_latency_header(c, c.rank)->dispatch_ready[c.buffer], source_rows);
+  } else {
+    // Warp 0 of every block, a lane a source: its counts of every local
+    // expert are here.
+    if (warp == 0)
+      for (int s = lane; s < R; s += 32) {
+        const long long start = clock64();
+        source_rows(s);
+        if (blockIdx.x == 0 && c.wait_stats != nullptr)
+          atomicAdd(reinterpret_cast<unsigned long long*>(c.wait_stats + s),
+                    static_cast<unsigned long long>(clock64() - start));
+      }
+    __syncthreads();
   }
-  __syncthreads();
-  __shared__ int first[k_max_ranks + 1];
+  __shared__ int first[k_low_latency_max_ranks + 1];
   const std::int64_t x_row = p.fp8 ? g.hidden : 2 * g.hidden;  // bytes of a recv_x row
   const int n16 = static_cast<int>(x_row / 16);
   for (int le = blockIdx.x; le < L; le += gridDim.x) {
@@ -374,26 +449,33 @@ __device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t 
       int sum = 0;
       for (int s = 0; s < R; ++s) {
         first[s] = sum;
-        sum += static_cast<int>(static_cast<std::uint32_t>(load_acquire_sys(words + s * L + le)));
+        sum += static_cast<int>(static_cast<std::uint32_t>(load_acquire_sys(words(s) + le)));
       }
       first[R] = sum;
     }
     __syncthreads();
     const int total = first[R];
-    if (static_cast<int>(threadIdx.x) < R) {
-      const int s = threadIdx.x;
+    for (int s = threadIdx.x; s < R; s += blockDim.x)
       low_latency_array<long long>(c, c.rank, off.layout_range)[le * R + s] =
           (static_cast<long long>(first[s]) << 32) |
           static_cast<long long>(first[s + 1] - first[s]);
-    }
     if (threadIdx.x == 0) {
       low_latency_array<int>(c, c.rank, off.recv_count)[le] = total;
       if (p.cumulative_stats != nullptr) atomicAdd(p.cumulative_stats + le, total);
     }
     for (int i = warp; i < total; i += warps) {
-      int s = 0;
-      while (s + 1 < R && first[s + 1] <= i) ++s;
-      const std::int64_t from = (static_cast<std::int64_t>(le) * R + s) * T + (i - first[s]);
+      // The source whose rows hold i: the last s with first[s] <= i.
+      int lo = 0, hi = R - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (first[mid] <= i)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      const int s = lo;
+      const int slot = i - first[s];
+      const std::int64_t from = (static_cast<std::int64_t>(le) * R + s) * T + slot;
       const std::int64_t to = le * RM + i;
       const std::uint8_t* src =
           low_latency_array<std::uint8_t>(c, c.rank, off.stage) + from * 2 * g.hidden;
@@ -406,7 +488,8 @@ __device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t 
         for (int j = lane; j < g.num_scales; j += 32) dst[j] = load_cg(scales + j);
       }
       if (lane == 0) {
-        const int tk = load_cg(low_latency_array<int>(c, c.rank, off.stage_tk) + from);
+        const int tk =
+            load_cg(reinterpret_cast<const int*>(own + meta_tk(g, off.slice_meta, s, le, slot)));
         low_latency_array<int>(c, c.rank, off.src_info)[to] = tk >> 8;
         low_latency_array<int>(c, c.rank, off.src_slot)[to] = (s << 8) | (tk & 0xff);
       }
@@ -414,8 +497,7 @@ __device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t 
     __syncthreads();
     // A source whose word moved on wrote its next dispatch into its slice
     // while it was read.
-    if (static_cast<int>(threadIdx.x) < R)
-      slice_rows(c, words + threadIdx.x * L + le, epoch, threadIdx.x);
+    for (int s = threadIdx.x; s < R; s += blockDim.x) slice_rows(c, words(s) + le, epoch, s);
     if (p.fp8) transpose_scales(p, le, total);
     __syncthreads();
   }
@@ -425,7 +507,7 @@ __device__ void dispatch_receive(const LowLatencyDispatchParams& p, std::uint64_
   const LowLatencyCommon& c = p.c;
   const LowLatencyRegion& g = c.region;
   const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
-  if (c.phases == k_low_latency_recv) {
+  if (c.phases == k_low_latency_recv || c.net.on) {
     receive_sliced(p, epoch);
     return;
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "ep/core/kernels.h"
+#include "ep/network_leg/leg.h"
 
 namespace epkit::ep::kernels {
 
@@ -31,12 +32,21 @@ struct LowLatencyBufferOffsets {
   std::int64_t combine_in = 0;    // bf16 [L][RM][hidden]
   std::int64_t combine_rows = 0;  // bf16 [max tokens][k_low_latency_max_topk][hidden]
   std::int64_t combined = 0;      // bf16 [max tokens][hidden]
-  std::int64_t cast = 0;          // [max tokens] x (hidden FP8 bytes + S fp32)
-  // A hooked dispatch's send (it never waits on a peer): each source writes
-  // its rows into its own slice, the receive packs them into recv_x.
-  std::int64_t stage = 0;        // [L][ranks][max tokens] rows of 2 * hidden bytes
-  std::int64_t stage_tk = 0;     // int32 [L][ranks][max tokens]: token << 8 | k
-  std::int64_t slice_count = 0;  // u64 [ranks][L]: epoch << 32 | rows, by each source
+  /// [max tokens] rows of cast_pitch bytes: FP8 bytes + S fp32, or (a
+  /// send across nodes) the BF16 row, so that a put reads a registered window.
+  std::int64_t cast = 0;
+  // A hooked dispatch's send (it never waits on a peer), and every dispatch
+  // across nodes: each source writes its rows into its own slice, the
+  // receive packs them into recv_x.
+  std::int64_t stage = 0;  // [L][ranks][max tokens] rows of 2 * hidden bytes
+  /// [ranks][meta_pitch] by source: L u64 words `epoch << 32 | rows`, then
+  /// int32 [L][max tokens] `token << 8 | k` of the slice's rows.
+  std::int64_t slice_meta = 0;
+  /// [ranks][meta_pitch] by destination: the same, built here and put in one
+  /// piece to a rank on another node (whose first word also carries a
+  /// combine's count).
+  std::int64_t send_meta = 0;
+  std::int64_t combine_count = 0;  // u64 [ranks]: a combine's `epoch << 32 | rows` from each holder
 };
 
 /// A shape's region: header, then two buffers.
@@ -49,9 +59,34 @@ struct LowLatencyRegion {
   int num_scales = 0;                // hidden / 128
   std::int64_t rows_per_expert = 0;  // ranks * max_tokens
   std::int64_t cast_row_bytes = 0;   // hidden + 4 * num_scales, rounded up to 16
+  std::int64_t cast_pitch = 0;       // 2 * hidden: a cast row or a BF16 row
+  std::int64_t meta_pitch = 0;       // 8 * L + 4 * L * max tokens, rounded up to 16
   LowLatencyBufferOffsets buffer[2];
   std::int64_t total = 0;  // bytes
 };
+
+/// Across nodes: the network leg a low-latency operation puts through to
+/// ranks of other nodes (docs/ep-engine.md, "Across nodes"). Per (kind,
+/// part, buffer, source) one signal of the receiver's: part 0 counts the
+/// count puts (one per operation), part 1 the row puts.
+struct LowLatencyLeg {
+  bool on = false;
+  network_leg::DeviceLeg leg;
+  network_leg::WindowId window;  // every rank's low-latency region
+  std::uint32_t signal_base = 0;
+  /// u64 [2 kinds][2 parts][2 buffers][ranks], this rank's own: the signal
+  /// values its receives have consumed (device memory, so a captured
+  /// operation replays with new ones).
+  std::uint64_t* seen = nullptr;
+};
+constexpr int k_low_latency_dispatch_kind = 0;
+constexpr int k_low_latency_combine_kind = 1;
+/// The index of a signal (and of its `seen` word) past signal_base.
+constexpr EPKIT_HOST_DEVICE std::uint32_t low_latency_signal(int kind, int part, int buffer,
+                                                             int source, int ranks) {
+  return static_cast<std::uint32_t>(((kind * 2 + part) * 2 + buffer) * ranks + source);
+}
+constexpr int k_low_latency_signals_per_rank = 8;
 
 /// What every low-latency kernel knows about the ranks and its buffer.
 struct LowLatencyCommon {
@@ -60,11 +95,14 @@ struct LowLatencyCommon {
   int num_ranks = 1;
   int buffer = 0;  // which of the two buffers this operation uses
   LowLatencyRegion region;
-  std::uint8_t* base[k_max_ranks] = {};  // every rank's region (mapped)
+  /// Every rank's region where it is mapped (NVLink); null: a rank on
+  /// another node, reached through `net`.
+  std::uint8_t* base[k_low_latency_max_ranks] = {};
   std::uint64_t timeout_ns = 0;
   Mailbox* mailbox = nullptr;
   /// int64 [ranks], optional: clock cycles the receive waited per source.
   long long* wait_stats = nullptr;
+  LowLatencyLeg net;
 };
 
 constexpr int k_low_latency_send = 1;
@@ -97,6 +135,10 @@ struct LowLatencyCombineParams {
   const std::uint8_t* x = nullptr;   // BF16 [L][RM][hidden] (or combine_in with zero copy)
   std::int64_t x_expert_stride = 0;  // bytes
   std::int64_t x_row_stride = 0;     // bytes
+  /// x's offset in this rank's region (zero copy), or -1: a row bound for
+  /// another node is then copied into combine_in first (a put reads a
+  /// registered window).
+  std::int64_t x_region_offset = -1;
   const void* topk = nullptr;
   bool topk_int64 = true;
   std::int64_t topk_stride = 0;
@@ -110,13 +152,16 @@ struct LowLatencyCombineParams {
 };
 cudaError_t launch_low_latency_combine(const LowLatencyCombineParams& p, cudaStream_t stream);
 
-/// Barrier, zero the own region's header and both buffers' slice counts
-/// (their epochs restart with the header's), barrier (one block).
+/// Barrier, zero the own region's header and both buffers' slice metadata
+/// and combine counts (their epochs restart with the header's), barrier
+/// (one block).
 struct LowLatencyCleanParams {
   SyncParams sync;
-  LowLatencyHeader* header = nullptr;                  // own
-  std::uint64_t* slice_count[2] = {nullptr, nullptr};  // own, ranks x local experts words each
-  int slice_words = 0;
+  LowLatencyHeader* header = nullptr;                 // own
+  std::uint64_t* slice_meta[2] = {nullptr, nullptr};  // own
+  std::int64_t slice_meta_words = 0;
+  std::uint64_t* combine_count[2] = {nullptr, nullptr};  // own
+  int ranks = 0;
 };
 cudaError_t launch_low_latency_clean(const LowLatencyCleanParams& p, cudaStream_t stream);
 

@@ -28,9 +28,9 @@ Result<kernels::LowLatencyRegion> region_for(int max_tokens, int hidden, int num
   if (hidden <= 0 || hidden % k::k_scale_block != 0 || hidden > (1 << 16))
     return bad_shape(fmt::format("hidden = {}: must be a positive multiple of {} up to {}", hidden,
                                  k::k_scale_block, 1 << 16));
-  if (num_ranks < 1 || num_ranks > k::k_max_ranks)
-    return bad_shape(fmt::format("{} ranks: the low-latency mode spans 1 to {} ranks of one node",
-                                 num_ranks, k::k_max_ranks));
+  if (num_ranks < 1 || num_ranks > k::k_low_latency_max_ranks)
+    return bad_shape(fmt::format("{} ranks: the low-latency mode spans 1 to {} ranks", num_ranks,
+                                 k::k_low_latency_max_ranks));
   if (num_experts < 1 || num_experts > k::k_max_experts || num_experts % num_ranks != 0)
     return bad_shape(fmt::format("num_experts = {}: must be 1..{} and a multiple of the {} ranks",
                                  num_experts, k::k_max_experts, num_ranks));
@@ -44,6 +44,9 @@ Result<kernels::LowLatencyRegion> region_for(int max_tokens, int hidden, int num
   r.rows_per_expert = static_cast<std::int64_t>(num_ranks) * max_tokens;
   // 16-byte aligned rows: the copy warps read them as vectors.
   r.cast_row_bytes = (hidden + 4 * static_cast<std::int64_t>(r.num_scales) + 15) / 16 * 16;
+  r.cast_pitch = 2 * static_cast<std::int64_t>(hidden);  // >= cast_row_bytes (hidden >= 128)
+  const std::int64_t le = r.local_experts;
+  r.meta_pitch = (8 * le + 4 * le * max_tokens + 15) / 16 * 16;
   const std::int64_t rows = static_cast<std::int64_t>(r.local_experts) * r.rows_per_expert;
   const std::int64_t tokens = max_tokens;
   std::int64_t at = align_up(static_cast<std::int64_t>(sizeof(k::LowLatencyHeader)));
@@ -64,10 +67,11 @@ Result<kernels::LowLatencyRegion> region_for(int max_tokens, int hidden, int num
     b.combine_in = take(rows * hidden * 2);
     b.combine_rows = take(tokens * k::k_low_latency_max_topk * hidden * 2);
     b.combined = take(tokens * hidden * 2);
-    b.cast = take(tokens * r.cast_row_bytes);
+    b.cast = take(tokens * r.cast_pitch);
     b.stage = take(rows * hidden * 2);
-    b.stage_tk = take(rows * 4);
-    b.slice_count = take(static_cast<std::int64_t>(num_ranks) * r.local_experts * 8);
+    b.slice_meta = take(static_cast<std::int64_t>(num_ranks) * r.meta_pitch);
+    b.send_meta = take(static_cast<std::int64_t>(num_ranks) * r.meta_pitch);
+    b.combine_count = take(static_cast<std::int64_t>(num_ranks) * 8);
   }
   r.total = at;
   return r;

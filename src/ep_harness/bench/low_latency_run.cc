@@ -72,6 +72,18 @@ Result<std::unique_ptr<ep::Buffer>> make_ep_low_latency_buffer(runtime::GpuRank&
   bo.timeout_s = o.timeout_s;
   bo.low_latency_bytes = ep::Buffer::low_latency_size_hint(o.shape.tokens, o.shape.hidden,
                                                            rank.launch.world_size, o.shape.experts);
+  const runtime::LaunchInfo& launch = rank.launch;
+  if (launch.nnodes > 1 && launch.local_world_size > 0 &&
+      launch.local_world_size < launch.world_size) {
+    // Across nodes: rows to this node's ranks over NVLink, the others' over
+    // the leg (the NCCL host leg refuses the mode by name).
+    bo.ranks_per_node = launch.local_world_size;
+    if (o.emulated_nic) {
+      bo.network_leg = ep::BufferOptions::NetworkLeg::emulated_nic;
+      bo.emulated_nic_gbps = o.nic_gbps;
+      bo.emulated_nic_latency_us = o.nic_latency_us;
+    }
+  }
   return ep::Buffer::create(boot, bo);
 }
 

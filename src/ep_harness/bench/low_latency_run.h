@@ -21,6 +21,10 @@ struct EpLowLatencyBenchOptions {
   int iters = 50;
   std::uint64_t seed = 0;
   double timeout_s = 60;
+  /// Across nodes (the launch's nodes): the emulated NIC's leg, else NCCL's.
+  bool emulated_nic = false;
+  double nic_gbps = 50;
+  double nic_latency_us = 2;
   /// Written before each timed iteration to evict the previous one's data
   /// from L2, as DeepEP's bench() does.
   std::size_t flush_bytes = std::size_t{256} << 20;

@@ -121,6 +121,9 @@ int low_latency_rank(const runtime::LaunchInfo& launch, runtime::RankIo& io, run
   eo.iters = o.iters;
   eo.seed = o.seed;
   eo.timeout_s = o.timeout_s;
+  eo.emulated_nic = o.emulated_nic;
+  eo.nic_gbps = o.nic_gbps;
+  eo.nic_latency_us = o.nic_latency_us;
   auto buffer = make_ep_low_latency_buffer(r, eo);
   if (!buffer) return buffer_failed(r, io, buffer.error());
   auto report = run_ep_low_latency_bench(r, **buffer, eo);

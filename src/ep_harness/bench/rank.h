@@ -41,6 +41,11 @@ struct EpBenchRankOptions {
   std::uint64_t seed = 0;
   std::string dump_dir;  // normal mode: an absolute folder for the .npy files, or empty
   double timeout_s = 60;
+  /// Low-latency mode across nodes: the network leg (the NCCL host leg
+  /// cannot carry it: the Buffer refuses by name) and the emulated NIC.
+  bool emulated_nic = false;
+  double nic_gbps = 50;
+  double nic_latency_us = 2;
   /// Normal mode, on rank 0: after each (op, SM count) has been timed, with
   /// the seconds since the rank joined the job.
   std::function<void(bench::EpOp op, int sms, double seconds)> progress;

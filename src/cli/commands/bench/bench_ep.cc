@@ -38,6 +38,9 @@ struct EpBenchCliOptions {
   int iters = 50;
   std::uint64_t seed = 0;
   std::string dump;
+  std::string network_leg = "nccl";  // low-latency across nodes: or "emulated"
+  double nic_gbps = 50;
+  double nic_latency_us = 2;
 };
 
 // The checks CLI11 cannot express on lists, and the shape rules the engine
@@ -52,6 +55,8 @@ std::string validate(const EpBenchCliOptions& o) {
     return "--mode low-latency takes one --sms value (the kernels' blocks)";
   }
   if (low_latency && !o.dump.empty()) return "--dump is for --mode normal";
+  if (!low_latency && o.network_leg != "nccl")
+    return "--network-leg is for --mode low-latency (normal mode across nodes: epkit test ep)";
   if (o.topk > o.experts) {
     return fmt::format("--topk {} is more than --experts {}", o.topk, o.experts);
   }
@@ -102,6 +107,9 @@ harness::EpBenchRankOptions rank_options(const EpBenchCliOptions& o, const GpuLa
   r.seed = o.seed;
   r.dump_dir = o.dump;
   r.timeout_s = lo.timeout_s;
+  r.emulated_nic = o.network_leg == "emulated";
+  r.nic_gbps = o.nic_gbps;
+  r.nic_latency_us = o.nic_latency_us;
   // Said only once the sweep is slow enough for someone to wonder.
   r.progress = [](bench::EpOp op, int sms, double seconds) {
     if (seconds > 3.0) {
@@ -173,6 +181,11 @@ int run_ep_command(Io& io, const CommonOptions& common, const GpuLaunchOptions& 
   pass("-n", std::to_string(o->iters));
   pass("--seed", std::to_string(o->seed));
   pass("--timeout", fmt::format("{}", lo.timeout_s));
+  if (o->network_leg != "nccl") {
+    pass("--network-leg", o->network_leg);
+    pass("--nic-gbps", fmt::format("{}", o->nic_gbps));
+    pass("--nic-latency-us", fmt::format("{}", o->nic_latency_us));
+  }
   if (lo.json) child.push_back("--json");
   if (!o->dump.empty()) pass("--dump", o->dump);
   RankMain main;
@@ -224,6 +237,16 @@ BenchSubcommand add_bench_ep(CLI::App& bench) {
   ep->add_option("--seed", eo->seed, "Seed of the random inputs (default 0)");
   ep->add_option("--dump", eo->dump,
                  "Write every rank's inputs and outputs as .npy under this folder");
+  ep->add_option("--network-leg", eo->network_leg,
+                 "Low-latency mode across nodes: nccl (default; NCCL's host API cannot carry "
+                 "it, the engine says so) or emulated (the device-driven leg over an emulated "
+                 "NIC, for nodes faked on one host's GPUs)")
+      ->check(CLI::IsMember({"nccl", "emulated"}));
+  ep->add_option("--nic-gbps", eo->nic_gbps, "The emulated NIC's cap per rank in GB/s (default 50)")
+      ->check(CLI::Range(0.001, 10000.0));
+  ep->add_option("--nic-latency-us", eo->nic_latency_us,
+                 "The emulated NIC's latency in us (default 2)")
+      ->check(CLI::Range(0.0, 1e6));
   add_gpu_launch_options(*ep, *lo);
   ep->footer(
       "Exit codes: 0 OK, 10 the engine differs from the reference, 11 NCCL/CUDA error, "
