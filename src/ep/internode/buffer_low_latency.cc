@@ -52,9 +52,11 @@ Result<void> InternodeBuffer::init_low_latency() {
 }
 
 Result<void> InternodeBuffer::low_latency_usable(const char* op) const {
+  // The caller's choice of leg, not a fault of the node: `invalid`, which
+  // the GPU commands report as a usage error.
   if (!on_leg())
     return make_error(
-        ErrorCode::unavailable,
+        ErrorCode::invalid,
         fmt::format("{}: the low-latency mode across nodes needs the device-driven network leg "
                     "(its kernels put every row themselves); this Buffer's leg is NCCL's host "
                     "API, which moves only transfers the host posts (BufferOptions.network_leg: "
