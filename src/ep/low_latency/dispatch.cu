@@ -111,15 +111,23 @@ __device__ void stage_bf16_tokens(const LowLatencyDispatchParams& p, int t0, int
 }
 
 /// Where source s's slice metadata sits in a region's buffer: its L count
-/// words, then its rows' `token << 8 | k` by [local expert][slot].
+/// words, then its rows' `token << 8 | k`, packed: local expert le's from
+/// `first` (the rows of the experts before it) on, so that a put to another
+/// node carries the entries of the rows it sent and no more.
 __device__ __forceinline__ std::int64_t meta_words(const LowLatencyRegion& g, std::int64_t meta,
                                                    int s) {
   return meta + static_cast<std::int64_t>(s) * g.meta_pitch;
 }
 __device__ __forceinline__ std::int64_t meta_tk(const LowLatencyRegion& g, std::int64_t meta, int s,
-                                                int le, int slot) {
+                                                int first) {
   return meta_words(g, meta, s) + 8 * static_cast<std::int64_t>(g.local_experts) +
-         4 * (static_cast<std::int64_t>(le) * g.max_tokens + slot);
+         4 * static_cast<std::int64_t>(first);
+}
+
+/// Rows of a slice: at most max_tokens are written (a count above is
+/// refused by the receiver).
+__device__ __forceinline__ int slice_fill(int count, int max_tokens) {
+  return min(count, max_tokens);
 }
 
 /// Warp 0: the rank of each of the block's selections among this rank's
@@ -154,7 +162,8 @@ __device__ void rank_selections(const LowLatencyDispatchParams& p, int t0, int t
 /// this rank) and its counts and `token << 8 | k` entries in one put after
 /// them (adding 1 to its count signal). No wait on any peer.
 __device__ void send_sliced(const LowLatencyDispatchParams& p, std::uint64_t epoch, int t0, int t1,
-                            const int* all, const int* slots, const std::uint8_t* cast) {
+                            const int* all, const int* first, const int* slots,
+                            const std::uint8_t* cast) {
   const LowLatencyCommon& c = p.c;
   const LowLatencyRegion& g = c.region;
   const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
@@ -185,7 +194,7 @@ __device__ void send_sliced(const LowLatencyDispatchParams& p, std::uint64_t epo
                       row_bytes,
                       low_latency_signal(k_low_latency_dispatch_kind, 1, c.buffer, me, R));
       if (lane == 0)
-        *reinterpret_cast<int*>(own + meta_tk(g, off.send_meta, r, e % L, slot)) = t << 8 | k;
+        *reinterpret_cast<int*>(own + meta_tk(g, off.send_meta, r, first[e] + slot)) = t << 8 | k;
       continue;
     }
     auto* dst = low_latency_array<int4>(c, r, stage_at);
@@ -197,7 +206,7 @@ __device__ void send_sliced(const LowLatencyDispatchParams& p, std::uint64_t epo
       warp_copy<4>(dst, reinterpret_cast<const int4*>(p.x + t * p.x_stride), n16,
                    [](const int4* q) { return load_stream(q); });
     if (lane == 0)
-      *low_latency_array<int>(c, r, meta_tk(g, off.slice_meta, me, e % L, slot)) = t << 8 | k;
+      *low_latency_array<int>(c, r, meta_tk(g, off.slice_meta, me, first[e] + slot)) = t << 8 | k;
   }
   const std::uint64_t tag = (epoch & 0xffffffffull) << 32;
   low_latency_send_done(c, epoch, false, [&] {
@@ -214,12 +223,16 @@ __device__ void send_sliced(const LowLatencyDispatchParams& p, std::uint64_t epo
     if (!c.net.on) return;
     __threadfence_system();
     __syncthreads();
-    const std::int64_t bytes =
-        8 * static_cast<std::int64_t>(L) + 4 * static_cast<std::int64_t>(L) * g.max_tokens;
-    for (int r = warp; r < R; r += warps)
-      if (!low_latency_mapped(c, r))
-        low_latency_put(c, r, meta_words(g, off.slice_meta, me), meta_words(g, off.send_meta, r),
-                        bytes, low_latency_signal(k_low_latency_dispatch_kind, 0, c.buffer, me, R));
+    // The count words and the entries of the rows sent: the last expert's
+    // first entry plus its rows.
+    for (int r = warp; r < R; r += warps) {
+      if (low_latency_mapped(c, r)) continue;
+      const int last = r * L + L - 1;
+      const std::int64_t bytes = 8 * static_cast<std::int64_t>(L) +
+                                 4 * (first[last] + slice_fill(all[last], g.max_tokens));
+      low_latency_put(c, r, meta_words(g, off.slice_meta, me), meta_words(g, off.send_meta, r),
+                      bytes, low_latency_signal(k_low_latency_dispatch_kind, 0, c.buffer, me, R));
+    }
   });
 }
 
@@ -282,8 +295,15 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
   else if (c.net.on)
     stage_bf16_tokens(p, t0, t1, cast);
   if (sliced) {
-    __syncthreads();  // the slots and the cast rows
-    send_sliced(p, epoch, t0, t1, all, slots, cast);
+    // base[e]: the entries of the owner's earlier experts in this rank's
+    // metadata part (their rows, packed).
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      int sum = 0;
+      for (int q = e - e % L; q < e; ++q) sum += slice_fill(all[q], g.max_tokens);
+      base[e] = sum;
+    }
+    __syncthreads();  // the slots, the cast rows, the bases
+    send_sliced(p, epoch, t0, t1, all, base, slots, cast);
     return;
   }
   if (warp == 0)
@@ -442,6 +462,7 @@ __device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t 
     __syncthreads();
   }
   __shared__ int first[k_low_latency_max_ranks + 1];
+  __shared__ int entries[k_low_latency_max_ranks];  // source s's entries before expert le
   const std::int64_t x_row = p.fp8 ? g.hidden : 2 * g.hidden;  // bytes of a recv_x row
   const int n16 = static_cast<int>(x_row / 16);
   for (int le = blockIdx.x; le < L; le += gridDim.x) {
@@ -452,6 +473,13 @@ __device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t 
         sum += static_cast<int>(static_cast<std::uint32_t>(load_acquire_sys(words(s) + le)));
       }
       first[R] = sum;
+    }
+    for (int s = threadIdx.x; s < R; s += blockDim.x) {
+      int sum = 0;
+      for (int q = 0; q < le; ++q)
+        sum += slice_fill(
+            static_cast<int>(static_cast<std::uint32_t>(load_acquire_sys(words(s) + q))), T);
+      entries[s] = sum;
     }
     __syncthreads();
     const int total = first[R];
@@ -488,8 +516,8 @@ __device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t 
         for (int j = lane; j < g.num_scales; j += 32) dst[j] = load_cg(scales + j);
       }
       if (lane == 0) {
-        const int tk =
-            load_cg(reinterpret_cast<const int*>(own + meta_tk(g, off.slice_meta, s, le, slot)));
+        const int tk = load_cg(
+            reinterpret_cast<const int*>(own + meta_tk(g, off.slice_meta, s, entries[s] + slot)));
         low_latency_array<int>(c, c.rank, off.src_info)[to] = tk >> 8;
         low_latency_array<int>(c, c.rank, off.src_slot)[to] = (s << 8) | (tk & 0xff);
       }
