@@ -224,7 +224,9 @@ enum LowLatencyWait : std::int32_t {
   k_low_latency_wait_combine = 3,
   /// Not waits: what a hooked dispatch's receive found in a source's slice.
   k_low_latency_overwritten = 4,  // the source's next dispatch wrote it before it was read
-  k_low_latency_bad_count = 5,    // the source announced more rows than max tokens
+  /// The source's counts or token entries are out of range, or its combine
+  /// count belongs to another operation.
+  k_low_latency_bad_count = 5,
   /// Across nodes: a put to the rank that the network leg refused or did not
   /// carry within the timeout (its NIC stalled, the rank's window is gone).
   k_low_latency_put = 6,

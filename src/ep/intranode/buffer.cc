@@ -243,8 +243,10 @@ Error BufferImpl::failure(cudaError_t rc, const std::string& what) {
                       what, who, who));
     if (wait == k::k_low_latency_bad_count)
       return make_error(ErrorCode::internal,
-                        fmt::format("{}: rank {} announced more low-latency rows for one expert "
-                                    "than num_max_dispatch_tokens_per_rank",
+                        fmt::format("{}: rank {} sent low-latency counts or token entries out of "
+                                    "range (more rows for one expert than "
+                                    "num_max_dispatch_tokens_per_rank, a token outside its "
+                                    "tokens) or of another operation",
                                     what, who));
     const char* missing = wait == k::k_low_latency_wait_counts ? "its low-latency dispatch counts"
                           : wait == k::k_low_latency_wait_dispatch ? "its low-latency dispatch rows"

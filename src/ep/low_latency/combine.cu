@@ -52,15 +52,7 @@ __device__ void combine_send(const LowLatencyCombineParams& p, std::uint64_t epo
   const int warps = gridDim.x * (blockDim.x >> 5);
   for (int flat = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); flat < total;
        flat += warps) {
-    // The expert whose rows hold `flat`: the last with first[le] <= flat.
-    int lo = 0, hi = L - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (first[mid] <= flat)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
+    const int lo = low_latency_holder(first, L, flat);  // the expert whose rows hold `flat`
     const int j = flat - first[lo];
     const std::int64_t row = static_cast<std::int64_t>(lo) * g.rows_per_expert + j;
     const int t = load_cg(src_info + row);
@@ -137,10 +129,14 @@ __device__ void combine_receive(const LowLatencyCombineParams& p, std::uint64_t 
                                  k_low_latency_wait_combine);
             return 0;
           }
+          // From another node: of this operation, and no more rows than
+          // this rank's tokens can have selections.
           const std::uint64_t w = load_acquire_sys(counts + s);
-          if (static_cast<std::uint32_t>(w >> 32) != static_cast<std::uint32_t>(epoch))
-            fail(c.mailbox, k_timeout_low_latency, s, k_low_latency_overwritten);
-          return static_cast<int>(static_cast<std::uint32_t>(w));
+          const auto n = static_cast<std::uint32_t>(w);
+          if (static_cast<std::uint32_t>(w >> 32) != static_cast<std::uint32_t>(epoch) ||
+              n > static_cast<std::uint32_t>(g.max_tokens * k_low_latency_max_topk))
+            fail(c.mailbox, k_timeout_low_latency, s, k_low_latency_bad_count);
+          return static_cast<int>(n);
         });
   } else {
     if (threadIdx.x < 32)

@@ -53,6 +53,21 @@ __device__ __forceinline__ void low_latency_wait_one(const LowLatencyCommon& c,
     if (global_timer_ns() - t0 > c.timeout_ns) fail(c.mailbox, k_timeout_low_latency, rank, what);
 }
 
+/// The last index in [0, n) whose prefix `first[index]` is at most `value`
+/// (first is non-decreasing, first[0] <= value): which expert, or which
+/// source, holds packed row `value`.
+__device__ __forceinline__ int low_latency_holder(const int* first, int n, int value) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (first[mid] <= value)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 /// Whether rank r's region is mapped here (this node: NVLink stores), or the
 /// rank is reached through the network leg.
 __device__ __forceinline__ bool low_latency_mapped(const LowLatencyCommon& c, int r) {

@@ -492,16 +492,7 @@ __device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t 
       if (p.cumulative_stats != nullptr) atomicAdd(p.cumulative_stats + le, total);
     }
     for (int i = warp; i < total; i += warps) {
-      // The source whose rows hold i: the last s with first[s] <= i.
-      int lo = 0, hi = R - 1;
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (first[mid] <= i)
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
-      const int s = lo;
+      const int s = low_latency_holder(first, R, i);  // the source whose rows hold i
       const int slot = i - first[s];
       const std::int64_t from = (static_cast<std::int64_t>(le) * R + s) * T + slot;
       const std::int64_t to = le * RM + i;
@@ -518,6 +509,10 @@ __device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t 
       if (lane == 0) {
         const int tk = load_cg(
             reinterpret_cast<const int*>(own + meta_tk(g, off.slice_meta, s, entries[s] + slot)));
+        // The combine sends this row to that token's place on s: a token
+        // outside s's tokens (a corrupt entry) must not address memory.
+        if (tk < 0 || (tk >> 8) >= T || (tk & 0xff) >= k_low_latency_max_topk)
+          fail(c.mailbox, k_timeout_low_latency, s, k_low_latency_bad_count);
         low_latency_array<int>(c, c.rank, off.src_info)[to] = tk >> 8;
         low_latency_array<int>(c, c.rank, off.src_slot)[to] = (s << 8) | (tk & 0xff);
       }

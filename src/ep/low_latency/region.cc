@@ -45,8 +45,8 @@ Result<kernels::LowLatencyRegion> region_for(int max_tokens, int hidden, int num
   // 16-byte aligned rows: the copy warps read them as vectors.
   r.cast_row_bytes = (hidden + 4 * static_cast<std::int64_t>(r.num_scales) + 15) / 16 * 16;
   r.cast_pitch = 2 * static_cast<std::int64_t>(hidden);  // >= cast_row_bytes (hidden >= 128)
-  const std::int64_t le = r.local_experts;
-  r.meta_pitch = (8 * le + 4 * le * max_tokens + 15) / 16 * 16;
+  const std::int64_t L = r.local_experts;
+  r.meta_pitch = (8 * L + 4 * L * max_tokens + 15) / 16 * 16;
   const std::int64_t rows = static_cast<std::int64_t>(r.local_experts) * r.rows_per_expert;
   const std::int64_t tokens = max_tokens;
   std::int64_t at = align_up(static_cast<std::int64_t>(sizeof(k::LowLatencyHeader)));
