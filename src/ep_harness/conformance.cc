@@ -118,7 +118,9 @@ Result<void> flip_one_bit(const ep::TensorView& v) {
   std::uint8_t byte = 0;
   EPKIT_TRY(cuda_ok(cudaMemcpy(&byte, v.data, 1, cudaMemcpyDeviceToHost), "fault injection"));
   byte ^= 0x01;
-  return cuda_ok(cudaMemcpy(v.data, &byte, 1, cudaMemcpyHostToDevice), "fault injection");
+  EPKIT_TRY(cuda_ok(cudaMemcpy(v.data, &byte, 1, cudaMemcpyHostToDevice), "fault injection"));
+  // A pageable copy may return before it lands; the checks read it next.
+  return cuda_ok(cudaStreamSynchronize(cudaStreamLegacy), "fault injection");
 }
 
 struct Order {

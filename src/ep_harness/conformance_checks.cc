@@ -135,6 +135,15 @@ Verdict compare_ints(const std::vector<int>& expect, const std::vector<int>& got
                       std::vector<std::int64_t>(got.begin(), got.end()));
 }
 
+bool gathered_own_part_intact(const void* all, std::size_t all_bytes, const void* mine,
+                              std::size_t part_bytes, int rank) {
+  if (rank < 0) return false;
+  const std::size_t at = static_cast<std::size_t>(rank) * part_bytes;
+  if (at > all_bytes || part_bytes > all_bytes - at) return false;
+  return part_bytes == 0 ||
+         std::memcmp(static_cast<const std::uint8_t*>(all) + at, mine, part_bytes) == 0;
+}
+
 Verdict compare_bytes(const std::vector<std::uint8_t>& expect, const std::vector<std::uint8_t>& got,
                       std::size_t row_bytes) {
   if (expect.size() != got.size()) {

@@ -58,6 +58,13 @@ std::vector<T> as_vector(const std::vector<std::uint8_t>& bytes) {
   return out;
 }
 
+/// Whether an all-gather of parts of `part_bytes` returned rank `rank`'s
+/// part as `mine` (what it sent): the references are built from the
+/// gathered parts, so a part read before its upload landed would have every
+/// rank check against wrong values.
+bool gathered_own_part_intact(const void* all, std::size_t all_bytes, const void* mine,
+                              std::size_t part_bytes, int rank);
+
 /// Element-wise equality of two integer lists of the same meaning.
 Verdict compare_ints(const std::vector<std::int64_t>& expect, const std::vector<std::int64_t>& got);
 Verdict compare_ints(const std::vector<int>& expect, const std::vector<int>& got);

@@ -12,6 +12,7 @@
 
 #include "base/cuda_error.h"
 #include "ep/testing.h"
+#include "ep_harness/conformance_checks.h"
 #include "ep_harness/reference.h"
 #include "runtime/nccl_session.h"
 
@@ -27,9 +28,11 @@ Result<std::vector<T>> gather_all(runtime::NcclSession& session, const NcclConte
   if (!send) return send.error();
   auto recv = ep::DeviceMemory::allocate(all.size() * sizeof(T));
   if (!recv) return recv.error();
-  EPKIT_TRY(
-      cuda_ok(cudaMemcpy(send->get(), mine.data(), mine.size() * sizeof(T), cudaMemcpyHostToDevice),
-              "cudaMemcpy"));
+  // On NCCL's stream: a cudaMemcpy from pageable memory may return before
+  // its DMA lands, and that stream does not wait for the legacy one.
+  EPKIT_TRY(cuda_ok(cudaMemcpyAsync(send->get(), mine.data(), mine.size() * sizeof(T),
+                                    cudaMemcpyHostToDevice, nccl.stream),
+                    "cudaMemcpyAsync"));
   EPKIT_TRY(session.check(
       nccl.api->all_gather(send->get(), recv->get(), mine.size(), type, nccl.comm, nccl.stream),
       "ncclAllGather"));
@@ -37,6 +40,10 @@ Result<std::vector<T>> gather_all(runtime::NcclSession& session, const NcclConte
   EPKIT_TRY(
       cuda_ok(cudaMemcpy(all.data(), recv->get(), all.size() * sizeof(T), cudaMemcpyDeviceToHost),
               "cudaMemcpy"));
+  if (!conformance::gathered_own_part_intact(all.data(), all.size() * sizeof(T), mine.data(),
+                                             mine.size() * sizeof(T), nccl.rank))
+    return make_error(ErrorCode::internal,
+                      "'" + milestone + "': the all-gather returned this rank's own part changed");
   return all;
 }
 

@@ -92,9 +92,11 @@ Result<ConnectivityResult> run_connectivity(GpuRank& r, double timeout_s) {
   // All-reduce of rank + 1 everywhere: every element must be n(n+1)/2
   // (exact in float for any realistic world size).
   std::vector<float> values(k_count, static_cast<float>(me + 1));
-  EPKIT_TRY(cuda_ok(
-      cudaMemcpy(reduce.ptr, values.data(), k_count * sizeof(float), cudaMemcpyHostToDevice),
-      "cudaMemcpy"));
+  // On NCCL's stream: a cudaMemcpy from pageable memory may return before
+  // its DMA lands, and that stream does not wait for the legacy one.
+  EPKIT_TRY(cuda_ok(cudaMemcpyAsync(reduce.ptr, values.data(), k_count * sizeof(float),
+                                    cudaMemcpyHostToDevice, s.stream()),
+                    "cudaMemcpyAsync"));
   EPKIT_TRY(s.check(
       api.all_reduce(reduce.ptr, reduce.ptr, k_count, ncclFloat32, ncclSum, s.comm(), s.stream()),
       "ncclAllReduce"));
@@ -108,9 +110,9 @@ Result<ConnectivityResult> run_connectivity(GpuRank& r, double timeout_s) {
   // Ring: send to the next rank, receive from the previous one.
   std::vector<std::int32_t> payload(k_count);
   for (std::size_t i = 0; i < k_count; ++i) payload[i] = ring_value(me, i);
-  EPKIT_TRY(cuda_ok(
-      cudaMemcpy(send.ptr, payload.data(), k_count * sizeof(std::int32_t), cudaMemcpyHostToDevice),
-      "cudaMemcpy"));
+  EPKIT_TRY(cuda_ok(cudaMemcpyAsync(send.ptr, payload.data(), k_count * sizeof(std::int32_t),
+                                    cudaMemcpyHostToDevice, s.stream()),
+                    "cudaMemcpyAsync"));
   const int next = (me + 1) % n;
   const int prev = (me + n - 1) % n;
   EPKIT_TRY(s.check(api.group_start(), "ncclGroupStart"));

@@ -26,6 +26,22 @@ Verdict passes() {
   return std::nullopt;
 }
 
+// A part NCCL read before its upload landed (the pageable-copy race the
+// gather now orders on NCCL's stream) comes back changed: caught on the
+// rank that sent it, before any reference is built from it.
+TEST(ConformanceChecks, GatheredOwnPartMustComeBackAsSent) {
+  const std::vector<std::uint8_t> mine = {1, 2, 3};
+  std::vector<std::uint8_t> all = {9, 9, 9, 1, 2, 3, 7, 7, 7};
+  EXPECT_TRUE(gathered_own_part_intact(all.data(), all.size(), mine.data(), 3, 1));
+  all[0] = 0;  // another rank's part: not this check's business
+  EXPECT_TRUE(gathered_own_part_intact(all.data(), all.size(), mine.data(), 3, 1));
+  all[5] = 0;  // the tail of this rank's part still zero
+  EXPECT_FALSE(gathered_own_part_intact(all.data(), all.size(), mine.data(), 3, 1));
+  EXPECT_FALSE(gathered_own_part_intact(all.data(), all.size(), mine.data(), 3, 3));
+  EXPECT_FALSE(gathered_own_part_intact(all.data(), all.size(), mine.data(), 3, -1));
+  EXPECT_TRUE(gathered_own_part_intact(all.data(), all.size(), mine.data(), 0, 2));
+}
+
 TEST(ConformanceChecks, CalcDiffIsZeroForEqualAndGrowsWithDistance) {
   std::vector<double> x = {0.5, -1.0, 2.0, 3.0};
   EXPECT_EQ(calc_diff(x, x), 0.0);

@@ -51,6 +51,8 @@ Result<DeviceTensor> DeviceTensor::zeros(DType dtype, std::int64_t rows, std::in
   if (t->memory.size() > 0) {
     cudaError_t rc = cudaMemset(t->memory.get(), 0, t->memory.size());
     if (rc != cudaSuccess) return cuda_error(rc, "cudaMemset");
+    rc = cudaStreamSynchronize(cudaStreamLegacy);
+    if (rc != cudaSuccess) return cuda_error(rc, "cudaStreamSynchronize after cudaMemset");
   }
   return t;
 }
@@ -63,6 +65,9 @@ Result<DeviceTensor> DeviceTensor::from_host(DType dtype, std::int64_t rows, std
   if (bytes > 0) {
     cudaError_t rc = cudaMemcpy(t->memory.get(), host, bytes, cudaMemcpyHostToDevice);
     if (rc != cudaSuccess) return cuda_error(rc, "cudaMemcpy to the device");
+    // From pageable memory the copy may return before its DMA lands.
+    rc = cudaStreamSynchronize(cudaStreamLegacy);
+    if (rc != cudaSuccess) return cuda_error(rc, "cudaStreamSynchronize after the copy");
   }
   return t;
 }

@@ -37,10 +37,11 @@ struct DeviceTensor {
   DeviceMemory memory;
   TensorView view;
 
-  /// Contents undefined: for memory that stream work fills (zeros()
-  /// memsets on the legacy stream, which a non-blocking stream does not
-  /// wait for).
+  /// Contents undefined: for memory that stream work fills.
   static Result<DeviceTensor> uninitialised(DType dtype, std::int64_t rows, std::int64_t cols);
+  /// zeros and from_host return once the bytes are on the device (they
+  /// synchronise the legacy stream, which a non-blocking stream does not
+  /// wait for), so work on any stream may read them.
   static Result<DeviceTensor> zeros(DType dtype, std::int64_t rows, std::int64_t cols);
   static Result<DeviceTensor> from_host(DType dtype, std::int64_t rows, std::int64_t cols,
                                         const void* host);

@@ -69,6 +69,11 @@ Result<void> InternodeBuffer::init_leg(Bootstrap& bootstrap) {
   if (internode->value != window_internode || local->value != window_node_local)
     return make_error(ErrorCode::internal, "the network leg numbered the Buffer's windows apart");
   EPKIT_TRY(init_low_latency());
+  // The memsets above (and the NIC's zeroed signals) are on the legacy
+  // stream, which the kernels' non-blocking streams do not wait for: every
+  // zeroed word lands before a peer learns its address and adds to it.
+  if (cudaError_t rc = cudaDeviceSynchronize(); rc != cudaSuccess)
+    return cuda_error(rc, "cudaDeviceSynchronize after zeroing the network leg's words");
   EPKIT_TRY(m_leg->exchange(bootstrap));
   int device = 0;
   if (cudaError_t rc = cudaGetDevice(&device); rc != cudaSuccess)

@@ -319,6 +319,9 @@ Result<ep::DeviceMemory> upload(const void* host, std::size_t bytes) {
   auto mem = ep::DeviceMemory::allocate(bytes);
   if (!mem) return mem.error();
   EPKIT_TRY(cuda_ok(cudaMemcpy(mem->get(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy"));
+  // From pageable memory the copy may return before its DMA lands, and the
+  // bench's stream does not wait for the legacy one.
+  EPKIT_TRY(cuda_ok(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize"));
   return std::move(*mem);
 }
 
