@@ -38,7 +38,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> arrays(const k::LowLatencyReg
     out.emplace_back(b.stage, rows * r.hidden * 2);
     out.emplace_back(b.slice_meta, std::int64_t{r.num_ranks} * r.meta_pitch);
     out.emplace_back(b.send_meta, std::int64_t{r.num_ranks} * r.meta_pitch);
-    out.emplace_back(b.combine_count, std::int64_t{r.num_ranks} * 8);
+    out.emplace_back(b.combine_count, std::int64_t{r.num_ranks} * 16);
   }
   return out;
 }
@@ -51,9 +51,10 @@ TEST(LowLatencyRegion, ArraysAreAlignedDisjointAndAfterTheHeader) {
     EXPECT_EQ(r->rows_per_expert, 128 * ranks);
     EXPECT_EQ(r->num_scales, 56);
     EXPECT_EQ(r->cast_row_bytes % 16, 0);
-    // A slice's metadata: its count words, then a token entry per row.
+    // A slice's metadata: its count words and running total, then a token
+    // entry per row.
     EXPECT_EQ(r->meta_pitch % 16, 0);
-    EXPECT_GE(r->meta_pitch, 8 * 24 + 4 * 24 * 128);
+    EXPECT_GE(r->meta_pitch, 8 * 25 + 4 * 24 * 128);
     auto a = arrays(*r);
     std::sort(a.begin(), a.end());
     std::int64_t end = static_cast<std::int64_t>(sizeof(k::LowLatencyHeader));

@@ -4,7 +4,8 @@
 //   own   every rank issues three hooked dispatches (the third reuses the
 //         first's buffer) and only then calls the first's hook: DeepEP's rule
 //         of two operations in flight is broken, and the hook must refuse
-//         with the error that says so, never return the third's rows.
+//         with the error that says so, never return the third's rows; the
+//         operations after it (on both buffers) still get theirs.
 //   peer  rank 0 calls its hooks late while the others go on: one operation
 //         late (the others wait for nothing more of rank 0) its rows are
 //         still right; then the others run two dispatches ahead (legal for
@@ -133,10 +134,24 @@ int rank_main(int rank, int ranks, int nodes, int gpus, std::uint16_t port, cons
     CHECK_OK(second->hook());
     CHECK_OK(third->hook());
     CHECK_OK(buf.synchronize());
-    const std::string bad = check_outputs(*third, k_tokens);
+    std::string bad = check_outputs(*third, k_tokens);
     if (!bad.empty()) {
       std::fprintf(stderr, "rank %d: after the refused hook: %s\n", rank, bad.c_str());
       return 1;
+    }
+    // The skipped receive owes nothing: the next operation on each buffer
+    // waits for its own rows and no others.
+    for (int i = 0; i < 2; ++i) {
+      auto next = buf.low_latency_dispatch(d);
+      CHECK_OK(next);
+      CHECK_OK(next->hook());
+      CHECK_OK(buf.synchronize());
+      bad = check_outputs(*next, k_tokens);
+      if (!bad.empty()) {
+        std::fprintf(stderr, "rank %d: operation %d after the refused hook: %s\n", rank, 4 + i,
+                     bad.c_str());
+        return 1;
+      }
     }
     return k_as_expected;
   }

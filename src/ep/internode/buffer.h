@@ -255,7 +255,7 @@ class InternodeBuffer final : public Buffer {
   /// Why a low-latency call cannot run on this Buffer, if it cannot.
   Result<void> low_latency_usable(const char* op) const;
   std::uint32_t m_low_latency_signals = 0;  // the first of k_low_latency_signals_per_rank x ranks
-  DeviceMemory m_low_latency_seen;
+  DeviceMemory m_low_latency_sent;
   /// The progress thread's first error; the leg's state for an error message.
   void set_leg_error(std::string error);
   std::string leg_note() const;

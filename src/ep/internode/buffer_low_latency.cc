@@ -26,14 +26,13 @@ Result<void> InternodeBuffer::init_low_latency() {
   if (!window) return window.error();
   if (window->value != window_low_latency)
     return make_error(ErrorCode::internal, "the network leg numbered the Buffer's windows apart");
-  const std::size_t seen_bytes =
-      static_cast<std::size_t>(k::k_low_latency_signals_per_rank) * m_ranks * 8;
-  auto seen = DeviceMemory::allocate(seen_bytes);
-  if (!seen) return seen.error();
-  m_low_latency_seen = std::move(*seen);
-  // The leg's signals start at 0, and so do the values consumed from them.
-  if (cudaError_t rc = cudaMemset(m_low_latency_seen.get(), 0, seen_bytes); rc != cudaSuccess)
-    return cuda_error(rc, "cudaMemset of the low-latency signals' consumed values");
+  const std::size_t sent_bytes = static_cast<std::size_t>(k::low_latency_sent_words(m_ranks)) * 8;
+  auto sent = DeviceMemory::allocate(sent_bytes);
+  if (!sent) return sent.error();
+  m_low_latency_sent = std::move(*sent);
+  // The leg's signals start at 0, and so do the counts of what was sent.
+  if (cudaError_t rc = cudaMemset(m_low_latency_sent.get(), 0, sent_bytes); rc != cudaSuccess)
+    return cuda_error(rc, "cudaMemset of the low-latency running counts");
   m_local->m_low_latency_ranks = m_ranks;
   m_local->m_low_latency_world = [this](k::LowLatencyCommon& c) {
     c.rank = m_rank;
@@ -46,7 +45,7 @@ Result<void> InternodeBuffer::init_low_latency() {
     c.net.leg = m_leg->device_leg();
     c.net.window = network_leg::WindowId{window_low_latency};
     c.net.signal_base = m_low_latency_signals;
-    c.net.seen = static_cast<std::uint64_t*>(m_low_latency_seen.get());
+    c.net.sent = static_cast<std::uint64_t*>(m_low_latency_sent.get());
   };
   return {};
 }

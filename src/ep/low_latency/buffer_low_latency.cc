@@ -129,7 +129,7 @@ Result<void> BufferImpl::clean_low_latency_buffer(int max_tokens, int hidden, in
     p.combine_count[b] = reinterpret_cast<std::uint64_t*>(own + region->buffer[b].combine_count);
   }
   p.slice_meta_words = region->num_ranks * region->meta_pitch / 8;
-  p.ranks = region->num_ranks;
+  p.combine_count_words = 2 * region->num_ranks;
   if (cudaError_t rc = k::launch_low_latency_clean(p, m_stream); rc != cudaSuccess)
     return failure(rc, "clean_low_latency_buffer");
   m_low_latency_next = 0;

@@ -20,7 +20,7 @@ __global__ void low_latency_clean(LowLatencyCleanParams p) {
   // left from before would look like a later operation's.
   for (int b = 0; b < 2; ++b) {
     for (std::int64_t i = threadIdx.x; i < p.slice_meta_words; i += 32) p.slice_meta[b][i] = 0;
-    for (int i = threadIdx.x; i < p.ranks; i += 32) p.combine_count[b][i] = 0;
+    for (int i = threadIdx.x; i < p.combine_count_words; i += 32) p.combine_count[b][i] = 0;
   }
   __threadfence_system();
   __syncwarp();

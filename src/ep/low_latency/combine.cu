@@ -32,7 +32,8 @@ __device__ __forceinline__ void fma_bf16x8(float (&acc)[8], const int4& v, float
   }
 }
 
-__device__ void combine_send(const LowLatencyCombineParams& p, std::uint64_t epoch) {
+__device__ void combine_send(const LowLatencyCombineParams& p, std::uint64_t epoch,
+                             std::uint64_t sequence) {
   const LowLatencyCommon& c = p.c;
   const LowLatencyRegion& g = c.region;
   const LowLatencyBufferOffsets& from = g.buffer[p.dispatch_buffer];
@@ -84,14 +85,15 @@ __device__ void combine_send(const LowLatencyCombineParams& p, std::uint64_t epo
         low_latency_signal(k_low_latency_combine_kind, 1, c.buffer, c.rank, c.num_ranks));
   }
   if (!c.net.on) {
-    low_latency_send_done(c, epoch, true);
+    low_latency_send_done(c, epoch, sequence, true);
     return;
   }
   // Each rank on another node gets the count of rows this rank holds for it
-  // (from the dispatch's layout), in one put after the rows.
+  // (from the dispatch's layout) and the running total of rows put to it,
+  // in one put after the rows.
   const long long* range = low_latency_array<long long>(c, c.rank, from.layout_range);
   const std::uint64_t tag = (epoch & 0xffffffffull) << 32;
-  low_latency_send_done(c, epoch, true, [&] {
+  low_latency_send_done(c, epoch, sequence, true, [&] {
     const int R = c.num_ranks;
     const int warp = threadIdx.x >> 5;
     for (int s = warp; s < R; s += blockDim.x >> 5) {
@@ -101,18 +103,21 @@ __device__ void combine_send(const LowLatencyCombineParams& p, std::uint64_t epo
         for (int le = 0; le < L; ++le)
           n += static_cast<std::uint32_t>(
               load_cg(reinterpret_cast<const int*>(range + static_cast<std::int64_t>(le) * R + s)));
-        *low_latency_array<std::uint64_t>(c, c.rank, to.send_meta + s * g.meta_pitch) = tag | n;
+        auto* words = low_latency_array<std::uint64_t>(c, c.rank, to.send_meta + s * g.meta_pitch);
+        words[0] = tag | n;
+        words[1] = low_latency_add_sent_rows(c, k_low_latency_combine_kind, s, n);
         __threadfence_system();
       }
       __syncwarp();
-      low_latency_put(c, s, to.combine_count + 8 * static_cast<std::int64_t>(c.rank),
-                      to.send_meta + s * g.meta_pitch, 8,
+      low_latency_put(c, s, to.combine_count + 16 * static_cast<std::int64_t>(c.rank),
+                      to.send_meta + s * g.meta_pitch, 16,
                       low_latency_signal(k_low_latency_combine_kind, 0, c.buffer, c.rank, R));
     }
   });
 }
 
-__device__ void combine_receive(const LowLatencyCombineParams& p, std::uint64_t epoch) {
+__device__ void combine_receive(const LowLatencyCombineParams& p, std::uint64_t epoch,
+                                std::uint64_t sequence) {
   const LowLatencyCommon& c = p.c;
   const LowLatencyRegion& g = c.region;
   const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
@@ -123,20 +128,23 @@ __device__ void combine_receive(const LowLatencyCombineParams& p, std::uint64_t 
     LowLatencyHeader* mine = low_latency_header(c, c.rank);
     const auto* counts = low_latency_array<const std::uint64_t>(c, c.rank, off.combine_count);
     low_latency_arrivals(
-        c, epoch, k_low_latency_combine_kind, &mine->combine_ready[c.buffer], [&](int s) {
+        c, epoch, sequence, k_low_latency_combine_kind, &mine->combine_ready[c.buffer],
+        [&](int s) -> std::uint64_t {
           if (low_latency_mapped(c, s)) {
             low_latency_wait_one(c, &mine->combine_flag[c.buffer][s], epoch, s,
                                  k_low_latency_wait_combine);
             return 0;
           }
-          // From another node: of this operation, and no more rows than
-          // this rank's tokens can have selections.
-          const std::uint64_t w = load_acquire_sys(counts + s);
+          // From another node: of this operation, no more rows than this
+          // rank's tokens can have selections, and a running total that
+          // counts them.
+          const std::uint64_t w = load_acquire_sys(counts + 2 * s);
+          const std::uint64_t total = load_acquire_sys(counts + 2 * s + 1);
           const auto n = static_cast<std::uint32_t>(w);
           if (static_cast<std::uint32_t>(w >> 32) != static_cast<std::uint32_t>(epoch) ||
-              n > static_cast<std::uint32_t>(g.max_tokens * k_low_latency_max_topk))
+              n > static_cast<std::uint32_t>(g.max_tokens * k_low_latency_max_topk) || total < n)
             fail(c.mailbox, k_timeout_low_latency, s, k_low_latency_bad_count);
-          return static_cast<int>(n);
+          return total;
         });
   } else {
     if (threadIdx.x < 32)
@@ -185,8 +193,9 @@ __device__ void combine_receive(const LowLatencyCombineParams& p, std::uint64_t 
 __global__ void __launch_bounds__(k_low_latency_threads, 1)
     combine_low_latency(LowLatencyCombineParams p) {
   const std::uint64_t epoch = low_latency_epoch(p.c);
-  if (p.c.phases & k_low_latency_send) combine_send(p, epoch);
-  if (p.c.phases & k_low_latency_recv) combine_receive(p, epoch);
+  const std::uint64_t sequence = low_latency_sequence(p.c, k_low_latency_combine_kind);
+  if (p.c.phases & k_low_latency_send) combine_send(p, epoch, sequence);
+  if (p.c.phases & k_low_latency_recv) combine_receive(p, epoch, sequence);
 }
 
 }  // namespace

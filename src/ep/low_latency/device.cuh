@@ -43,6 +43,16 @@ __device__ __forceinline__ std::uint64_t low_latency_epoch(const LowLatencyCommo
   return load_volatile(&h->op_epoch[c.buffer]);
 }
 
+/// Across nodes: which operation of its kind on its buffer this kernel's is
+/// (1, 2, ...), the count signal value each source's count put brings (every
+/// rank sends every operation). Read by every block at its start, like the
+/// epoch; the last block of the send records it (low_latency_send_done).
+__device__ __forceinline__ std::uint64_t low_latency_sequence(const LowLatencyCommon& c, int kind) {
+  if (!c.net.on) return 0;
+  const std::uint64_t sent = load_volatile(&c.net.sent[low_latency_sent_ops(kind, c.buffer)]);
+  return (c.phases & k_low_latency_send) ? sent + 1 : sent;
+}
+
 /// One thread waits until *flag reaches `epoch` (bounded like every wait).
 __device__ __forceinline__ void low_latency_wait_one(const LowLatencyCommon& c,
                                                      const std::uint64_t* flag, std::uint64_t epoch,
@@ -119,14 +129,17 @@ __device__ __forceinline__ void low_latency_wait_ready(const LowLatencyCommon& c
 }
 
 /// Across nodes, block 0 (warp 0, a lane a source): every source of this
-/// epoch has arrived: a source of this node by its count words, one on
-/// another node by its count signal, then its rows signal reaching the rows
-/// its words announce (the leg orders a put with its own signal only). The
-/// signals' consumed values advance here, once per operation. Then block 0
-/// tells the other blocks (`ready`), which wait for that alone.
+/// epoch has arrived: a source of this node by its count words
+/// (`arrived(s)` waits), one on another node by its count signal reaching
+/// this operation's `sequence`, then its rows signal reaching the running
+/// total its count put carries (`arrived(s)` checks the words and returns
+/// it): the leg orders a put with its own signal only. Absolute values, so a
+/// skipped receive leaves nothing behind. Then block 0 tells the other
+/// blocks (`ready`), which wait for that alone.
 template <typename Arrived>
-__device__ void low_latency_arrivals(const LowLatencyCommon& c, std::uint64_t epoch, int kind,
-                                     std::uint64_t* ready, Arrived arrived_rows) {
+__device__ void low_latency_arrivals(const LowLatencyCommon& c, std::uint64_t epoch,
+                                     std::uint64_t sequence, int kind, std::uint64_t* ready,
+                                     Arrived arrived) {
   const int R = c.num_ranks;
   const int lane = threadIdx.x & 31;
   const int what = kind == k_low_latency_dispatch_kind ? k_low_latency_wait_dispatch
@@ -140,19 +153,12 @@ __device__ void low_latency_arrivals(const LowLatencyCommon& c, std::uint64_t ep
     for (int s = lane; s < R; s += 32) {
       const long long start = clock64();
       if (low_latency_mapped(c, s)) {
-        arrived_rows(s);
+        arrived(s);
       } else {
-        const std::uint32_t count = low_latency_signal(kind, 0, c.buffer, s, R);
-        const std::uint32_t rows = low_latency_signal(kind, 1, c.buffer, s, R);
-        const std::uint64_t seen_count = c.net.seen[count];
-        const std::uint64_t seen_rows = c.net.seen[rows];
-        low_latency_leg_wait(c, count, seen_count + 1, s,
+        low_latency_leg_wait(c, low_latency_signal(kind, 0, c.buffer, s, R), sequence, s,
                              kind == k_low_latency_dispatch_kind ? k_low_latency_wait_counts
                                                                  : k_low_latency_wait_combine);
-        const int n = arrived_rows(s);
-        low_latency_leg_wait(c, rows, seen_rows + static_cast<std::uint64_t>(n), s, what);
-        c.net.seen[count] = seen_count + 1;
-        c.net.seen[rows] = seen_rows + static_cast<std::uint64_t>(n);
+        low_latency_leg_wait(c, low_latency_signal(kind, 1, c.buffer, s, R), arrived(s), s, what);
       }
       if (c.wait_stats != nullptr)
         atomicAdd(reinterpret_cast<unsigned long long*>(c.wait_stats + s),
@@ -185,13 +191,13 @@ __device__ __forceinline__ void low_latency_wait_flags(const LowLatencyCommon& c
 
 /// The end of a send: each block fences its stores (system scope) and counts
 /// itself in; the last one runs `before_flags` with all its threads (the
-/// hooked dispatch's count words), then sets this rank's flag (dispatch or
-/// combine) on every rank to the epoch, and records the epoch for the
-/// receive half.
+/// hooked dispatch's count words, the count puts), then sets this rank's
+/// flag (dispatch or combine) on every rank to the epoch, and records the
+/// epoch (and across nodes the sequence) for the receive half.
 template <typename BeforeFlags>
 __device__ __forceinline__ void low_latency_send_done(const LowLatencyCommon& c,
-                                                      std::uint64_t epoch, bool combine,
-                                                      BeforeFlags before_flags) {
+                                                      std::uint64_t epoch, std::uint64_t sequence,
+                                                      bool combine, BeforeFlags before_flags) {
   __shared__ bool last;
   LowLatencyHeader* mine = low_latency_header(c, c.rank);
   __threadfence_system();
@@ -222,13 +228,29 @@ __device__ __forceinline__ void low_latency_send_done(const LowLatencyCommon& c,
       mine->epoch = epoch;
       mine->op_epoch[c.buffer] = epoch;
       if (!combine) mine->dispatch_epoch[c.buffer] = epoch;
+      if (c.net.on)
+        c.net.sent[low_latency_sent_ops(
+            combine ? k_low_latency_combine_kind : k_low_latency_dispatch_kind, c.buffer)] =
+            sequence;
     }
   }
 }
 
 __device__ __forceinline__ void low_latency_send_done(const LowLatencyCommon& c,
-                                                      std::uint64_t epoch, bool combine) {
-  low_latency_send_done(c, epoch, combine, [] {});
+                                                      std::uint64_t epoch, std::uint64_t sequence,
+                                                      bool combine) {
+  low_latency_send_done(c, epoch, sequence, combine, [] {});
+}
+
+/// Across nodes, one thread of the last block of a send: adds `rows` to this
+/// rank's running total of rows put to rank r on this buffer and returns the
+/// new total (what r's rows signal reaches once they all landed).
+__device__ __forceinline__ std::uint64_t low_latency_add_sent_rows(const LowLatencyCommon& c,
+                                                                   int kind, int r,
+                                                                   std::uint64_t rows) {
+  std::uint64_t& total = c.net.sent[low_latency_sent_rows(kind, c.buffer, r, c.num_ranks)];
+  total += rows;
+  return total;
 }
 
 /// A warp copies n16 16-byte vectors; `Load` reads one. Unroll vectors per

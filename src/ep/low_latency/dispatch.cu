@@ -111,16 +111,17 @@ __device__ void stage_bf16_tokens(const LowLatencyDispatchParams& p, int t0, int
 }
 
 /// Where source s's slice metadata sits in a region's buffer: its L count
-/// words, then its rows' `token << 8 | k`, packed: local expert le's from
-/// `first` (the rows of the experts before it) on, so that a put to another
-/// node carries the entries of the rows it sent and no more.
+/// words, its running total of rows (across nodes), then its rows' `token
+/// << 8 | k`, packed: local expert le's from `first` (the rows of the
+/// experts before it) on, so that a put to another node carries the entries
+/// of the rows it sent and no more.
 __device__ __forceinline__ std::int64_t meta_words(const LowLatencyRegion& g, std::int64_t meta,
                                                    int s) {
   return meta + static_cast<std::int64_t>(s) * g.meta_pitch;
 }
 __device__ __forceinline__ std::int64_t meta_tk(const LowLatencyRegion& g, std::int64_t meta, int s,
                                                 int first) {
-  return meta_words(g, meta, s) + 8 * static_cast<std::int64_t>(g.local_experts) +
+  return meta_words(g, meta, s) + 8 * (static_cast<std::int64_t>(g.local_experts) + 1) +
          4 * static_cast<std::int64_t>(first);
 }
 
@@ -159,11 +160,12 @@ __device__ void rank_selections(const LowLatencyDispatchParams& p, int t0, int t
 /// publishes this rank's count of every expert to its owner (epoch << 32 |
 /// rows, with a release after every row), then the flags. A destination on
 /// another node gets its rows as puts (each adding 1 to its rows signal for
-/// this rank) and its counts and `token << 8 | k` entries in one put after
-/// them (adding 1 to its count signal). No wait on any peer.
-__device__ void send_sliced(const LowLatencyDispatchParams& p, std::uint64_t epoch, int t0, int t1,
-                            const int* all, const int* first, const int* slots,
-                            const std::uint8_t* cast) {
+/// this rank) and its counts, the running total of rows put to it and the
+/// `token << 8 | k` entries in one put after them (adding 1 to its count
+/// signal). No wait on any peer.
+__device__ void send_sliced(const LowLatencyDispatchParams& p, std::uint64_t epoch,
+                            std::uint64_t sequence, int t0, int t1, const int* all,
+                            const int* first, const int* slots, const std::uint8_t* cast) {
   const LowLatencyCommon& c = p.c;
   const LowLatencyRegion& g = c.region;
   const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
@@ -209,7 +211,7 @@ __device__ void send_sliced(const LowLatencyDispatchParams& p, std::uint64_t epo
       *low_latency_array<int>(c, r, meta_tk(g, off.slice_meta, me, first[e] + slot)) = t << 8 | k;
   }
   const std::uint64_t tag = (epoch & 0xffffffffull) << 32;
-  low_latency_send_done(c, epoch, false, [&] {
+  low_latency_send_done(c, epoch, sequence, false, [&] {
     for (int e = threadIdx.x; e < g.num_experts; e += blockDim.x) {
       const int r = e / L;
       const std::uint64_t word = tag | static_cast<std::uint32_t>(all[e]);
@@ -223,20 +225,28 @@ __device__ void send_sliced(const LowLatencyDispatchParams& p, std::uint64_t epo
     if (!c.net.on) return;
     __threadfence_system();
     __syncthreads();
-    // The count words and the entries of the rows sent: the last expert's
-    // first entry plus its rows.
+    // The count words, the running total and the entries of the rows sent
+    // (the last expert's first entry plus its rows: every row put to r).
     for (int r = warp; r < R; r += warps) {
       if (low_latency_mapped(c, r)) continue;
       const int last = r * L + L - 1;
-      const std::int64_t bytes = 8 * static_cast<std::int64_t>(L) +
-                                 4 * (first[last] + slice_fill(all[last], g.max_tokens));
+      const int rows = first[last] + slice_fill(all[last], g.max_tokens);
+      if (lane == 0) {
+        reinterpret_cast<std::uint64_t*>(own + meta_words(g, off.send_meta, r))[L] =
+            low_latency_add_sent_rows(c, k_low_latency_dispatch_kind, r,
+                                      static_cast<std::uint64_t>(rows));
+        __threadfence_system();
+      }
+      __syncwarp();
       low_latency_put(c, r, meta_words(g, off.slice_meta, me), meta_words(g, off.send_meta, r),
-                      bytes, low_latency_signal(k_low_latency_dispatch_kind, 0, c.buffer, me, R));
+                      8 * (static_cast<std::int64_t>(L) + 1) + 4 * static_cast<std::int64_t>(rows),
+                      low_latency_signal(k_low_latency_dispatch_kind, 0, c.buffer, me, R));
     }
   });
 }
 
-__device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t epoch, int* smem) {
+__device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t epoch,
+                              std::uint64_t sequence, int* smem) {
   const LowLatencyCommon& c = p.c;
   const LowLatencyRegion& g = c.region;
   const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
@@ -303,7 +313,7 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
       base[e] = sum;
     }
     __syncthreads();  // the slots, the cast rows, the bases
-    send_sliced(p, epoch, t0, t1, all, base, slots, cast);
+    send_sliced(p, epoch, sequence, t0, t1, all, base, slots, cast);
     return;
   }
   if (warp == 0)
@@ -364,7 +374,7 @@ __device__ void dispatch_send(const LowLatencyDispatchParams& p, std::uint64_t e
       low_latency_array<int>(c, r, off.src_slot)[row] = (me << 8) | k;
     }
   }
-  low_latency_send_done(c, epoch, false);
+  low_latency_send_done(c, epoch, sequence, false);
 }
 
 /// One thread: source `rank`'s count word of this epoch (the low 32 bits of
@@ -425,7 +435,8 @@ __device__ void transpose_scales(const LowLatencyDispatchParams& p, int le, int 
 /// experts' slices in source order into the outputs today's layout has
 /// (recv_x, scale rows, src_info, src_slot, layout_range, recv_count), checks
 /// that no slice moved on meanwhile, and transposes the scales.
-__device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t epoch) {
+__device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t epoch,
+                               std::uint64_t sequence) {
   const LowLatencyCommon& c = p.c;
   const LowLatencyRegion& g = c.region;
   const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
@@ -446,8 +457,17 @@ __device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t 
     return n;
   };
   if (c.net.on) {
-    low_latency_arrivals(c, epoch, k_low_latency_dispatch_kind,
-                         &low_latency_header(c, c.rank)->dispatch_ready[c.buffer], source_rows);
+    low_latency_arrivals(c, epoch, sequence, k_low_latency_dispatch_kind,
+                         &low_latency_header(c, c.rank)->dispatch_ready[c.buffer],
+                         [&](int s) -> std::uint64_t {
+                           const int n = source_rows(s);
+                           if (low_latency_mapped(c, s)) return 0;
+                           // A running total below this operation's own rows is not one.
+                           const std::uint64_t total = load_acquire_sys(words(s) + L);
+                           if (total < static_cast<std::uint64_t>(n))
+                             fail(c.mailbox, k_timeout_low_latency, s, k_low_latency_bad_count);
+                           return total;
+                         });
   } else {
     // Warp 0 of every block, a lane a source: its counts of every local
     // expert are here.
@@ -526,12 +546,13 @@ __device__ void receive_sliced(const LowLatencyDispatchParams& p, std::uint64_t 
   }
 }
 
-__device__ void dispatch_receive(const LowLatencyDispatchParams& p, std::uint64_t epoch) {
+__device__ void dispatch_receive(const LowLatencyDispatchParams& p, std::uint64_t epoch,
+                                 std::uint64_t sequence) {
   const LowLatencyCommon& c = p.c;
   const LowLatencyRegion& g = c.region;
   const LowLatencyBufferOffsets& off = g.buffer[c.buffer];
   if (c.phases == k_low_latency_recv || c.net.on) {
-    receive_sliced(p, epoch);
+    receive_sliced(p, epoch, sequence);
     return;
   }
   if (threadIdx.x < 32)
@@ -554,8 +575,9 @@ __global__ void __launch_bounds__(k_low_latency_threads, 1)
     dispatch_low_latency(LowLatencyDispatchParams p) {
   extern __shared__ int smem[];
   const std::uint64_t epoch = low_latency_epoch(p.c);
-  if (p.c.phases & k_low_latency_send) dispatch_send(p, epoch, smem);
-  if (p.c.phases & k_low_latency_recv) dispatch_receive(p, epoch);
+  const std::uint64_t sequence = low_latency_sequence(p.c, k_low_latency_dispatch_kind);
+  if (p.c.phases & k_low_latency_send) dispatch_send(p, epoch, sequence, smem);
+  if (p.c.phases & k_low_latency_recv) dispatch_receive(p, epoch, sequence);
 }
 
 }  // namespace

@@ -39,14 +39,18 @@ struct LowLatencyBufferOffsets {
   // across nodes: each source writes its rows into its own slice, the
   // receive packs them into recv_x.
   std::int64_t stage = 0;  // [L][ranks][max tokens] rows of 2 * hidden bytes
-  /// [ranks][meta_pitch] by source: L u64 words `epoch << 32 | rows`, then
-  /// int32 [L][max tokens] `token << 8 | k` of the slice's rows.
+  /// [ranks][meta_pitch] by source: L u64 words `epoch << 32 | rows`, one
+  /// u64 (from another node) the source's running total of rows put to this
+  /// rank on this buffer, then int32 [L][max tokens] `token << 8 | k` of the
+  /// slice's rows.
   std::int64_t slice_meta = 0;
   /// [ranks][meta_pitch] by destination: the same, built here and put in one
-  /// piece to a rank on another node (whose first word also carries a
+  /// piece to a rank on another node (whose first two words also carry a
   /// combine's count).
   std::int64_t send_meta = 0;
-  std::int64_t combine_count = 0;  // u64 [ranks]: a combine's `epoch << 32 | rows` from each holder
+  /// u64 [ranks][2]: from each holder on another node, a combine's `epoch <<
+  /// 32 | rows` and its running total of rows put here on this buffer.
+  std::int64_t combine_count = 0;
 };
 
 /// A shape's region: header, then two buffers.
@@ -60,7 +64,7 @@ struct LowLatencyRegion {
   std::int64_t rows_per_expert = 0;  // ranks * max_tokens
   std::int64_t cast_row_bytes = 0;   // hidden + 4 * num_scales, rounded up to 16
   std::int64_t cast_pitch = 0;       // 2 * hidden: a cast row or a BF16 row
-  std::int64_t meta_pitch = 0;       // 8 * L + 4 * L * max tokens, rounded up to 16
+  std::int64_t meta_pitch = 0;       // 8 * (L + 1) + 4 * L * max tokens, rounded up to 16
   LowLatencyBufferOffsets buffer[2];
   std::int64_t total = 0;  // bytes
 };
@@ -68,25 +72,40 @@ struct LowLatencyRegion {
 /// Across nodes: the network leg a low-latency operation puts through to
 /// ranks of other nodes (docs/ep-engine.md, "Across nodes"). Per (kind,
 /// part, buffer, source) one signal of the receiver's: part 0 counts the
-/// count puts (one per operation), part 1 the row puts.
+/// count puts (one per operation), part 1 the row puts. A receive waits for
+/// absolute values, which the sends alone advance: an operation whose
+/// receive never runs (a hook refused) leaves no debt to a later one.
 struct LowLatencyLeg {
   bool on = false;
   network_leg::DeviceLeg leg;
   network_leg::WindowId window;  // every rank's low-latency region
   std::uint32_t signal_base = 0;
-  /// u64 [2 kinds][2 parts][2 buffers][ranks], this rank's own: the signal
-  /// values its receives have consumed (device memory, so a captured
-  /// operation replays with new ones).
-  std::uint64_t* seen = nullptr;
+  /// This rank's own running counts (device memory, so a captured operation
+  /// replays with new ones), advanced by the last block of every send:
+  /// u64 [2 kinds][2 buffers] operations sent (every rank sends each
+  /// operation, so also the count puts each source has made to this rank),
+  /// then u64 [2 kinds][2 buffers][ranks] rows put to each rank.
+  std::uint64_t* sent = nullptr;
 };
 constexpr int k_low_latency_dispatch_kind = 0;
 constexpr int k_low_latency_combine_kind = 1;
-/// The index of a signal (and of its `seen` word) past signal_base.
+/// The index of a signal past signal_base.
 constexpr EPKIT_HOST_DEVICE std::uint32_t low_latency_signal(int kind, int part, int buffer,
                                                              int source, int ranks) {
   return static_cast<std::uint32_t>(((kind * 2 + part) * 2 + buffer) * ranks + source);
 }
 constexpr int k_low_latency_signals_per_rank = 8;
+/// LowLatencyLeg::sent: the operations of a kind on a buffer, and the rows
+/// to rank r; words in all.
+constexpr EPKIT_HOST_DEVICE int low_latency_sent_ops(int kind, int buffer) {
+  return kind * 2 + buffer;
+}
+constexpr EPKIT_HOST_DEVICE int low_latency_sent_rows(int kind, int buffer, int r, int ranks) {
+  return 4 + (kind * 2 + buffer) * ranks + r;
+}
+constexpr EPKIT_HOST_DEVICE int low_latency_sent_words(int ranks) {
+  return 4 + 4 * ranks;
+}
 
 /// What every low-latency kernel knows about the ranks and its buffer.
 struct LowLatencyCommon {
@@ -161,7 +180,7 @@ struct LowLatencyCleanParams {
   std::uint64_t* slice_meta[2] = {nullptr, nullptr};  // own
   std::int64_t slice_meta_words = 0;
   std::uint64_t* combine_count[2] = {nullptr, nullptr};  // own
-  int ranks = 0;
+  int combine_count_words = 0;
 };
 cudaError_t launch_low_latency_clean(const LowLatencyCleanParams& p, cudaStream_t stream);
 

@@ -46,7 +46,7 @@ Result<kernels::LowLatencyRegion> region_for(int max_tokens, int hidden, int num
   r.cast_row_bytes = (hidden + 4 * static_cast<std::int64_t>(r.num_scales) + 15) / 16 * 16;
   r.cast_pitch = 2 * static_cast<std::int64_t>(hidden);  // >= cast_row_bytes (hidden >= 128)
   const std::int64_t L = r.local_experts;
-  r.meta_pitch = (8 * L + 4 * L * max_tokens + 15) / 16 * 16;
+  r.meta_pitch = (8 * (L + 1) + 4 * L * max_tokens + 15) / 16 * 16;
   const std::int64_t rows = static_cast<std::int64_t>(r.local_experts) * r.rows_per_expert;
   const std::int64_t tokens = max_tokens;
   std::int64_t at = align_up(static_cast<std::int64_t>(sizeof(k::LowLatencyHeader)));
@@ -71,7 +71,7 @@ Result<kernels::LowLatencyRegion> region_for(int max_tokens, int hidden, int num
     b.stage = take(rows * hidden * 2);
     b.slice_meta = take(static_cast<std::int64_t>(num_ranks) * r.meta_pitch);
     b.send_meta = take(static_cast<std::int64_t>(num_ranks) * r.meta_pitch);
-    b.combine_count = take(static_cast<std::int64_t>(num_ranks) * 8);
+    b.combine_count = take(static_cast<std::int64_t>(num_ranks) * 16);
   }
   r.total = at;
   return r;
