@@ -1,6 +1,7 @@
 // `epkit bench ep` on a machine without GPUs: flags are checked before any
 // rank starts (exit 64 naming the flag), and the run itself fails with exit
 // 12, never a pass.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -23,8 +24,8 @@ CliRun run(std::vector<std::string> args) {
 // The real binary with every GPU hidden, as tests/cli/test_command_test.cc
 // runs `epkit test`: in-process, a GPU machine would start ranks.
 CliRun shell_no_gpu(const std::string& args) {
-  return test::run_shell(std::string("env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY + " bench ep " +
-                         args);
+  return test::run_shell(
+      fmt::format("env CUDA_VISIBLE_DEVICES= {} bench ep {}", EPKIT_BINARY, args));
 }
 
 TEST(BenchEpCommand, HelpListsTheSweepAndDumpFlags) {

@@ -1,5 +1,6 @@
 // `epkit test` without a usable GPU must fail loudly, and the binary must not
 // need libnccl or libcuda to start (doctor runs on broken nodes).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -31,8 +32,7 @@ TEST(TestCommand, BinaryNeedsNeitherNcclNorLibcuda) {
 // No GPU visible (CUDA_VISIBLE_DEVICES empty hides them on a GPU machine; CI
 // has none): a named cause and exit 12, never a pass.
 TEST(TestCommand, NoGpuIsAFailureNamingTheCause) {
-  auto r =
-      run_shell(std::string("env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY + " test --timeout 5");
+  auto r = run_shell(fmt::format("env CUDA_VISIBLE_DEVICES= {} test --timeout 5", EPKIT_BINARY));
   EXPECT_EQ(r.code, 12) << r.out;
   EXPECT_NE(r.out.find("FAIL: "), std::string::npos) << r.out;
   EXPECT_TRUE(r.out.find("CUDA") != std::string::npos || r.out.find("driver") != std::string::npos)
@@ -40,7 +40,7 @@ TEST(TestCommand, NoGpuIsAFailureNamingTheCause) {
 }
 
 TEST(TestCommand, BadTimeoutIsAUsageError) {
-  auto r = run_shell(std::string(EPKIT_BINARY) + " test --timeout -1");
+  auto r = run_shell(fmt::format("{} test --timeout -1", EPKIT_BINARY));
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.code, 12) << r.out;
 }
@@ -48,7 +48,7 @@ TEST(TestCommand, BadTimeoutIsAUsageError) {
 // A sweep that cannot be (-b above -e) is the command's usage error, said
 // once and without a rank prefix, before any rank starts.
 TEST(TestCommand, BenchSweepUsageErrorIsSaidOnce) {
-  auto r = run_shell(std::string(EPKIT_BINARY) + " bench nccl all_reduce -b 1G -e 16M");
+  auto r = run_shell(fmt::format("{} bench nccl all_reduce -b 1G -e 16M", EPKIT_BINARY));
   EXPECT_EQ(r.code, 64) << r.out;
   EXPECT_NE(r.out.find("epkit bench nccl: -b 1073741824 is larger than -e 16777216"),
             std::string::npos)
