@@ -6,6 +6,7 @@
 
 #include "checks/registry.h"
 #include "host/dl/cuda.h"
+#include "support/paths.h"
 #include "topo/example_host.h"
 #include "topo/model.h"
 #include "topo/probe.h"

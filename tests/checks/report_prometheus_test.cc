@@ -12,12 +12,13 @@
 
 #include "cli/command.h"
 #include "support/cli_run.h"
+#include "support/paths.h"
 
 namespace epkit::checks {
 namespace {
 
-const std::string k_example = std::string(EPKIT_SOURCE_DIR) + "/examples/gke-a4";
-const std::string k_seed_env = std::string(EPKIT_SOURCE_DIR) + "/examples/env/gke-a4-seed000.env";
+const std::string k_example = test::source_path("examples/gke-a4");
+const std::string k_seed_env = test::source_path("examples/env/gke-a4-seed000.env");
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;

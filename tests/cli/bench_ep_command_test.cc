@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "support/cli_run.h"
+#include "support/paths.h"
 #include "support/temp_tree.h"
 
 namespace epkit::cli {
@@ -25,7 +26,7 @@ CliRun run(std::vector<std::string> args) {
 // runs `epkit test`: in-process, a GPU machine would start ranks.
 CliRun shell_no_gpu(const std::string& args) {
   return test::run_shell(
-      fmt::format("env CUDA_VISIBLE_DEVICES= {} bench ep {}", EPKIT_BINARY, args));
+      fmt::format("env CUDA_VISIBLE_DEVICES= {} bench ep {}", test::epkit_binary(), args));
 }
 
 TEST(BenchEpCommand, HelpListsTheSweepAndDumpFlags) {

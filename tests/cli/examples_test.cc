@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "support/cli_run.h"
+#include "support/paths.h"
 #include "support/temp_tree.h"
 
 namespace epkit::cli {

@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "support/cli_run.h"
+#include "support/paths.h"
 #include "support/temp_tree.h"
 
 namespace epkit::cli {
@@ -83,8 +84,8 @@ TEST(InputBounds, GpuCommandsPrintJsonAlsoOnFailure) {
         "bench p2p --json", "bench nccl all_reduce -b 1G -e 16M --json",
         "bench ep --hidden 200 --json", "test ep --hidden 200 --json"}) {
     // Standard output alone (run_shell joins standard error to it).
-    auto r = run_shell(std::string("(env CUDA_VISIBLE_DEVICES= ") + EPKIT_BINARY + " " + command +
-                       " 2>/dev/null)");
+    auto r = run_shell(std::string("(env CUDA_VISIBLE_DEVICES= ") + test::epkit_binary() + " " +
+                       command + " 2>/dev/null)");
     EXPECT_NE(r.code, 0) << command;
     auto doc = nlohmann::json::parse(r.out, nullptr, false);
     ASSERT_FALSE(doc.is_discarded()) << command << "\n" << r.out;

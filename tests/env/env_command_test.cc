@@ -13,6 +13,7 @@
 
 #include "support/cli_run.h"
 #include "support/golden.h"
+#include "support/paths.h"
 #include "support/temp_tree.h"
 
 namespace epkit::cli {

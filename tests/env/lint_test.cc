@@ -6,6 +6,7 @@
 
 #include "env/facts.h"
 #include "env/job_env.h"
+#include "support/paths.h"
 #include "support/temp_tree.h"
 #include "topo/example_host.h"
 #include "topo/probe.h"

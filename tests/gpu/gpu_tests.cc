@@ -13,6 +13,7 @@
 #include <string>
 
 #include "support/gpu_gate.h"
+#include "support/paths.h"
 
 namespace {
 
@@ -62,7 +63,7 @@ Shell shell(const std::string& command) {
 // EPKIT_BIN runs another copy (a build carried to a GPU machine).
 std::string epkit() {
   const char* other = std::getenv("EPKIT_BIN");
-  return other != nullptr && *other != 0 ? other : EPKIT_BINARY;
+  return other != nullptr && *other != 0 ? std::string(other) : epkit::test::epkit_binary();
 }
 
 std::size_t count_of(const std::string& text, const std::string& what) {

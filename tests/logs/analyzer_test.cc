@@ -10,6 +10,7 @@
 
 #include "analyze_text.h"
 #include "logs/reader.h"
+#include "support/paths.h"
 #include "support/temp_tree.h"
 
 namespace epkit::logs {

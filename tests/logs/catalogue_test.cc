@@ -16,6 +16,7 @@
 #include "analyze_text.h"
 #include "logs/analyzer.h"
 #include "logs/reader.h"
+#include "support/paths.h"
 #include "support/temp_tree.h"
 
 namespace epkit::logs {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "logs/analyzer.h"
+#include "support/paths.h"
 #include "support/temp_tree.h"
 
 namespace epkit::logs {

@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "support/cli_run.h"
+#include "support/paths.h"
 #include "support/temp_tree.h"
 
 namespace epkit::cli {
@@ -118,7 +119,7 @@ namespace epkit::cli {
 namespace {
 
 TEST(LogsCommand, ReadsStandardInput) {
-  std::string cmd = std::string(EPKIT_BINARY) + " logs - < " +
+  std::string cmd = test::epkit_binary() + " logs - < " +
                     test::source_path("fixtures/logs/findings/nccl.socket-fallback.log") +
                     " > /dev/null";
   int status = std::system(cmd.c_str());
@@ -126,7 +127,7 @@ TEST(LogsCommand, ReadsStandardInput) {
   EXPECT_EQ(WEXITSTATUS(status), 1);
   std::string clean = std::string("cat ") +
                       test::source_path("fixtures/logs/clean/nccl.node1.12340.log") + " | " +
-                      EPKIT_BINARY + " logs - > /dev/null";
+                      test::epkit_binary() + " logs - > /dev/null";
   status = std::system(clean.c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);

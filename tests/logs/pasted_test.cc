@@ -12,6 +12,7 @@
 #include "logs/line_parser.h"
 #include "logs/reader.h"
 #include "support/cli_run.h"
+#include "support/paths.h"
 #include "support/temp_tree.h"
 
 namespace epkit::logs {

@@ -27,12 +27,14 @@
 #include <string_view>
 #include <vector>
 
+#include "support/paths.h"
+
 namespace epkit {
 namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path k_root = EPKIT_SOURCE_DIR;
+const fs::path k_root = test::source_dir();
 
 std::string read(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -10,11 +10,13 @@
 #include <sstream>
 #include <string>
 
+#include "support/paths.h"
+
 namespace epkit {
 namespace {
 
 std::string source(const std::string& rel) {
-  std::ifstream in(std::string(EPKIT_SOURCE_DIR) + "/" + rel);
+  std::ifstream in(test::source_path(rel));
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();

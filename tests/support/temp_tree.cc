@@ -6,13 +6,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/paths.h"
+
 namespace fs = std::filesystem;
 
 namespace epkit::test {
-
-std::string source_path(std::string_view relative) {
-  return std::string(EPKIT_SOURCE_DIR) + "/" + std::string(relative);
-}
 
 TempTree::TempTree() {
   std::string templ = (fs::temp_directory_path() / "epkit-test-XXXXXX").string();
@@ -73,8 +71,7 @@ std::string build_shared_object(const std::string& out_path, const std::string& 
   fs::create_directories(fs::path(out_path).parent_path());
   std::string src = out_path + ".c";
   std::ofstream(src) << c_source;
-  std::string cmd =
-      std::string(EPKIT_CXX_COMPILER) + " -x c -shared -fPIC -o '" + out_path + "' '" + src + "'";
+  std::string cmd = cxx_compiler() + " -x c -shared -fPIC -o '" + out_path + "' '" + src + "'";
   if (!version_script.empty()) {
     std::string map = out_path + ".map";
     std::ofstream(map) << version_script;

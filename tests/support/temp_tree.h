@@ -38,9 +38,6 @@ class TempTree {
   std::string m_root;
 };
 
-/// Absolute path of a file in the source tree.
-std::string source_path(std::string_view relative);
-
 /// Builds a shared object with g++ from C source and an optional version
 /// script, for ELF-reading tests. Returns "" and fails the test on error.
 std::string build_shared_object(const std::string& out_path, const std::string& c_source,

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "host/host.h"
-#include "support/temp_tree.h"
+#include "support/paths.h"
 
 namespace epkit::test {
 

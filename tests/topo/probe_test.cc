@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "host/dl/nvml.h"
+#include "support/paths.h"
 #include "support/temp_tree.h"
 #include "topo/example_host.h"
 #include "topo/model.h"

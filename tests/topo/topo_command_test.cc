@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "support/cli_run.h"
+#include "support/paths.h"
 #include "support/temp_tree.h"
 #include "topo/snapshot_json.h"
 
