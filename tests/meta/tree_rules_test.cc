@@ -312,5 +312,40 @@ TEST(TreeRules, OnlyHostTouchesTheProcessEnvironment) {
       << report;
 }
 
+// The paths CMake knows (source tree, built binary, compiler) are string
+// literals as long as the checkout's folder; a test file that concatenates one
+// builds or fails GCC 12's -Warray-bounds by that length (CI failed in its
+// folder on a commit that built in ours). They reach the tests through
+// tests/support/paths.h alone.
+TEST(TreeRules, CheckoutPathsReachTestsThroughOneFile) {
+  const RE2 macro(R"(\b(EPKIT_(?:SOURCE_DIR|BINARY|CXX_COMPILER))\b)");
+  const fs::path allowed = k_root / "tests/support/paths.cc";
+  std::string report;
+  std::size_t files = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(k_root / "tests", ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    const fs::path& p = it->path();
+    const std::string ext = p.extension().string();
+    if (!it->is_regular_file() || p == allowed ||
+        (ext != ".cc" && ext != ".h" && ext != ".cu" && ext != ".cuh")) {
+      continue;
+    }
+    ++files;
+    const std::string code = cc_code(read(p));
+    re2::StringPiece rest(code);
+    std::string name;
+    while (RE2::FindAndConsume(&rest, macro, &name)) {
+      report += "  " + fs::relative(p, k_root).string() + ": " + name + "\n";
+    }
+  }
+  EXPECT_GT(files, 100u);
+  EXPECT_TRUE(report.empty())
+      << "a checkout path used as a macro outside tests/support/paths.cc "
+         "(call test::source_path, test::epkit_binary or test::cxx_compiler):\n"
+      << report;
+}
+
 }  // namespace
 }  // namespace epkit
