@@ -2,7 +2,8 @@
 // - every repo path named in docs/*.md, README.md and source comments exists;
 // - only src/host/ reads or writes the process environment (host::Env,
 //   host::set_process_env): everything else takes the Env it is given, so
-//   --env-file means what it says.
+//   --env-file means what it says;
+// - only tests/support/paths.cc sees the checkout's paths as macros.
 //
 // Paths:
 // A path is a token whose first part is a top-level folder of the tree
@@ -20,6 +21,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <sstream>
@@ -273,21 +275,21 @@ TEST(DocPaths, EveryPathNamedInDocsAndCommentsExists) {
       << report;
 }
 
-// The three places that broke the rule (cli/main.cc's NO_COLOR, the NCCL log
-// capture of `epkit test`, runtime/gpu_share.cc's NCCL_HOSTID) go through
-// host/ now; a fourth fails here.
-TEST(TreeRules, OnlyHostTouchesTheProcessEnvironment) {
-  const RE2 call(R"(\b((?:secure_)?getenv|setenv|putenv|unsetenv|clearenv)\s*\(|\b(environ)\b)");
+// A rule "only these files may use X": every match of `use` (one capture
+// group) in the code (comments and strings blanked) of the C++ and CUDA
+// files under `tops`, except under `exempt` (a folder or a file), as
+// "  path: match" lines. `files` counts the files read.
+std::string uses_outside(const RE2& use, std::initializer_list<const char*> tops,
+                         const fs::path& exempt, std::size_t& files) {
   std::string report;
-  std::size_t files = 0;
-  for (const char* top : {"src", "include", "python/epkit/csrc"}) {
+  for (const char* top : tops) {
     std::error_code ec;
     for (auto it = fs::recursive_directory_iterator(k_root / top, ec);
          it != fs::recursive_directory_iterator(); it.increment(ec)) {
       if (ec) break;
       const fs::path& p = it->path();
-      if (it->is_directory() && p == k_root / "src/host") {
-        it.disable_recursion_pending();
+      if (p == exempt) {
+        if (it->is_directory()) it.disable_recursion_pending();
         continue;
       }
       const std::string ext = p.extension().string();
@@ -298,13 +300,23 @@ TEST(TreeRules, OnlyHostTouchesTheProcessEnvironment) {
       ++files;
       const std::string code = cc_code(read(p));
       re2::StringPiece rest(code);
-      std::string fn;
-      std::string var;
-      while (RE2::FindAndConsume(&rest, call, &fn, &var)) {
-        report += "  " + fs::relative(p, k_root).string() + ": " + (fn.empty() ? var : fn) + "\n";
+      std::string match;
+      while (RE2::FindAndConsume(&rest, use, &match)) {
+        report += "  " + fs::relative(p, k_root).string() + ": " + match + "\n";
       }
     }
   }
+  return report;
+}
+
+// The three places that broke the rule (cli/main.cc's NO_COLOR, the NCCL log
+// capture of `epkit test`, runtime/gpu_share.cc's NCCL_HOSTID) go through
+// host/ now; a fourth fails here.
+TEST(TreeRules, OnlyHostTouchesTheProcessEnvironment) {
+  const RE2 call(R"(\b((?:(?:secure_)?getenv|setenv|putenv|unsetenv|clearenv)\s*\(|environ\b))");
+  std::size_t files = 0;
+  const std::string report =
+      uses_outside(call, {"src", "include", "python/epkit/csrc"}, k_root / "src/host", files);
   EXPECT_GT(files, 100u);
   EXPECT_TRUE(report.empty())
       << "the process environment is read or written outside src/host/ (take the host::Env "
@@ -319,27 +331,9 @@ TEST(TreeRules, OnlyHostTouchesTheProcessEnvironment) {
 // tests/support/paths.h alone.
 TEST(TreeRules, CheckoutPathsReachTestsThroughOneFile) {
   const RE2 macro(R"(\b(EPKIT_(?:SOURCE_DIR|BINARY|CXX_COMPILER))\b)");
-  const fs::path allowed = k_root / "tests/support/paths.cc";
-  std::string report;
   std::size_t files = 0;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(k_root / "tests", ec);
-       it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (ec) break;
-    const fs::path& p = it->path();
-    const std::string ext = p.extension().string();
-    if (!it->is_regular_file() || p == allowed ||
-        (ext != ".cc" && ext != ".h" && ext != ".cu" && ext != ".cuh")) {
-      continue;
-    }
-    ++files;
-    const std::string code = cc_code(read(p));
-    re2::StringPiece rest(code);
-    std::string name;
-    while (RE2::FindAndConsume(&rest, macro, &name)) {
-      report += "  " + fs::relative(p, k_root).string() + ": " + name + "\n";
-    }
-  }
+  const std::string report =
+      uses_outside(macro, {"tests"}, k_root / "tests/support/paths.cc", files);
   EXPECT_GT(files, 100u);
   EXPECT_TRUE(report.empty())
       << "a checkout path used as a macro outside tests/support/paths.cc "
